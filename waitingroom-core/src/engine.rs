@@ -1,0 +1,413 @@
+//! A single-node waiting room that another Rust service can embed.
+//!
+//! The engine owns the queue and the bookkeeping of admitted visitors; it knows nothing of HTTP,
+//! signatures or clocks. Every call takes `now` in milliseconds and the only randomness (ticket
+//! ids) comes from a seeded generator, so a test can replay any sequence exactly.
+//!
+//! ```
+//! use waitingroom_core::{CheckInStatus, NodeId, Settings, WaitingRoom};
+//!
+//! let settings = Settings { target_on_site: 1, admit_straight_through: false, ..Settings::default() };
+//! let mut room = WaitingRoom::new(settings, NodeId(1), 42).unwrap();
+//! let first = room.join(0);
+//! let second = room.join(1);
+//! assert_eq!(second.status, CheckInStatus::Queued { position: 2 });
+//! room.evict(1_000);
+//! let first = room.check_in(1_001, &first.ticket).unwrap();
+//! assert_eq!(first.status, CheckInStatus::Admitted);
+//! let pass = room.leave(1_002, &first.ticket).unwrap();
+//! assert_eq!(pass.id, first.ticket.id);
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{EngineError, SettingsError};
+use crate::queue::LocalQueue;
+use crate::settings::Settings;
+use crate::types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
+
+/// Where a visitor stands after joining or checking in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckInStatus {
+    /// Still waiting; `position` 1 means next in line.
+    Queued {
+        /// Position estimate; never larger than the one shown before.
+        position: u64,
+    },
+    /// Let out of the queue: the visitor may now leave it and get a pass.
+    Admitted,
+}
+
+/// The answer to a join or a check-in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckIn {
+    /// Queued (with a position) or admitted.
+    pub status: CheckInStatus,
+    /// The refreshed ticket, to be used from now on instead of the old one.
+    pub ticket: Ticket,
+    /// Estimated wait in milliseconds, from the measured admission rate; `None` until one has
+    /// been measured or once admitted.
+    pub eta_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Visitor {
+    /// In the local queue; the entry expires `ticket_expiry_ms` after `last_seen`.
+    Queued { last_seen: Time },
+    /// Let out, not yet left; holds a place on the site until `claim_by`.
+    Admitted { eviction_time: Time, claim_by: Time },
+    /// Holds a pass. Counts as on the site while `counted` (until `pass_expires`); the ticket
+    /// stays refused until `forget_at`, when it has expired anyway.
+    Left {
+        pass_expires: Time,
+        forget_at: Time,
+        counted: bool,
+    },
+}
+
+/// A waiting room running on one node.
+#[derive(Debug)]
+pub struct WaitingRoom {
+    settings: Settings,
+    node: NodeId,
+    rng: ChaCha8Rng,
+    queue: LocalQueue,
+    visitors: HashMap<TicketId, Visitor>,
+    /// Lazy deadlines: at most a couple of entries per visitor; an entry whose visitor has moved
+    /// on is re-armed or dropped when it comes due.
+    deadlines: BinaryHeap<Reverse<(Time, TicketId)>>,
+    on_site: u64,
+    rate: AdmissionRate,
+}
+
+impl WaitingRoom {
+    /// A new, empty waiting room on node `node`, with ticket ids drawn from `seed`.
+    pub fn new(settings: Settings, node: NodeId, seed: u64) -> Result<Self, SettingsError> {
+        settings.validate()?;
+        Ok(WaitingRoom {
+            settings,
+            node,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: LocalQueue::new(),
+            visitors: HashMap::new(),
+            deadlines: BinaryHeap::new(),
+            on_site: 0,
+            rate: AdmissionRate::default(),
+        })
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Number of visitors waiting.
+    pub fn queued(&self) -> u64 {
+        self.queue.len() as u64
+    }
+
+    /// Number of visitors on the site: admitted and not yet expired (claimed or not).
+    pub fn on_site(&self) -> u64 {
+        self.on_site
+    }
+
+    /// A new visitor arrives. They are admitted at once when straight-through admission is on,
+    /// nobody is waiting and the site is below target; queued otherwise.
+    pub fn join(&mut self, now: Time) -> CheckIn {
+        let id = loop {
+            let id = TicketId(self.rng.next_u64());
+            if !self.visitors.contains_key(&id) {
+                break id;
+            }
+        };
+        let mut ticket = Ticket {
+            id,
+            join_time: now,
+            node: self.node,
+            issued_at: now,
+            next_refresh: now,
+            expires_at: now,
+            previous_position: None,
+            eviction_time: None,
+        };
+        if self.settings.admit_straight_through
+            && self.queue.is_empty()
+            && self.on_site < self.settings.target_on_site
+        {
+            self.admit(id, now);
+            ticket.eviction_time = Some(now);
+        } else {
+            self.enqueue(ticket.key_on(self.node), now);
+        }
+        self.answer(now, ticket)
+    }
+
+    /// A visitor checks in with their ticket: refreshed ticket plus position, or "admitted".
+    ///
+    /// A valid ticket this node no longer queues (its entry expired, or it comes from another
+    /// node) is queued again under its original join time, so the visitor keeps their place.
+    pub fn check_in(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, EngineError> {
+        if now >= ticket.expires_at {
+            return Err(EngineError::TicketExpired);
+        }
+        let mut ticket = ticket.clone();
+        match self.visitors.get_mut(&ticket.id) {
+            Some(Visitor::Queued { last_seen }) => *last_seen = now,
+            Some(Visitor::Admitted { eviction_time, .. }) => {
+                ticket.eviction_time = Some(*eviction_time)
+            }
+            Some(Visitor::Left { .. }) => return Err(EngineError::AlreadyLeft),
+            None => match ticket.eviction_time {
+                // Our own signature says they were let out; the record was swept. Honour it.
+                Some(eviction_time) => self.admit(ticket.id, eviction_time.min(now)),
+                None => self.enqueue(ticket.key_on(self.node), now),
+            },
+        }
+        Ok(self.answer(now, ticket))
+    }
+
+    /// An admitted visitor exchanges their ticket for a pass.
+    pub fn leave(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, EngineError> {
+        if now >= ticket.expires_at {
+            return Err(EngineError::TicketExpired);
+        }
+        let eviction_time = match self.visitors.get(&ticket.id) {
+            Some(Visitor::Admitted { eviction_time, .. }) => *eviction_time,
+            Some(Visitor::Left { .. }) => return Err(EngineError::AlreadyLeft),
+            Some(Visitor::Queued { .. }) => return Err(EngineError::NotYetAdmitted),
+            None => match ticket.eviction_time {
+                Some(eviction_time) => {
+                    self.admit(ticket.id, eviction_time.min(now));
+                    eviction_time.min(now)
+                }
+                None => return Err(EngineError::NotYetAdmitted),
+            },
+        };
+        let pass_expires = now.saturating_add(self.settings.pass_expiry_ms);
+        self.set_left(ticket.id, now, pass_expires);
+        Ok(Pass {
+            id: ticket.id,
+            node: self.node,
+            queue_join_time: ticket.join_time,
+            created_at: now,
+            issued_at: now,
+            expires_at: pass_expires,
+            eviction_time,
+        })
+    }
+
+    /// Whether `pass` lets its holder on the site at `now`.
+    pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), EngineError> {
+        if now >= pass.expires_at {
+            Err(EngineError::PassExpired)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Extends a valid pass by the pass expiry from `now`. The holder now counts as on the site
+    /// of this node.
+    pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, EngineError> {
+        self.validate_pass(now, pass)?;
+        let pass_expires = now.saturating_add(self.settings.pass_expiry_ms);
+        match self.visitors.get(&pass.id) {
+            Some(Visitor::Left { .. }) | None => {}
+            Some(_) => return Err(EngineError::UnknownPass),
+        }
+        self.set_left(pass.id, now, pass_expires);
+        Ok(Pass {
+            node: self.node,
+            issued_at: now,
+            expires_at: pass_expires,
+            ..pass.clone()
+        })
+    }
+
+    /// Lets visitors out of the queue until the site reaches its target. Returns who was let
+    /// out, in queue order.
+    pub fn evict(&mut self, now: Time) -> Vec<TicketId> {
+        let room = self.settings.target_on_site.saturating_sub(self.on_site);
+        let count = room.min(self.queue.len() as u64);
+        let mut admitted = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let Some(key) = self.queue.pop_min() else {
+                break;
+            };
+            self.admit(key.ticket, now);
+            admitted.push(key.ticket);
+        }
+        self.rate.record(now, admitted.len() as u64);
+        admitted
+    }
+
+    /// Drops queue entries whose visitor stopped checking in, admissions never claimed, and
+    /// passes that expired. Cost is proportional to what expired, times log n.
+    pub fn cleanup(&mut self, now: Time) {
+        while let Some(&Reverse((due, id))) = self.deadlines.peek() {
+            if due > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(visitor) = self.visitors.get(&id).copied() else {
+                continue;
+            };
+            let expiry = self.settings.ticket_expiry_ms;
+            match visitor {
+                Visitor::Queued { last_seen } => {
+                    if last_seen.saturating_add(expiry) <= now {
+                        self.queue.remove(id);
+                        self.visitors.remove(&id);
+                    } else {
+                        self.deadlines
+                            .push(Reverse((last_seen.saturating_add(expiry), id)));
+                    }
+                }
+                Visitor::Admitted { claim_by, .. } => {
+                    if claim_by <= now {
+                        self.on_site -= 1;
+                        self.visitors.remove(&id);
+                    } else {
+                        self.deadlines.push(Reverse((claim_by, id)));
+                    }
+                }
+                Visitor::Left {
+                    pass_expires,
+                    forget_at,
+                    counted,
+                } => {
+                    let still_counted = counted && pass_expires > now;
+                    if counted && !still_counted {
+                        self.on_site -= 1;
+                    }
+                    let counted = still_counted;
+                    if forget_at <= now && !counted {
+                        self.visitors.remove(&id);
+                    } else {
+                        self.visitors.insert(
+                            id,
+                            Visitor::Left {
+                                pass_expires,
+                                forget_at,
+                                counted,
+                            },
+                        );
+                        let next = if counted { pass_expires } else { forget_at };
+                        self.deadlines.push(Reverse((next, id)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn enqueue(&mut self, key: QueueKey, now: Time) {
+        self.queue.insert(key);
+        self.visitors
+            .insert(key.ticket, Visitor::Queued { last_seen: now });
+        self.deadlines.push(Reverse((
+            now.saturating_add(self.settings.ticket_expiry_ms),
+            key.ticket,
+        )));
+    }
+
+    fn admit(&mut self, id: TicketId, now: Time) {
+        let claim_by = now.saturating_add(self.settings.ticket_expiry_ms);
+        self.visitors.insert(
+            id,
+            Visitor::Admitted {
+                eviction_time: now,
+                claim_by,
+            },
+        );
+        self.deadlines.push(Reverse((claim_by, id)));
+        self.on_site += 1;
+    }
+
+    fn set_left(&mut self, id: TicketId, now: Time, pass_expires: Time) {
+        let was_counted = self.visitors.get(&id).is_some_and(visitor_counted);
+        let counted = pass_expires > now;
+        match (was_counted, counted) {
+            (false, true) => self.on_site += 1,
+            (true, false) => self.on_site -= 1,
+            _ => {}
+        }
+        let forget_at = now.saturating_add(self.settings.ticket_expiry_ms);
+        self.visitors.insert(
+            id,
+            Visitor::Left {
+                pass_expires,
+                forget_at,
+                counted,
+            },
+        );
+        let next = if counted { pass_expires } else { forget_at };
+        self.deadlines.push(Reverse((next, id)));
+    }
+
+    fn answer(&mut self, now: Time, mut ticket: Ticket) -> CheckIn {
+        ticket.node = self.node;
+        ticket.issued_at = now;
+        ticket.next_refresh = now.saturating_add(self.settings.refresh_interval_ms);
+        ticket.expires_at = now.saturating_add(self.settings.ticket_expiry_ms);
+        let (status, eta_ms) = match self.visitors.get(&ticket.id) {
+            Some(Visitor::Admitted { eviction_time, .. }) => {
+                ticket.eviction_time = Some(*eviction_time);
+                (CheckInStatus::Admitted, None)
+            }
+            _ => {
+                let key = ticket.key_on(self.node);
+                let rank = self.queue.rank(&key) as u64 + 1;
+                let position = ticket.previous_position.map_or(rank, |p| p.min(rank));
+                ticket.previous_position = Some(position);
+                (
+                    CheckInStatus::Queued { position },
+                    self.rate.eta_ms(position),
+                )
+            }
+        };
+        CheckIn {
+            status,
+            ticket,
+            eta_ms,
+        }
+    }
+}
+
+/// Whether a visitor holds one of the site's places.
+fn visitor_counted(visitor: &Visitor) -> bool {
+    match visitor {
+        Visitor::Queued { .. } => false,
+        Visitor::Admitted { .. } => true,
+        Visitor::Left { counted, .. } => *counted,
+    }
+}
+
+/// Admissions per millisecond, smoothed over eviction rounds.
+#[derive(Debug, Default)]
+struct AdmissionRate {
+    last: Option<Time>,
+    per_ms: f64,
+}
+
+impl AdmissionRate {
+    fn record(&mut self, now: Time, admitted: u64) {
+        if let Some(last) = self.last
+            && now > last
+        {
+            let sample = admitted as f64 / (now - last) as f64;
+            self.per_ms = if self.per_ms == 0.0 {
+                sample
+            } else {
+                0.7 * self.per_ms + 0.3 * sample
+            };
+        }
+        self.last = Some(now);
+    }
+
+    fn eta_ms(&self, position: u64) -> Option<u64> {
+        (self.per_ms > 0.0).then(|| (position as f64 / self.per_ms) as u64)
+    }
+}

@@ -1,0 +1,27 @@
+//! The embeddable core of **waitingroom**: a fair, first-in-first-out virtual waiting room.
+//!
+//! This crate holds everything a single process needs and nothing that ties it to a runtime:
+//!
+//! - [`Ticket`], [`Pass`] and the [`QueueKey`] that orders visitors (join time, ticket id, node id);
+//! - [`LocalQueue`], a priority queue with O(log n) insert, pop-min, remove-by-id and rank;
+//! - [`WaitingRoom`], a single-node engine another Rust service can embed;
+//! - [`token`], Ed25519-signed JWS compact tokens (RFC 7515 / RFC 8037) for tickets and passes;
+//! - [`kendall_tau`], the fairness metric, in O(n log n).
+//!
+//! Nothing here reads a clock or an unseeded random source: every operation takes `now`
+//! (milliseconds) as an argument and randomness comes from a seed, so tests and the simulator
+//! can drive it deterministically.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod engine;
+pub mod error;
+pub mod queue;
+pub mod settings;
+pub mod types;
+
+pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
+pub use error::{EngineError, SettingsError};
+pub use queue::LocalQueue;
+pub use settings::Settings;
+pub use types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};

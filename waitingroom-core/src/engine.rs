@@ -118,6 +118,15 @@ impl WaitingRoom {
     /// A new visitor arrives. They are admitted at once when straight-through admission is on,
     /// nobody is waiting and the site is below target; queued otherwise.
     pub fn join(&mut self, now: Time) -> CheckIn {
+        let admit = self.settings.admit_straight_through
+            && self.queue.is_empty()
+            && self.on_site < self.settings.target_on_site;
+        self.join_as(now, admit)
+    }
+
+    /// A new visitor arrives and is admitted at once (`admit_now`) or queued: for a caller that
+    /// decides straight-through admission itself (a cluster node knows the cluster's free places).
+    pub fn join_as(&mut self, now: Time, admit_now: bool) -> CheckIn {
         let id = loop {
             let id = TicketId(self.rng.next_u64());
             if !self.visitors.contains_key(&id) {
@@ -134,10 +143,7 @@ impl WaitingRoom {
             previous_position: None,
             eviction_time: None,
         };
-        if self.settings.admit_straight_through
-            && self.queue.is_empty()
-            && self.on_site < self.settings.target_on_site
-        {
+        if admit_now {
             self.admit(id, now);
             ticket.eviction_time = Some(now);
         } else {
@@ -242,6 +248,42 @@ impl WaitingRoom {
         }
         self.rate.record(now, admitted.len() as u64);
         admitted
+    }
+
+    /// The smallest queued key: this node's QPID weight.
+    pub fn head(&self) -> Option<QueueKey> {
+        self.queue.peek_min()
+    }
+
+    /// Lets the visitor at the head of the queue out; returns their key.
+    pub fn admit_head(&mut self, now: Time) -> Option<QueueKey> {
+        let key = self.queue.pop_min()?;
+        self.admit(key.ticket, now);
+        Some(key)
+    }
+
+    /// How many queued keys are smaller than `key`.
+    pub fn rank(&self, key: &QueueKey) -> u64 {
+        self.queue.rank(key) as u64
+    }
+
+    /// How many queued visitors joined before `time`.
+    pub fn queued_before(&self, time: Time) -> u64 {
+        self.queue.rank(&QueueKey::first_at(time)) as u64
+    }
+
+    /// The (at most) `limit` smallest queued keys that joined before `cutoff`, ascending.
+    pub fn smallest_before(&self, cutoff: Time, limit: usize) -> Vec<QueueKey> {
+        self.queue
+            .iter()
+            .take_while(|k| k.join_time < cutoff)
+            .take(limit)
+            .collect()
+    }
+
+    /// Whether this room has any record of `ticket` (queued, admitted, or left).
+    pub fn knows(&self, ticket: TicketId) -> bool {
+        self.visitors.contains_key(&ticket)
     }
 
     /// Drops queue entries whose visitor stopped checking in, admissions never claimed, and
@@ -409,5 +451,176 @@ impl AdmissionRate {
 
     fn eta_ms(&self, position: u64) -> Option<u64> {
         (self.per_ms > 0.0).then(|| (position as f64 / self.per_ms) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queued_room(target: u64) -> WaitingRoom {
+        let settings = Settings {
+            target_on_site: target,
+            admit_straight_through: false,
+            refresh_interval_ms: 1_000,
+            ticket_expiry_ms: 10_000,
+            pass_expiry_ms: 60_000,
+            ..Settings::default()
+        };
+        WaitingRoom::new(settings, NodeId(7), 1).unwrap()
+    }
+
+    fn position(c: &CheckIn) -> u64 {
+        match c.status {
+            CheckInStatus::Queued { position } => position,
+            CheckInStatus::Admitted => 0,
+        }
+    }
+
+    #[test]
+    fn visitors_are_admitted_in_join_order() {
+        let mut room = queued_room(3);
+        let visitors: Vec<_> = (0..10).map(|t| room.join(t)).collect();
+        for (i, v) in visitors.iter().enumerate() {
+            assert_eq!(position(v), i as u64 + 1);
+        }
+        let admitted = room.evict(100);
+        let expected: Vec<_> = visitors[..3].iter().map(|v| v.ticket.id).collect();
+        assert_eq!(admitted, expected);
+        assert_eq!(room.on_site(), 3);
+        assert_eq!(room.queued(), 7);
+        // The site is full: nobody else gets in until someone's place frees up.
+        assert!(room.evict(1_100).is_empty());
+        let c = room.check_in(200, &visitors[3].ticket).unwrap();
+        assert_eq!(position(&c), 1);
+    }
+
+    #[test]
+    fn check_in_refreshes_the_ticket_and_position_never_rises() {
+        let mut room = queued_room(1);
+        let a = room.join(0);
+        let b = room.join(1);
+        let b = room.check_in(500, &b.ticket).unwrap();
+        assert_eq!(position(&b), 2);
+        assert_eq!(b.ticket.issued_at, 500);
+        assert_eq!(b.ticket.next_refresh, 1_500);
+        assert_eq!(b.ticket.expires_at, 10_500);
+        // `a` stops checking in and expires; `b` moves up.
+        room.cleanup(10_001);
+        assert_eq!(room.queued(), 1);
+        let b = room.check_in(10_002, &b.ticket).unwrap();
+        assert_eq!(position(&b), 1);
+        // Came back late: their expired ticket is refused.
+        assert_eq!(
+            room.check_in(10_003, &a.ticket),
+            Err(EngineError::TicketExpired)
+        );
+        // A later joiner whose ticket says they were shown 1 is never shown more.
+        let c = room.join(10_004);
+        let mut late = c.ticket.clone();
+        late.previous_position = Some(1);
+        assert_eq!(position(&room.check_in(10_005, &late).unwrap()), 1);
+    }
+
+    #[test]
+    fn leave_gives_a_pass_once() {
+        let mut room = queued_room(5);
+        let v = room.join(0);
+        assert_eq!(room.leave(1, &v.ticket), Err(EngineError::NotYetAdmitted));
+        room.evict(1_000);
+        let v = room.check_in(1_001, &v.ticket).unwrap();
+        assert_eq!(v.status, CheckInStatus::Admitted);
+        assert_eq!(v.ticket.eviction_time, Some(1_000));
+        let pass = room.leave(1_002, &v.ticket).unwrap();
+        assert_eq!(pass.eviction_time, 1_000);
+        assert_eq!(pass.expires_at, 61_002);
+        assert_eq!(room.leave(1_003, &v.ticket), Err(EngineError::AlreadyLeft));
+        assert_eq!(
+            room.check_in(1_003, &v.ticket).unwrap_err(),
+            EngineError::AlreadyLeft
+        );
+    }
+
+    #[test]
+    fn passes_expire_and_free_their_place() {
+        let mut room = queued_room(1);
+        let a = room.join(0);
+        let b = room.join(1);
+        room.evict(1_000);
+        let a = room.check_in(1_001, &a.ticket).unwrap();
+        let pass = room.leave(1_002, &a.ticket).unwrap();
+        room.validate_pass(2_000, &pass).unwrap();
+        let pass = room.refresh_pass(30_000, &pass).unwrap();
+        assert_eq!(pass.expires_at, 90_000);
+        assert!(room.evict(60_000).is_empty());
+        // b kept checking in all along.
+        let mut ticket = b.ticket.clone();
+        for t in (2_000..=95_000).step_by(1_000) {
+            ticket = room.check_in(t, &ticket).unwrap().ticket;
+            room.cleanup(t);
+        }
+        assert_eq!(
+            room.validate_pass(90_000, &pass),
+            Err(EngineError::PassExpired)
+        );
+        assert_eq!(room.on_site(), 0);
+        assert_eq!(room.evict(95_000), vec![b.ticket.id]);
+    }
+
+    #[test]
+    fn unclaimed_admissions_free_their_place() {
+        let mut room = queued_room(1);
+        room.join(0);
+        let b = room.join(1);
+        room.evict(1_000);
+        assert_eq!(room.on_site(), 1);
+        let b = room.check_in(9_000, &b.ticket).unwrap();
+        room.cleanup(11_000);
+        assert_eq!(room.on_site(), 0);
+        room.check_in(11_001, &b.ticket).unwrap();
+        assert_eq!(room.evict(12_000), vec![b.ticket.id]);
+    }
+
+    #[test]
+    fn straight_through_admits_only_while_below_target_and_nobody_waits() {
+        let settings = Settings {
+            target_on_site: 2,
+            admit_straight_through: true,
+            ..Settings::default()
+        };
+        let mut room = WaitingRoom::new(settings, NodeId(1), 3).unwrap();
+        assert_eq!(room.join(0).status, CheckInStatus::Admitted);
+        assert_eq!(room.join(1).status, CheckInStatus::Admitted);
+        assert_eq!(room.join(2).status, CheckInStatus::Queued { position: 1 });
+        assert_eq!(room.on_site(), 2);
+    }
+
+    #[test]
+    fn a_ticket_from_elsewhere_is_requeued_under_its_join_time() {
+        let mut room = queued_room(1);
+        let early = Ticket {
+            id: TicketId(99),
+            join_time: 5,
+            node: NodeId(3),
+            issued_at: 5,
+            next_refresh: 1_005,
+            expires_at: 10_005,
+            previous_position: Some(4),
+            eviction_time: None,
+        };
+        room.join(10);
+        let c = room.check_in(20, &early).unwrap();
+        assert_eq!(position(&c), 1);
+        assert_eq!(c.ticket.node, NodeId(7));
+        assert_eq!(room.evict(1_000), vec![TicketId(99)]);
+    }
+
+    #[test]
+    fn same_seed_same_tickets() {
+        let mut a = queued_room(1);
+        let mut b = queued_room(1);
+        for t in 0..100 {
+            assert_eq!(a.join(t).ticket, b.join(t).ticket);
+        }
     }
 }

@@ -1,1 +1,27 @@
-//! placeholder
+//! The waitingroom protocol as a pure state machine (sans-IO).
+//!
+//! N [`Node`]s act as one fair FIFO queue: QPID over a spanning tree holds the cluster minimum
+//! at the root, TAG counts decide how many visitors to let out, SWIM detects failed members,
+//! and deterministic tree edits handle members joining and leaving while the queue runs.
+//! The HTTP server and the simulator are thin drivers of the same [`Node`]; see
+//! [`node`] for the driver contract and [`invariants`] for the checks both run.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod channel;
+mod cluster;
+pub mod config;
+pub mod invariants;
+pub mod membership;
+pub mod messages;
+pub mod node;
+mod qpid;
+mod swim;
+mod tag;
+mod visitor;
+
+pub use config::{AdmissionMode, NodeConfig};
+pub use membership::Membership;
+pub use messages::{Body, ChannelMsg, Contact, Envelope, Summary, Weight};
+pub use node::{Event, Node, NodeStatus, Phase, Transmit};
+pub use visitor::VisitorError;

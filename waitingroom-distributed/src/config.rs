@@ -1,0 +1,116 @@
+//! Configuration of one protocol node.
+
+use serde::{Deserialize, Serialize};
+use waitingroom_core::{NodeId, Settings, SettingsError, Time};
+
+/// How the root lets visitors out once a count has decided how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionMode {
+    /// The count selects exactly the smallest keys (every one of them was known to it), and
+    /// every node lets out its share in parallel. One message per tree edge per round, whatever
+    /// the number admitted. The default.
+    #[default]
+    Range,
+    /// QPID deleteMin with batching: the root pops while its local head is below every branch,
+    /// and hands the remaining admissions to the branch holding the minimum with findRoot.
+    Batched,
+    /// QPID deleteMin one visitor at a time, as in the thesis.
+    Sequential,
+}
+
+/// Everything a [`crate::Node`] needs to know about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeConfig {
+    /// This node's id; must not be 0 and must be unique in the cluster.
+    pub id: NodeId,
+    /// Distinguishes this life of the process from earlier ones with the same id (the server
+    /// uses its start time); must not be 0.
+    pub incarnation: u64,
+    /// The address peers use to reach this node.
+    pub addr: String,
+    /// Waiting room settings; must be the same on every node.
+    pub settings: Settings,
+    /// How visitors are let out.
+    pub admission: AdmissionMode,
+    /// SWIM: how often one member is probed.
+    pub probe_interval_ms: Time,
+    /// SWIM: how long to wait for a direct answer before asking others to probe.
+    pub probe_timeout_ms: Time,
+    /// SWIM: how many other members are asked for an indirect probe.
+    pub indirect_probes: usize,
+    /// SWIM: how many extra failed probe rounds a member gets before it is declared dead.
+    pub suspect_rounds: u32,
+    /// Reliable channel: resend an unacknowledged message after this long.
+    pub retransmit_ms: Time,
+    /// A joining node asks again after this long without an answer.
+    pub join_retry_ms: Time,
+    /// Tree edits try to give no node more than this many neighbours.
+    pub max_tree_degree: usize,
+    /// Range admission: at most this many keys per count reply; a round admits at most this
+    /// many when places are limited.
+    pub select_limit: u32,
+    /// A member that sees no count for this many eviction intervals while visitors wait
+    /// rebuilds the tree (a safety net; it should never be needed).
+    pub watchdog_rounds: u32,
+    /// Seed of every random choice the node makes.
+    pub seed: u64,
+}
+
+impl NodeConfig {
+    /// A configuration with the protocol defaults.
+    pub fn new(id: NodeId, incarnation: u64, addr: impl Into<String>, settings: Settings) -> Self {
+        NodeConfig {
+            id,
+            incarnation,
+            addr: addr.into(),
+            settings,
+            admission: AdmissionMode::default(),
+            probe_interval_ms: 500,
+            probe_timeout_ms: 200,
+            indirect_probes: 3,
+            suspect_rounds: 1,
+            retransmit_ms: 100,
+            join_retry_ms: 500,
+            max_tree_degree: 4,
+            select_limit: 1024,
+            watchdog_rounds: 10,
+            seed: id.0 ^ incarnation.rotate_left(17),
+        }
+    }
+
+    /// Checks the configuration, naming the offending setting.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        self.settings.validate()?;
+        if self.id.0 == 0 {
+            return Err(SettingsError::new("node_id", "must not be 0"));
+        }
+        if self.incarnation == 0 {
+            return Err(SettingsError::new("incarnation", "must not be 0"));
+        }
+        let positive = [
+            ("probe_interval_ms", self.probe_interval_ms),
+            ("probe_timeout_ms", self.probe_timeout_ms),
+            ("retransmit_ms", self.retransmit_ms),
+            ("join_retry_ms", self.join_retry_ms),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(SettingsError::new(field, "must be greater than 0"));
+            }
+        }
+        if self.probe_timeout_ms >= self.probe_interval_ms {
+            return Err(SettingsError::new(
+                "probe_timeout_ms",
+                "must be shorter than probe_interval_ms",
+            ));
+        }
+        if self.max_tree_degree < 2 {
+            return Err(SettingsError::new("max_tree_degree", "must be at least 2"));
+        }
+        if self.watchdog_rounds < 2 {
+            return Err(SettingsError::new("watchdog_rounds", "must be at least 2"));
+        }
+        Ok(())
+    }
+}

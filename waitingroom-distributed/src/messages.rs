@@ -1,0 +1,295 @@
+//! Everything nodes say to each other. All types are serde types so any transport can carry
+//! them; the node never looks at how they travel.
+
+use serde::{Deserialize, Serialize};
+use waitingroom_core::{NodeId, QueueKey, Time};
+
+use crate::membership::Membership;
+
+/// How to reach a member: its id, the incarnation of the process behind it, and an address
+/// the transport understands (a URL for the HTTP server, a name in the simulator).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Contact {
+    /// The node's id.
+    pub id: NodeId,
+    /// Changes every time the process restarts or rejoins, so messages meant for (or sent by) an
+    /// earlier life of the node are told apart.
+    pub incarnation: u64,
+    /// Transport address.
+    pub addr: String,
+}
+
+/// A message on the wire, with who sent it to whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The sender, with the address to answer at.
+    pub from: Contact,
+    /// Receiver's id; [`NodeId`]`(0)` when the sender only knows an address (joining).
+    pub to: NodeId,
+    /// Receiver's incarnation as the sender knows it; 0 when unknown.
+    pub to_incarnation: u64,
+    /// What is said.
+    pub body: Body,
+}
+
+/// The outer layer of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Body {
+    /// Protocol traffic on the reliable, ordered per-link channel. `seq` numbers this link's
+    /// messages (the thesis' per-link counter, generalised: stale and duplicate copies are
+    /// dropped and gaps are waited for); `ack` acknowledges the reverse direction.
+    Channel {
+        /// Sequence number on the link from sender to receiver, starting at 1.
+        seq: u64,
+        /// Highest sequence number received in order from the receiver.
+        ack: u64,
+        /// The protocol message.
+        msg: ChannelMsg,
+    },
+    /// A bare acknowledgement when there is nothing to piggyback it on.
+    ChannelAck {
+        /// Highest sequence number received in order from the receiver.
+        ack: u64,
+    },
+    /// SWIM probe.
+    Ping {
+        /// Matches the answer to the probe.
+        nonce: u64,
+    },
+    /// Answer to [`Body::Ping`], possibly relayed for an indirect probe.
+    PingAck {
+        /// The probe answered.
+        nonce: u64,
+        /// The node that was probed (differs from the sender when relayed).
+        target: NodeId,
+    },
+    /// SWIM indirect probe: please ping `target` for me.
+    PingReq {
+        /// Who to ping.
+        target: Contact,
+        /// The requester's probe nonce, echoed in the relayed ack.
+        nonce: u64,
+    },
+    /// A node asks to be added to the cluster.
+    JoinRequest {
+        /// The joining node.
+        contact: Contact,
+    },
+    /// "You are not a member of my cluster": sent to a node that talks to us without being in
+    /// our membership, so it can rejoin (or, if its cluster ranks higher, we will).
+    NotMember {
+        /// The sender's cluster, for deciding which side of a healed partition wins.
+        cluster: ClusterRank,
+        /// The sender's membership version.
+        version: u64,
+    },
+}
+
+/// Orders clusters when two meet after a partition: the bigger one wins; on equal size the one
+/// holding the smaller node id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClusterRank {
+    /// Number of members, negated so that smaller ranks are better.
+    pub neg_size: i64,
+    /// Smallest member id.
+    pub min_id: NodeId,
+}
+
+/// Protocol messages carried on the reliable channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChannelMsg {
+    /// QPID update: the smallest weight on the sender's side of the link (lazy: sent towards the
+    /// parent, and to every neighbour around a membership change).
+    Update {
+        /// The sender's weight as seen from the receiver.
+        weight: Weight,
+        /// Membership version the sender had applied.
+        version: u64,
+    },
+    /// QPID findRoot: the sender's side of the link holds `weight`; re-aim your pointer. May carry
+    /// admissions that the new root should make.
+    FindRoot {
+        /// The sender's weight as seen from the receiver.
+        weight: Weight,
+        /// Admissions handed over to the new root.
+        admit: Option<Admission>,
+        /// Membership version the sender had applied.
+        version: u64,
+    },
+    /// QPID deleteMin, forwarded along the pointers to the root; no reply travels back.
+    DeleteMin {
+        /// How many to admit, and below which join time.
+        admit: Admission,
+    },
+    /// TAG: please count your subtree.
+    CountRequest(CountRequest),
+    /// TAG: the counts of the sender's subtree (None when the sender refused the round).
+    CountReply {
+        /// The round.
+        stamp: Stamp,
+        /// The counts, or None if the round is aborted (membership change in progress).
+        counts: Option<Counts>,
+    },
+    /// A new membership and spanning tree.
+    Tree(Membership),
+    /// TAG result, flooded down the tree after a completed count: the cluster-wide picture,
+    /// and in range admission the set of visitors to let out.
+    CountResult(CountResult),
+}
+
+/// A QPID weight: the smallest queue key on one side of a link, or empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Weight {
+    /// The smallest queued key (any key sorts before [`Weight::Empty`]).
+    Key(QueueKey),
+    /// Nobody is queued there.
+    Empty,
+}
+
+impl Weight {
+    /// The weight of an optional queue head.
+    pub fn of(head: Option<QueueKey>) -> Weight {
+        head.map_or(Weight::Empty, Weight::Key)
+    }
+
+    /// The key, if any.
+    pub fn key(self) -> Option<QueueKey> {
+        match self {
+            Weight::Key(k) => Some(k),
+            Weight::Empty => None,
+        }
+    }
+}
+
+/// A batch of admissions travelling towards the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    /// How many visitors are still to be let out.
+    pub count: u64,
+    /// Only visitors who joined strictly before this time: every such visitor was known to the
+    /// count that decided this batch, so admitting them in key order is exactly FIFO.
+    pub cutoff: Time,
+    /// Membership version the count ran under; stale batches are dropped.
+    pub version: u64,
+}
+
+/// Identifies one eviction round: the interval boundary it belongs to, and who started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Stamp {
+    /// The eviction interval boundary.
+    pub time: Time,
+    /// The root that started the round.
+    pub origin: NodeId,
+}
+
+/// TAG count request, flooded down the tree from the root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountRequest {
+    /// The round.
+    pub stamp: Stamp,
+    /// Membership version of the root; a node on another version refuses the round.
+    pub version: u64,
+    /// Join-time boundaries for the histogram each node reports (ascending; the last one is
+    /// the round's cutoff).
+    pub bounds: Vec<Time>,
+    /// How many of its smallest eligible keys each subtree reports (range admission with a
+    /// limited number of free places); 0 when not needed.
+    pub select: u32,
+}
+
+/// Sent down the tree when a count completes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountResult {
+    /// The cluster-wide picture.
+    pub summary: Summary,
+    /// Range admission: every node lets out its visitors in this range, in key order.
+    pub admit: Option<AdmitRange>,
+}
+
+/// "Let out every visitor who joined before `cutoff` and whose key is at most `max_key`": the
+/// count knew every such visitor, so this is exactly the set of the smallest keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmitRange {
+    /// Join-time cutoff of the round.
+    pub cutoff: Time,
+    /// Largest key to admit; None admits everyone before the cutoff.
+    pub max_key: Option<QueueKey>,
+    /// Membership version of the round.
+    pub version: u64,
+}
+
+/// What a subtree reports in a count.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Counts {
+    /// Visitors on the site (admitted, or holding a valid pass).
+    pub on_site: u64,
+    /// Visitors waiting.
+    pub queued: u64,
+    /// `below[i]` = visitors waiting who joined before `bounds[i]`.
+    pub below: Vec<u64>,
+    /// Visitors let out so far, ever (monotone per node).
+    pub admitted_total: u64,
+    /// Nodes counted.
+    pub nodes: u64,
+    /// The subtree's smallest eligible keys, ascending, at most the round's `select`.
+    pub smallest: Vec<QueueKey>,
+}
+
+impl Counts {
+    /// Adds another subtree's counts to these.
+    pub fn add(&mut self, other: &Counts) {
+        self.on_site += other.on_site;
+        self.queued += other.queued;
+        self.admitted_total += other.admitted_total;
+        self.nodes += other.nodes;
+        if self.below.len() < other.below.len() {
+            self.below.resize(other.below.len(), 0);
+        }
+        for (a, b) in self.below.iter_mut().zip(&other.below) {
+            *a += b;
+        }
+    }
+
+    /// Merges another subtree's smallest keys into these, keeping the `limit` smallest.
+    pub fn merge_smallest(&mut self, other: &[QueueKey], limit: usize) {
+        let mut merged = Vec::with_capacity((self.smallest.len() + other.len()).min(limit));
+        let (mut a, mut b) = (self.smallest.iter().peekable(), other.iter().peekable());
+        while merged.len() < limit {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x <= y => a.next(),
+                (Some(_), Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (None, None) => break,
+            };
+            merged.extend(next.copied());
+        }
+        self.smallest = merged;
+    }
+}
+
+/// The cluster-wide picture after one eviction round, spread with the next round's request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The round this summarises.
+    pub stamp: Stamp,
+    /// Histogram boundaries of that round.
+    pub bounds: Vec<Time>,
+    /// Cluster-wide `below` counts of that round (before its admissions).
+    pub below: Vec<u64>,
+    /// Membership version of the round.
+    pub version: u64,
+    /// Visitors waiting cluster-wide at the count, before its admissions.
+    pub queued: u64,
+    /// Visitors on the site at the count.
+    pub on_site: u64,
+    /// Visitors the round decided to let out.
+    pub admitted: u64,
+    /// Measured admission rate, visitors per second, times 1000 (integer for determinism).
+    pub rate_milli_per_s: u64,
+    /// Places that may be given out by straight-through admission until the next round,
+    /// cluster-wide (split between members by id order).
+    pub free_places: u64,
+    /// Members at the count.
+    pub members: u64,
+}

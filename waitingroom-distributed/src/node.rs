@@ -1,0 +1,547 @@
+//! The protocol node: one per process, a pure state machine.
+//!
+//! Inputs are method calls that carry `now`: a peer message ([`Node::handle_message`]), the
+//! timer ([`Node::handle_timeout`] once [`Node::poll_timeout`] is due), and visitor operations.
+//! Outputs are data the driver drains: messages ([`Node::poll_transmit`]) and events
+//! ([`Node::poll_event`]). The node never sleeps, spawns, reads a clock or an unseeded random
+//! source, and only iterates ordered collections, so a seed replays a run exactly.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use waitingroom_core::{NodeId, QueueKey, SettingsError, Time, WaitingRoom};
+
+use crate::channel::Channels;
+use crate::config::NodeConfig;
+use crate::membership::Membership;
+use crate::messages::{Body, ChannelMsg, Contact, Envelope, Stamp, Summary};
+use crate::qpid::Qpid;
+use crate::swim::Swim;
+use crate::tag::Tag;
+
+/// A message for the driver to deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// The transport address of the receiver.
+    pub to_addr: String,
+    /// The message.
+    pub envelope: Envelope,
+}
+
+/// Something that happened, for the driver's metrics and logs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// A visitor queued here was let out.
+    Admitted {
+        /// Their queue key.
+        key: QueueKey,
+        /// When this node marked them admitted.
+        at: Time,
+        /// When the decision was made (the root's clock): visitors decided together are let out
+        /// in key order, so the admission sequence is ordered by `(decided_at, key)`.
+        decided_at: Time,
+    },
+    /// This node is now a member of a cluster.
+    Joined {
+        /// Membership version.
+        version: u64,
+    },
+    /// The cluster declared this node dead (or it lost a partition); it rejoins, keeping its
+    /// queued visitors.
+    Rejoining,
+    /// A member was added.
+    MemberAdded(Contact),
+    /// A member was removed (failed, left, or restarted with a new incarnation).
+    MemberRemoved(Contact),
+    /// SWIM declared a member dead.
+    MemberFailed(Contact),
+    /// This node, as root, completed a count.
+    CountCompleted(Summary),
+    /// No count was seen for too long: the tree was rebuilt.
+    TreeRepaired,
+}
+
+/// Where a node is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Created; neither started a cluster nor asked to join one.
+    Idle,
+    /// Asking `seeds` (addresses) to be let into a cluster.
+    Joining {
+        /// Addresses to ask, in turn.
+        seeds: Vec<String>,
+        /// Which one to ask next.
+        next: usize,
+    },
+    /// In a cluster.
+    Member,
+    /// Shut down.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Timer {
+    Evict,
+    Cleanup,
+    Probe,
+    ProbeTimeout(u64),
+    Retransmit,
+    JoinRetry,
+    FormerProbe,
+}
+
+/// One node of the waiting room cluster.
+#[derive(Debug)]
+pub struct Node {
+    pub(crate) cfg: NodeConfig,
+    pub(crate) me: Contact,
+    pub(crate) rng: ChaCha8Rng,
+    pub(crate) room: WaitingRoom,
+    pub(crate) phase: Phase,
+    pub(crate) membership: Membership,
+    pub(crate) qpid: Qpid,
+    pub(crate) tag: Tag,
+    pub(crate) swim: Swim,
+    pub(crate) channels: Channels,
+    /// Members we lost (and seeds), probed now and then so that a healed partition merges.
+    pub(crate) formers: BTreeMap<NodeId, Contact>,
+    /// Channel messages for a membership version not applied yet, replayed once it is.
+    pub(crate) future: Vec<(NodeId, ChannelMsg)>,
+    pub(crate) admitted_total: u64,
+    timers: BTreeSet<(Time, Timer)>,
+    out: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+}
+
+/// Most messages buffered for a membership version not yet applied.
+const FUTURE_LIMIT: usize = 4096;
+/// Most former members remembered.
+const FORMERS_LIMIT: usize = 256;
+
+impl Node {
+    /// A node that is not in a cluster yet: call [`Node::start_cluster`] or
+    /// [`Node::join_cluster`].
+    pub fn new(cfg: NodeConfig) -> Result<Node, SettingsError> {
+        cfg.validate()?;
+        let room = WaitingRoom::new(cfg.settings.clone(), cfg.id, cfg.seed ^ 0x5eed)?;
+        let me = Contact {
+            id: cfg.id,
+            incarnation: cfg.incarnation,
+            addr: cfg.addr.clone(),
+        };
+        Ok(Node {
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            me,
+            room,
+            phase: Phase::Idle,
+            membership: Membership::default(),
+            qpid: Qpid::default(),
+            tag: Tag::default(),
+            swim: Swim::default(),
+            channels: Channels::default(),
+            formers: BTreeMap::new(),
+            future: Vec::new(),
+            admitted_total: 0,
+            timers: BTreeSet::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            cfg,
+        })
+    }
+
+    /// Starts a new cluster with this node as its only member (and root).
+    pub fn start_cluster(&mut self, now: Time) {
+        self.start_timers(now);
+        let membership = Membership::single(self.me.clone());
+        self.phase = Phase::Member;
+        self.apply_membership(now, membership);
+    }
+
+    /// Asks the nodes at `seeds` (addresses) to add this node to their cluster, retrying
+    /// until one does.
+    pub fn join_cluster(&mut self, now: Time, seeds: Vec<String>) {
+        self.start_timers(now);
+        self.phase = Phase::Joining { seeds, next: 0 };
+        self.send_join_request(now);
+    }
+
+    /// Leaves the cluster gracefully: the others learn at once instead of waiting for failure
+    /// detection. Keep delivering messages until [`Node::is_drained`] (or a time limit).
+    pub fn shutdown(&mut self, now: Time) {
+        if self.phase == Phase::Member
+            && let Some(next) = self.membership.with_removed(
+                self.me.id,
+                self.me.incarnation,
+                self.cfg.max_tree_degree,
+            )
+        {
+            self.broadcast_membership(now, &next);
+        }
+        self.phase = Phase::Stopped;
+        self.timers.retain(|(_, t)| *t == Timer::Retransmit);
+    }
+
+    /// Whether every reliable message sent has been acknowledged (or given up on).
+    pub fn is_drained(&self) -> bool {
+        self.channels.is_drained()
+    }
+
+    fn start_timers(&mut self, now: Time) {
+        self.timers.clear();
+        let interval = self.cfg.settings.eviction_interval_ms;
+        self.arm(next_boundary(now, interval), Timer::Evict);
+        self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
+        self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
+        self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+        self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
+        self.tag.last_round_seen = now;
+    }
+
+    // ---- driver interface ----------------------------------------------------------------
+
+    /// When [`Node::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.first().map(|(t, _)| *t)
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&(due, timer)) = self.timers.first() {
+            if due > now {
+                break;
+            }
+            self.timers.pop_first();
+            self.fire(now, timer);
+        }
+        self.flush(now);
+    }
+
+    /// The next message to send, if any.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.pop_front()
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Handles a message from a peer.
+    pub fn handle_message(&mut self, now: Time, env: Envelope) {
+        if self.phase == Phase::Stopped {
+            // Still take acknowledgements, so the farewell broadcast can drain.
+            match env.body {
+                Body::Channel { ack, .. } | Body::ChannelAck { ack } => {
+                    self.channels.on_ack(&env.from, ack)
+                }
+                _ => {}
+            }
+            return;
+        }
+        let addressed_to_me = env.to.0 == 0
+            || (env.to == self.me.id
+                && (env.to_incarnation == 0 || env.to_incarnation == self.me.incarnation));
+        if !addressed_to_me {
+            return;
+        }
+        let from = env.from;
+        match env.body {
+            Body::Channel { seq, ack, msg } => {
+                for msg in self.channels.receive(&from, seq, ack, msg) {
+                    self.on_channel_msg(now, from.id, msg);
+                }
+            }
+            Body::ChannelAck { ack } => self.channels.on_ack(&from, ack),
+            Body::Ping { nonce } => self.on_ping(now, &from, nonce),
+            Body::PingAck { nonce, target } => self.on_ping_ack(now, nonce, target),
+            Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
+            Body::JoinRequest { contact } => self.on_join_request(now, contact),
+            Body::NotMember { cluster, version } => {
+                self.on_not_member(now, &from, cluster, version)
+            }
+        }
+        self.flush(now);
+    }
+
+    fn fire(&mut self, now: Time, timer: Timer) {
+        match timer {
+            Timer::Evict => {
+                let interval = self.cfg.settings.eviction_interval_ms;
+                self.arm(next_boundary(now, interval), Timer::Evict);
+                self.on_eviction_tick(now);
+            }
+            Timer::Cleanup => {
+                self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
+                self.room.cleanup(now);
+                self.local_queue_changed(now);
+            }
+            Timer::Probe => {
+                self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
+                self.on_probe_tick(now);
+            }
+            Timer::ProbeTimeout(nonce) => self.on_probe_timeout(now, nonce),
+            Timer::Retransmit => {
+                self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+                let resend = self
+                    .channels
+                    .due_for_resend(now, &self.me, self.cfg.retransmit_ms);
+                self.out.extend(resend);
+            }
+            Timer::JoinRetry => self.send_join_request(now),
+            Timer::FormerProbe => {
+                self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
+                self.probe_a_former(now);
+            }
+        }
+    }
+
+    pub(crate) fn arm(&mut self, at: Time, timer: Timer) {
+        self.timers.insert((at, timer));
+    }
+
+    /// Sends pending acknowledgements that found no message to ride on.
+    fn flush(&mut self, _now: Time) {
+        let acks = self.channels.take_bare_acks(&self.me);
+        self.out.extend(acks);
+    }
+
+    // ---- sending -------------------------------------------------------------------------
+
+    /// Sends `msg` on the reliable channel to member (or joining node) `to`.
+    pub(crate) fn send(&mut self, now: Time, to: &Contact, msg: ChannelMsg) {
+        let t = self.channels.send(now, &self.me, to, msg);
+        self.out.push_back(t);
+    }
+
+    /// Sends `msg` on the reliable channel to member `to`, if it is one.
+    pub(crate) fn send_to(&mut self, now: Time, to: NodeId, msg: ChannelMsg) {
+        if let Some(contact) = self.membership.members.get(&to).cloned() {
+            self.send(now, &contact, msg);
+        }
+    }
+
+    /// Sends an unreliable message.
+    pub(crate) fn send_raw(&mut self, to: &Contact, body: Body) {
+        let t = crate::channel::envelope(&self.me, to, body);
+        self.out.push_back(t);
+    }
+
+    pub(crate) fn emit(&mut self, event: Event) {
+        self.events.push_back(event);
+    }
+
+    // ---- dispatch --------------------------------------------------------------------------
+
+    pub(crate) fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) {
+        if let ChannelMsg::Tree(m) = msg {
+            self.on_tree(now, from, m);
+            return;
+        }
+        if let Phase::Joining { .. } = self.phase {
+            // Sent by a member that applied our admission before the Tree reached us.
+            if self.future.len() < FUTURE_LIMIT {
+                self.future.push((from, msg));
+            }
+            return;
+        }
+        if self.phase != Phase::Member {
+            return;
+        }
+        if !self.membership.contains(from) {
+            self.tell_not_member(from);
+            return;
+        }
+        let version = match &msg {
+            ChannelMsg::Update { version, .. } | ChannelMsg::FindRoot { version, .. } => {
+                Some(*version)
+            }
+            ChannelMsg::DeleteMin { admit } => Some(admit.version),
+            ChannelMsg::CountRequest(r) => Some(r.version),
+            ChannelMsg::CountResult(r) => Some(r.summary.version),
+            ChannelMsg::CountReply { .. } | ChannelMsg::Tree(_) => None,
+        };
+        if let Some(v) = version {
+            if v > self.membership.version {
+                if self.future.len() < FUTURE_LIMIT {
+                    self.future.push((from, msg));
+                }
+                return;
+            }
+            if v < self.membership.version {
+                return;
+            }
+        }
+        match msg {
+            ChannelMsg::Update { weight, .. } => self.on_update(now, from, weight),
+            ChannelMsg::FindRoot { weight, admit, .. } => {
+                self.on_find_root(now, from, weight, admit)
+            }
+            ChannelMsg::DeleteMin { admit } => self.on_delete_min(now, admit),
+            ChannelMsg::CountRequest(r) => self.on_count_request(now, from, r),
+            ChannelMsg::CountReply { stamp, counts } => {
+                self.on_count_reply(now, from, stamp, counts)
+            }
+            ChannelMsg::CountResult(r) => self.on_count_result(now, from, r),
+            ChannelMsg::Tree(_) => {}
+        }
+    }
+
+    /// Tells a node that talks to us as if it were a member that it is not.
+    pub(crate) fn tell_not_member(&mut self, to: NodeId) {
+        let contact = self
+            .channels
+            .contact_of(to)
+            .or_else(|| self.formers.get(&to).cloned());
+        if let Some(contact) = contact {
+            let body = Body::NotMember {
+                cluster: self.membership.rank(),
+                version: self.membership.version,
+            };
+            self.send_raw(&contact, body);
+        }
+    }
+
+    pub(crate) fn remember_former(&mut self, contact: Contact) {
+        if contact.id == self.me.id {
+            return;
+        }
+        if self.formers.len() >= FORMERS_LIMIT
+            && let Some(&oldest) = self.formers.keys().next()
+        {
+            self.formers.remove(&oldest);
+        }
+        self.formers.insert(contact.id, contact);
+    }
+
+    // ---- introspection -----------------------------------------------------------------
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.me.id
+    }
+
+    /// This node's contact (id, incarnation, address).
+    pub fn contact(&self) -> &Contact {
+        &self.me
+    }
+
+    /// Where the node is in its life.
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Whether the node is in a cluster and can serve visitors.
+    pub fn is_member(&self) -> bool {
+        self.phase == Phase::Member
+    }
+
+    /// Whether this node is the QPID root (its pointer points at itself).
+    pub fn is_root(&self) -> bool {
+        self.is_member() && self.qpid.parent == Some(self.me.id)
+    }
+
+    /// The QPID pointer: None while it is being re-picked after a membership change.
+    pub fn parent(&self) -> Option<NodeId> {
+        self.qpid.parent
+    }
+
+    /// The membership this node has applied.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// The local waiting room (queue and admitted visitors of this node).
+    pub fn room(&self) -> &WaitingRoom {
+        &self.room
+    }
+
+    /// The latest cluster-wide summary this node has seen.
+    pub fn summary(&self) -> Option<&Summary> {
+        self.tag.summary.as_ref()
+    }
+
+    /// Visitors this node let out, ever.
+    pub fn admitted_total(&self) -> u64 {
+        self.admitted_total
+    }
+
+    /// The node's QPID weight table: its own weight and each neighbour's (None when not yet
+    /// heard since the last membership change).
+    pub fn weights(&self) -> (crate::Weight, BTreeMap<NodeId, Option<crate::Weight>>) {
+        (self.qpid.own, self.qpid.weights.clone())
+    }
+
+    /// Whether the QPID state is settled: pointer picked and every neighbour heard from.
+    pub fn is_settled(&self) -> bool {
+        self.is_member() && self.qpid.is_settled()
+    }
+
+    /// Reliable messages sent and not yet acknowledged.
+    pub fn unacked(&self) -> usize {
+        self.channels.unacked()
+    }
+
+    /// The stamp of the count round in progress here, if any.
+    pub fn round(&self) -> Option<Stamp> {
+        self.tag.round.as_ref().map(|r| r.stamp)
+    }
+
+    /// A serialisable snapshot for operators.
+    pub fn status(&self) -> NodeStatus {
+        NodeStatus {
+            id: self.me.id,
+            incarnation: self.me.incarnation,
+            addr: self.me.addr.clone(),
+            phase: self.phase.clone(),
+            version: self.membership.version,
+            members: self.membership.members.values().cloned().collect(),
+            edges: self.membership.edges.iter().copied().collect(),
+            parent: self.qpid.parent,
+            is_root: self.is_root(),
+            queued: self.room.queued(),
+            on_site: self.room.on_site(),
+            admitted_total: self.admitted_total,
+            summary: self.tag.summary.clone(),
+        }
+    }
+}
+
+/// What `GET /api/cluster` shows about one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Node id.
+    pub id: NodeId,
+    /// Incarnation.
+    pub incarnation: u64,
+    /// Address.
+    pub addr: String,
+    /// Life phase.
+    pub phase: Phase,
+    /// Membership version.
+    pub version: u64,
+    /// Members.
+    pub members: Vec<Contact>,
+    /// Spanning tree edges.
+    pub edges: Vec<(NodeId, NodeId)>,
+    /// QPID pointer.
+    pub parent: Option<NodeId>,
+    /// Whether this node is the root.
+    pub is_root: bool,
+    /// Visitors waiting here.
+    pub queued: u64,
+    /// Visitors on the site through this node.
+    pub on_site: u64,
+    /// Visitors let out here, ever.
+    pub admitted_total: u64,
+    /// Latest cluster-wide summary.
+    pub summary: Option<Summary>,
+}
+
+/// The first multiple of `interval` strictly after `now`: every node wakes for eviction at the
+/// same instants without talking to each other (clocks are assumed in sync).
+pub(crate) fn next_boundary(now: Time, interval: Time) -> Time {
+    (now / interval + 1) * interval
+}

@@ -1,0 +1,130 @@
+//! Visitor operations on a cluster node.
+//!
+//! A visitor is queued on one node. A check-in that reaches another node is answered with
+//! [`VisitorError::Elsewhere`] while the owner is a live member, so the driver forwards it there;
+//! when the owner is gone (or unreachable, [`Node::check_in_here`]) the visitor is queued here
+//! under their original join time and keeps their place.
+
+use thiserror::Error;
+use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket, Time};
+
+use crate::messages::Contact;
+use crate::node::Node;
+
+/// Why a node refused a visitor operation.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum VisitorError {
+    /// The node is not in a cluster (yet).
+    #[error("node is not in a cluster yet")]
+    NotReady,
+    /// The ticket is queued on another live member: forward the request there.
+    #[error("ticket is held by node {}", .0.id)]
+    Elsewhere(Contact),
+    /// The waiting room refused.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl Node {
+    /// A new visitor joins through this node.
+    pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
+        self.ready()?;
+        let straight_through = self.cfg.settings.admit_straight_through
+            && self.tag.budget > 0
+            && self.room.queued() == 0
+            && self
+                .tag
+                .summary
+                .as_ref()
+                .is_some_and(|s| s.queued <= s.admitted);
+        if straight_through {
+            self.tag.budget -= 1;
+        }
+        let answer = self.room.join_as(now, straight_through);
+        self.local_queue_changed(now);
+        Ok(self.with_cluster_position(answer, None))
+    }
+
+    /// A visitor checks in. Answers [`VisitorError::Elsewhere`] when another live member holds
+    /// their ticket.
+    pub fn check_in(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
+        self.ready()?;
+        self.route(ticket)?;
+        self.check_in_here(now, ticket)
+    }
+
+    /// A visitor checks in here whatever node holds the ticket: used when the owner could not
+    /// be reached. The visitor is queued here under their original join time.
+    pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
+        self.ready()?;
+        let shown = ticket.previous_position;
+        let answer = self.room.check_in(now, ticket)?;
+        self.local_queue_changed(now);
+        Ok(self.with_cluster_position(answer, shown))
+    }
+
+    /// An admitted visitor exchanges their ticket for a pass.
+    pub fn leave(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
+        self.ready()?;
+        self.route(ticket)?;
+        self.leave_here(now, ticket)
+    }
+
+    /// Like [`Node::leave`], whatever node holds the ticket.
+    pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
+        self.ready()?;
+        Ok(self.room.leave(now, ticket)?)
+    }
+
+    /// Extends a valid pass; its holder now counts as on the site through this node.
+    pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
+        Ok(self.room.refresh_pass(now, pass)?)
+    }
+
+    /// Whether `pass` is valid at `now`.
+    pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
+        Ok(self.room.validate_pass(now, pass)?)
+    }
+
+    /// The live member that holds `ticket`, when it is not this node.
+    pub fn owner_of(&self, ticket: &Ticket) -> Option<&Contact> {
+        if ticket.node == self.me.id || self.room.knows(ticket.id) {
+            return None;
+        }
+        self.membership.members.get(&ticket.node)
+    }
+
+    fn route(&self, ticket: &Ticket) -> Result<(), VisitorError> {
+        match self.owner_of(ticket) {
+            Some(owner) => Err(VisitorError::Elsewhere(owner.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn ready(&self) -> Result<(), VisitorError> {
+        if self.is_member() {
+            Ok(())
+        } else {
+            Err(VisitorError::NotReady)
+        }
+    }
+
+    /// Replaces the engine's local position by the cluster-wide estimate (never above what the
+    /// visitor was shown before) and the ETA by one from the cluster's admission rate.
+    fn with_cluster_position(&self, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
+        if let CheckInStatus::Queued { .. } = answer.status {
+            let key = answer.ticket.key_on(self.me.id);
+            let estimate = self.visitors_ahead(&key) + 1;
+            let position = shown.map_or(estimate, |p| p.min(estimate)).max(1);
+            answer.status = CheckInStatus::Queued { position };
+            answer.ticket.previous_position = Some(position);
+            answer.eta_ms = self
+                .tag
+                .summary
+                .as_ref()
+                .filter(|s| s.rate_milli_per_s > 0)
+                .map(|s| position.saturating_mul(1_000_000) / s.rate_milli_per_s);
+        }
+        answer
+    }
+}

@@ -16,12 +16,14 @@
 
 pub mod engine;
 pub mod error;
+pub mod kendall;
 pub mod queue;
 pub mod settings;
 pub mod types;
 
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};
+pub use kendall::{Ties, count_inversions, kendall_tau, kendall_tau_permutation};
 pub use queue::LocalQueue;
 pub use settings::Settings;
 pub use types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};

@@ -21,7 +21,6 @@
 pub mod cli;
 pub mod config;
 pub mod disturbances;
-pub mod kendall;
 pub mod metrics;
 pub mod network;
 pub mod scheduler;

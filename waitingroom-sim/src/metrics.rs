@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::Time;
+use waitingroom_core::kendall::{Ties, kendall_tau, kendall_tau_permutation};
 
-use crate::kendall;
 use crate::network::NetStats;
 
 /// Not admitted (yet).
@@ -133,8 +133,8 @@ impl Ledger {
         });
         let sequence: Vec<u64> = admitted.iter().map(|&v| rank[v as usize]).collect();
         (
-            kendall::kendall_tau_ranks(&sequence),
-            kendall::kendall_tau_ties_discordant(&thesis),
+            kendall_tau_permutation(&sequence),
+            kendall_tau(&thesis, Ties::CountAsDiscordant),
         )
     }
 }
@@ -190,8 +190,11 @@ pub struct RunReport {
     pub invariant_violations: u64,
     /// Invariant checks that failed while the cluster was still recovering.
     pub invariant_violations_recovering: u64,
-    /// Invariant checks run.
+    /// Invariant checks run (after every `check_every`-th protocol event).
     pub invariant_checks: u64,
+    /// Of those, checks whose inputs had changed since the previous one and so ran in full
+    /// (the others repeat the previous outcome, which is what they would compute).
+    pub invariant_checks_full: u64,
     /// The first few violations, with their simulated time.
     pub violation_samples: Vec<String>,
     /// Events processed.

@@ -71,6 +71,11 @@ impl Ledger {
         self.decided_at[v as usize] != NEVER
     }
 
+    /// When `v` was first marked admitted, if they were.
+    pub fn admitted_at(&self, v: u32) -> Option<Time> {
+        self.is_admitted(v).then(|| self.at[v as usize])
+    }
+
     /// Visitor `v` was admitted by node process `by`. `alive` says whether a node process is
     /// still running. Returns whether this was their first admission.
     pub fn admit(
@@ -220,7 +225,13 @@ impl RunReport {
     /// after recovery. Returns what failed.
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if self.lost > 0 {
+        if self.lost > 0 && self.timed_out {
+            out.push(format!(
+                "timed out with {} visitors not let in (a stall, or raise --max-time-ms if \
+                 the room is simply slow)",
+                self.lost
+            ));
+        } else if self.lost > 0 {
             out.push(format!("{} visitors lost", self.lost));
         }
         if self.double_admissions > 0 {

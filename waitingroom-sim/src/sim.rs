@@ -234,6 +234,12 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
                 ctx.visitors.phase[i] = Phase::Abandoned;
                 ctx.visitors.unfinished -= 1;
                 ctx.trace.note(ctx.now, "abandon", &[u64::from(v)]);
+                if let Some(at) = ctx.ledger.admitted_at(v) {
+                    // Let in without knowing it: the place stays taken until the claim window
+                    // of the admission closes.
+                    let until = (at + ctx.cfg.ticket_expiry_ms).max(ctx.now);
+                    ctx.sched.at(until, Ev::Visitor(v));
+                }
                 return;
             }
             let reply = room.check_in(ctx, v);

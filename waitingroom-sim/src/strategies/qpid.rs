@@ -167,9 +167,8 @@ fn weight_words(w: Option<Weight>, out: &mut Vec<u64>) {
 /// summarised by its version and sizes instead of listed; [`QpidRoom::check`] verifies that
 /// summary against the full list now and then and reports any disagreement.
 fn always_inputs(n: &Node, full: bool, out: &mut Vec<u64>) {
-    let flags = u64::from(n.is_member())
-        | u64::from(n.is_settled()) << 1
-        | u64::from(n.is_root()) << 2;
+    let flags =
+        u64::from(n.is_member()) | u64::from(n.is_settled()) << 1 | u64::from(n.is_root()) << 2;
     out.extend([n.id().0, n.contact().incarnation, flags]);
     let m = n.membership();
     out.extend([
@@ -732,6 +731,11 @@ impl Room for QpidRoom {
         };
         let now = ctx.now;
         let r = self.node(s).join(now);
+        ctx.trace.note(
+            now,
+            "join-at",
+            &[u64::from(v), s as u64 + 1, u64::from(r.is_ok())],
+        );
         if let Ok(c) = &r {
             ctx.ledger.joined(v, c.ticket.join_time, c.ticket.id.0);
             self.owner.insert(c.ticket.id, v);
@@ -761,16 +765,27 @@ impl Room for QpidRoom {
                     self.drain(ctx, o);
                     r
                 });
-                match forwarded {
-                    Some(r @ Ok(_)) | Some(r @ Err(VisitorError::Engine(_))) => r,
+                match (o, forwarded) {
+                    (Some(o), Some(r @ Ok(_)))
+                    | (Some(o), Some(r @ Err(VisitorError::Engine(_)))) => {
+                        ctx.trace
+                            .note(now, "check-in-at", &[u64::from(v), o as u64 + 1, 1]);
+                        r
+                    }
                     _ => {
+                        ctx.trace
+                            .note(now, "check-in-at", &[u64::from(v), s as u64 + 1, 2]);
                         let r = self.node(s).check_in_here(now, &ticket);
                         self.drain(ctx, s);
                         r
                     }
                 }
             }
-            r => r,
+            r => {
+                ctx.trace
+                    .note(now, "check-in-at", &[u64::from(v), s as u64 + 1, 0]);
+                r
+            }
         };
         self.answer(ctx, v, r)
     }

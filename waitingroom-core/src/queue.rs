@@ -39,14 +39,14 @@ const FILLER: QueueKey = QueueKey {
 /// Insert, pop-min, peek-min, remove, get, contains and rank each take O(log n) time.
 #[derive(Clone)]
 pub struct LocalQueue {
-    tree: Tree,
+    tree: KeyTree,
     by_id: HashSet<ById, TicketHasher>,
 }
 
 impl Default for LocalQueue {
     fn default() -> Self {
         LocalQueue {
-            tree: Tree::new(),
+            tree: KeyTree::new(),
             by_id: HashSet::with_hasher(TicketHasher),
         }
     }
@@ -54,7 +54,7 @@ impl Default for LocalQueue {
 
 impl fmt::Debug for LocalQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
+        self.tree.fmt(f)
     }
 }
 
@@ -66,12 +66,12 @@ impl LocalQueue {
 
     /// Number of queued visitors.
     pub fn len(&self) -> usize {
-        self.tree.len
+        self.tree.len()
     }
 
     /// Whether nobody is queued.
     pub fn is_empty(&self) -> bool {
-        self.tree.len == 0
+        self.tree.is_empty()
     }
 
     /// Queues `key`. Returns false, changing nothing, when its ticket id is already queued.
@@ -90,7 +90,7 @@ impl LocalQueue {
 
     /// Removes and returns the smallest key.
     pub fn pop_min(&mut self) -> Option<QueueKey> {
-        let key = self.tree.remove(Target::First)?;
+        let key = self.tree.pop_first()?;
         self.by_id.remove(&key.ticket);
         Some(key)
     }
@@ -98,7 +98,8 @@ impl LocalQueue {
     /// Removes the entry of `ticket`, returning its key.
     pub fn remove(&mut self, ticket: TicketId) -> Option<QueueKey> {
         let ById(key) = self.by_id.take(&ticket)?;
-        self.tree.remove(Target::Key(key));
+        let removed = self.tree.remove(key);
+        debug_assert!(removed, "ticket index and tree disagree");
         Some(key)
     }
 
@@ -187,11 +188,10 @@ impl Hasher for FoldHasher {
     }
 }
 
-/// What [`Tree::remove`] takes out.
+/// What [`KeyTree::remove_target`] takes out.
 #[derive(Clone, Copy)]
 enum Target {
     First,
-    /// A key known to be in the tree.
     Key(QueueKey),
 }
 
@@ -304,7 +304,7 @@ impl Inner {
 
     /// The child whose key range holds `key`.
     fn child_index(&self, key: &QueueKey) -> usize {
-        self.keys[1..self.len].partition_point(|k| k <= key)
+        count_below(&self.keys[1..self.len], key, true)
     }
 
     fn total(&self) -> u64 {
@@ -348,13 +348,16 @@ impl Inner {
 /// A split passes up the new right sibling: its separator, index and number of keys.
 type Split = (QueueKey, u32, u64);
 
+/// The ordered, counted keys of a [`LocalQueue`] without its ticket index, for an owner that
+/// already maps tickets to their keys (the engine's visitor table): one hash table per visitor
+/// instead of two. Keys must be distinct.
 #[derive(Clone)]
 #[allow(
     clippy::vec_box,
     reason = "boxed nodes keep growing an arena from moving every key, and bound its slack to a \
               pointer per node"
 )]
-struct Tree {
+pub(crate) struct KeyTree {
     leaves: Vec<Box<Leaf>>,
     inners: Vec<Box<Inner>>,
     free_leaves: Vec<u32>,
@@ -363,6 +366,18 @@ struct Tree {
     /// Inner levels above the leaves; 0 when the root is a leaf.
     height: u32,
     len: usize,
+}
+
+/// How many of the sorted `keys` are below `key` (or equal too, with `or_equal`).
+///
+/// A scan of the whole node rather than a binary search: its loads do not depend on each other,
+/// so a node that is not in cache arrives in about one memory latency instead of one per probe.
+fn count_below(keys: &[QueueKey], key: &QueueKey, or_equal: bool) -> usize {
+    if or_equal {
+        keys.iter().filter(|k| *k <= key).count()
+    } else {
+        keys.iter().filter(|k| *k < key).count()
+    }
 }
 
 /// Two distinct elements of one slice, both mutable.
@@ -384,9 +399,21 @@ fn arena_index(len: usize) -> u32 {
         .expect("queue node arena exceeds u32 indices")
 }
 
-impl Tree {
-    fn new() -> Self {
-        Tree {
+impl fmt::Debug for KeyTree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Default for KeyTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyTree {
+    pub(crate) fn new() -> Self {
+        KeyTree {
             leaves: vec![Leaf::boxed()],
             inners: Vec::new(),
             free_leaves: Vec::new(),
@@ -436,14 +463,23 @@ impl Tree {
         node
     }
 
-    fn first(&self) -> Option<QueueKey> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn first(&self) -> Option<QueueKey> {
         self.leaves[self.first_leaf() as usize]
             .keys()
             .first()
             .copied()
     }
 
-    fn rank(&self, key: &QueueKey) -> usize {
+    /// How many keys are strictly smaller than `key`.
+    pub(crate) fn rank(&self, key: &QueueKey) -> usize {
         let mut node = self.root;
         let mut before = 0u64;
         for _ in 0..self.height {
@@ -452,13 +488,10 @@ impl Tree {
             before += inner.counts[..i].iter().sum::<u64>();
             node = inner.children[i];
         }
-        before as usize
-            + self.leaves[node as usize]
-                .keys()
-                .partition_point(|k| k < key)
+        before as usize + count_below(self.leaves[node as usize].keys(), key, false)
     }
 
-    fn iter(&self) -> Iter<'_> {
+    pub(crate) fn iter(&self) -> Iter<'_> {
         let leaf = self.first_leaf();
         Iter {
             leaves: &self.leaves,
@@ -468,7 +501,8 @@ impl Tree {
         }
     }
 
-    fn insert(&mut self, key: QueueKey) {
+    /// Adds `key`, which must not be in the tree yet.
+    pub(crate) fn insert(&mut self, key: QueueKey) {
         let root = self.root;
         if let Some((separator, right, right_count)) =
             self.insert_under(root, self.height, key, true)
@@ -536,7 +570,7 @@ impl Tree {
 
     fn insert_into_leaf(&mut self, node: u32, key: QueueKey, rightmost: bool) -> Option<Split> {
         let leaf = &mut self.leaves[node as usize];
-        let pos = leaf.keys().partition_point(|k| k < &key);
+        let pos = count_below(leaf.keys(), &key, false);
         if leaf.len() < LEAF_CAP {
             leaf.insert(pos, key);
             return None;
@@ -562,11 +596,20 @@ impl Tree {
         Some((sibling.keys()[0], new, sibling.len() as u64))
     }
 
-    fn remove(&mut self, target: Target) -> Option<QueueKey> {
+    pub(crate) fn pop_first(&mut self) -> Option<QueueKey> {
+        self.remove_target(Target::First)
+    }
+
+    /// Removes `key`; false, changing nothing, when it is not in the tree.
+    pub(crate) fn remove(&mut self, key: QueueKey) -> bool {
+        self.remove_target(Target::Key(key)).is_some()
+    }
+
+    fn remove_target(&mut self, target: Target) -> Option<QueueKey> {
         if self.len == 0 {
             return None;
         }
-        let key = self.remove_under(self.root, self.height, target);
+        let key = self.remove_under(self.root, self.height, target)?;
         self.len -= 1;
         while self.height > 0 && self.inners[self.root as usize].len == 1 {
             let old = self.root;
@@ -577,27 +620,29 @@ impl Tree {
         Some(key)
     }
 
-    fn remove_under(&mut self, node: u32, level: u32, target: Target) -> QueueKey {
+    fn remove_under(&mut self, node: u32, level: u32, target: Target) -> Option<QueueKey> {
         if level == 0 {
             let leaf = &mut self.leaves[node as usize];
             let pos = match target {
                 Target::First => 0,
                 Target::Key(key) => {
-                    let pos = leaf.keys().partition_point(|k| k < &key);
-                    debug_assert_eq!(leaf.keys().get(pos), Some(&key));
+                    let pos = count_below(leaf.keys(), &key, false);
+                    if leaf.keys().get(pos) != Some(&key) {
+                        return None;
+                    }
                     pos
                 }
             };
-            return leaf.remove(pos);
+            return Some(leaf.remove(pos));
         }
         let inner = &mut self.inners[node as usize];
         let i = match target {
             Target::First => 0,
             Target::Key(key) => inner.child_index(&key),
         };
-        inner.counts[i] -= 1;
         let child = inner.children[i];
-        let key = self.remove_under(child, level - 1, target);
+        let key = self.remove_under(child, level - 1, target)?;
+        self.inners[node as usize].counts[i] -= 1;
         let underfull = if level == 1 {
             self.leaves[child as usize].len() < LEAF_MIN
         } else {
@@ -606,7 +651,7 @@ impl Tree {
         if underfull {
             self.rebalance(node, i, level == 1);
         }
-        key
+        Some(key)
     }
 
     /// Refills child `i` of `parent` from a neighbour, merging the two when they fit in one.
@@ -723,7 +768,7 @@ enum Rebalanced {
     },
 }
 
-struct Iter<'a> {
+pub(crate) struct Iter<'a> {
     leaves: &'a [Box<Leaf>],
     leaf: u32,
     pos: usize,
@@ -757,7 +802,7 @@ impl Iterator for Iter<'_> {
 impl ExactSizeIterator for Iter<'_> {}
 
 #[cfg(test)]
-impl Tree {
+impl KeyTree {
     /// Panics unless every structural invariant holds.
     fn check(&self) {
         let mut live_leaves = Vec::new();

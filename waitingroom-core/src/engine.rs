@@ -537,3 +537,138 @@ impl Deadlines {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn room(settings: Settings) -> WaitingRoom {
+        WaitingRoom::new(settings, NodeId(1), 5).unwrap()
+    }
+
+    fn queued_only() -> Settings {
+        Settings {
+            target_on_site: 1,
+            admit_straight_through: false,
+            refresh_interval_ms: 2_000,
+            ticket_expiry_ms: 30_000,
+            pass_expiry_ms: 5_000,
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn silent_queued_visitor_is_dropped_and_check_in_postpones_it() {
+        let mut room = room(queued_only());
+        let silent = room.join(0);
+        let active = room.join(10);
+        assert_eq!(active.status, CheckInStatus::Queued { position: 2 });
+        room.check_in(20_000, &active.ticket).unwrap();
+        room.cleanup(29_999);
+        assert_eq!(room.queued(), 2);
+        room.cleanup(30_000);
+        assert_eq!(room.queued(), 1);
+        let active = room.check_in(30_001, &active.ticket).unwrap();
+        assert_eq!(active.status, CheckInStatus::Queued { position: 1 });
+        room.cleanup(50_000);
+        assert_eq!(room.queued(), 1, "expires 30 s after its last check-in");
+        room.cleanup(60_001);
+        assert_eq!(room.queued(), 0);
+        // Its ticket had expired too; a valid one would be queued again in its old place.
+        assert_eq!(
+            room.check_in(60_002, &silent.ticket),
+            Err(EngineError::TicketExpired)
+        );
+    }
+
+    #[test]
+    fn unclaimed_admission_frees_its_place() {
+        let mut room = room(queued_only());
+        let first = room.join(0);
+        let second = room.join(1);
+        assert_eq!(room.evict(1_000), vec![first.ticket.id]);
+        assert_eq!(room.on_site(), 1);
+        assert!(room.evict(2_000).is_empty());
+        room.check_in(20_000, &second.ticket).unwrap();
+        room.cleanup(30_999);
+        assert_eq!(room.on_site(), 1);
+        room.cleanup(31_000);
+        assert_eq!(room.on_site(), 0);
+        assert_eq!(room.evict(31_000), vec![second.ticket.id]);
+    }
+
+    #[test]
+    fn pass_shorter_than_ticket_still_expires_on_time() {
+        // The visitor's deadline entry is armed for the ticket expiry when the pass is made;
+        // the pass, due earlier, must get an entry of its own.
+        let mut room = room(queued_only());
+        let visitor = room.join(0);
+        room.evict(1_000);
+        let visitor = room.check_in(1_500, &visitor.ticket).unwrap();
+        assert_eq!(visitor.status, CheckInStatus::Admitted);
+        let pass = room.leave(2_000, &visitor.ticket).unwrap();
+        assert_eq!(pass.expires_at, 7_000);
+        assert_eq!(room.on_site(), 1);
+        room.cleanup(6_999);
+        assert_eq!(room.on_site(), 1);
+        room.cleanup(7_000);
+        assert_eq!(room.on_site(), 0);
+        assert_eq!(
+            room.leave(7_001, &visitor.ticket),
+            Err(EngineError::AlreadyLeft)
+        );
+        room.cleanup(32_000);
+        assert_eq!(
+            room.refresh_pass(7_001, &pass),
+            Err(EngineError::PassExpired)
+        );
+    }
+
+    proptest! {
+        /// Deadlines come out exactly as from one binary heap: earliest first, and only once due.
+        #[test]
+        fn deadlines_match_a_heap(
+            ops in prop::collection::vec((any::<bool>(), 0..60u64, 0..6u64, 0..50u64), 1..400)
+        ) {
+            let mut deadlines = Deadlines::default();
+            let mut model: BTreeMap<(Time, TicketId), usize> = BTreeMap::new();
+            let mut now = 0;
+            for (step, (push, jitter, run, advance)) in ops.into_iter().enumerate() {
+                if push {
+                    // A few interleaved, mostly ascending runs, as the engine makes.
+                    let due = now + run * 100 + jitter;
+                    let id = TicketId(step as u64);
+                    deadlines.push(due, id);
+                    *model.entry((due, id)).or_default() += 1;
+                } else {
+                    now += advance;
+                    let earliest = model.keys().next().copied().filter(|&(due, _)| due <= now);
+                    let popped = deadlines.pop_due(now);
+                    prop_assert_eq!(popped.map(|(due, _)| due), earliest.map(|(due, _)| due));
+                    if let Some(popped) = popped {
+                        let count = model.get_mut(&popped).expect("popped what was pushed");
+                        *count -= 1;
+                        if *count == 0 {
+                            model.remove(&popped);
+                        }
+                    }
+                }
+            }
+            let mut rest = Vec::new();
+            while let Some(deadline) = deadlines.pop_due(Time::MAX) {
+                rest.push(deadline);
+            }
+            prop_assert!(rest.windows(2).all(|pair| pair[0].0 <= pair[1].0));
+            rest.sort_unstable();
+            let expected: Vec<(Time, TicketId)> = model
+                .into_iter()
+                .flat_map(|(deadline, count)| std::iter::repeat_n(deadline, count))
+                .collect();
+            prop_assert_eq!(rest, expected);
+        }
+    }
+}

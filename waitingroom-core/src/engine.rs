@@ -81,7 +81,7 @@ struct Record {
 }
 
 /// A waiting room running on one node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct WaitingRoom {
     settings: Settings,
     node: NodeId,
@@ -494,7 +494,7 @@ fn visitor_counted(visitor: &Visitor) -> bool {
 }
 
 /// Admissions per millisecond, smoothed over eviction rounds.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct AdmissionRate {
     last: Option<Time>,
     per_ms: f64,
@@ -530,7 +530,7 @@ const LANES: usize = 4;
 /// cache miss each. But deadlines are set as "now plus a fixed delay", so they arrive in a few
 /// interleaved ascending runs: each run goes to the back of a FIFO lane and leaves from its
 /// front, touching memory in order. Whatever fits no lane goes to the heap.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Deadlines {
     lanes: [VecDeque<(Time, TicketId)>; LANES],
     heap: BinaryHeap<Reverse<(Time, TicketId)>>,

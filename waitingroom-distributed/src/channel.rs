@@ -23,7 +23,7 @@ const MAX_EARLY: usize = 16_384;
 /// Most messages resent per link per retransmission tick.
 const RESEND_BATCH: usize = 512;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Link {
     peer: Contact,
     last_seq: u64,
@@ -51,7 +51,7 @@ impl Link {
 }
 
 /// All links of one node.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Channels {
     links: BTreeMap<NodeId, Link>,
 }

@@ -96,7 +96,7 @@ pub(crate) enum Timer {
 }
 
 /// One node of the waiting room cluster.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Node {
     pub(crate) cfg: NodeConfig,
     pub(crate) me: Contact,

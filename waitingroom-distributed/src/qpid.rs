@@ -18,7 +18,7 @@ use crate::messages::{Admission, ChannelMsg, Weight};
 use crate::node::{Event, Node};
 
 /// QPID state of one node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Qpid {
     /// The pointer towards the root; `Some(self)` at the root; None while re-picking.
     pub parent: Option<NodeId>,

@@ -13,7 +13,7 @@ use crate::node::{Event, Node, Timer};
 /// Most indirect probes relayed for others at once.
 const MAX_RELAYS: usize = 256;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Swim {
     order: Vec<NodeId>,
     next: usize,
@@ -24,7 +24,7 @@ pub(crate) struct Swim {
     nonce: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Probe {
     target: Contact,
     nonce: u64,

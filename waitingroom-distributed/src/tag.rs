@@ -23,7 +23,7 @@ use crate::node::{Event, Node};
 const BUCKETS: u64 = 16;
 
 /// TAG state of one node.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Tag {
     /// The round this node is aggregating, if any.
     pub round: Option<Round>,
@@ -39,7 +39,7 @@ pub(crate) struct Tag {
     pub rate: Rate,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Rate {
     last: Option<(Time, u64)>,
     milli_per_s: u64,
@@ -62,7 +62,7 @@ impl Rate {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Round {
     pub stamp: Stamp,
     reply_to: Option<NodeId>,

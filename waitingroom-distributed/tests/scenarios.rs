@@ -271,7 +271,7 @@ mod random_operations {
     use proptest::prelude::*;
 
     #[derive(Debug, Clone)]
-    enum Op {
+    pub enum Op {
         Join(usize),
         Wait(u64),
         Crash(usize),
@@ -291,6 +291,62 @@ mod random_operations {
         ]
     }
 
+    /// Plays `ops` on a lossy network, then heals everything and lets visitors keep checking in
+    /// for 30 s.
+    pub fn play(nodes: u64, seed: u64, batched: bool, ops: &[Op]) -> (Net, Crowd) {
+        let mode = if batched {
+            AdmissionMode::Batched
+        } else {
+            AdmissionMode::Range
+        };
+        let mut net = Net::new(nodes, queued_settings(), mode, seed);
+        net.faults = Faults {
+            jitter: 10,
+            loss: 0.02,
+            dup: 0.02,
+        };
+        net.run_for(1_000);
+        let mut crowd = Crowd::default();
+        let mut next_id = nodes + 1;
+        for op in ops {
+            let ids = net.ids();
+            match *op {
+                Op::Join(i) => crowd.join(&mut net, ids[i % ids.len()]),
+                Op::Wait(ms) => crowd.run(&mut net, ms),
+                Op::Crash(i) => {
+                    // Never the last member: with no node to check in at for longer than the
+                    // ticket expiry, visitors are lost by definition.
+                    let victim = ids[i % ids.len()];
+                    let members = net
+                        .live()
+                        .iter()
+                        .filter(|n| n.is_member() && n.id() != victim)
+                        .count();
+                    if members > 0 {
+                        net.kill(victim);
+                    }
+                }
+                Op::AddNode => {
+                    net.add_node(next_id, seed);
+                    next_id += 1;
+                }
+                Op::Isolate(i) => {
+                    let victim = ids[i % ids.len()];
+                    for &other in &ids {
+                        if other != victim {
+                            net.cut(victim, other);
+                        }
+                    }
+                }
+                Op::Heal => net.heal(),
+            }
+        }
+        net.heal();
+        net.faults = Faults::default();
+        crowd.run(&mut net, 30_000);
+        (net, crowd)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig {
             cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
@@ -305,37 +361,7 @@ mod random_operations {
             batched in any::<bool>(),
             ops in prop::collection::vec(op(), 1..40),
         ) {
-            let mode = if batched { AdmissionMode::Batched } else { AdmissionMode::Range };
-            let mut net = Net::new(nodes, queued_settings(), mode, seed);
-            net.faults = Faults { jitter: 10, loss: 0.02, dup: 0.02 };
-            net.run_for(1_000);
-            let mut crowd = Crowd::default();
-            let mut next_id = nodes + 1;
-            for op in ops {
-                let ids = net.ids();
-                match op {
-                    Op::Join(i) => crowd.join(&mut net, ids[i % ids.len()]),
-                    Op::Wait(ms) => crowd.run(&mut net, ms),
-                    Op::Crash(i) if ids.len() > 1 => net.kill(ids[i % ids.len()]),
-                    Op::Crash(_) => {}
-                    Op::AddNode => {
-                        net.add_node(next_id, seed);
-                        next_id += 1;
-                    }
-                    Op::Isolate(i) => {
-                        let victim = ids[i % ids.len()];
-                        for &other in &ids {
-                            if other != victim {
-                                net.cut(victim, other);
-                            }
-                        }
-                    }
-                    Op::Heal => net.heal(),
-                }
-            }
-            net.heal();
-            net.faults = Faults::default();
-            crowd.run(&mut net, 30_000);
+            let (mut net, crowd) = play(nodes, seed, batched, &ops);
             let live = net.live();
             prop_assert!(invariants::converged(&live), "not converged: {:#?}",
                 live.iter().map(|n| n.status()).collect::<Vec<_>>());
@@ -344,6 +370,62 @@ mod random_operations {
             prop_assert!(net.quiet() || net.check_quiet().is_empty());
             prop_assert!(net.violations_after_recovery.is_empty(),
                 "{:?}", &net.violations_after_recovery[..net.violations_after_recovery.len().min(3)]);
+        }
+    }
+
+    /// Replays a failing case: `WR_CASE="nodes seed batched" WR_OPS="Join(0) AddNode Wait(500)"`.
+    #[test]
+    #[ignore = "debugging aid"]
+    fn replay() {
+        let case = std::env::var("WR_CASE").unwrap_or_else(|_| "3 1 false".into());
+        let case: Vec<&str> = case.split_whitespace().collect();
+        let ops: Vec<Op> = std::env::var("WR_OPS")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|op| {
+                let arg = || {
+                    op[op.find('(').unwrap() + 1..op.len() - 1]
+                        .parse::<u64>()
+                        .unwrap()
+                };
+                match &op[..op.find('(').unwrap_or(op.len())] {
+                    "Join" => Op::Join(arg() as usize),
+                    "Wait" => Op::Wait(arg()),
+                    "Crash" => Op::Crash(arg() as usize),
+                    "AddNode" => Op::AddNode,
+                    "Isolate" => Op::Isolate(arg() as usize),
+                    "Heal" => Op::Heal,
+                    other => panic!("unknown op {other}"),
+                }
+            })
+            .collect();
+        let (net, _) = play(
+            case[0].parse().unwrap(),
+            case[1].parse().unwrap(),
+            case[2] == "true",
+            &ops,
+        );
+        for n in net.live() {
+            eprintln!(
+                "{} inc={} {:?} v={} members={:?} parent={:?} settled={} w={:?}",
+                n.id(),
+                n.contact().incarnation,
+                n.phase(),
+                n.membership().version,
+                n.membership()
+                    .members
+                    .keys()
+                    .map(|k| k.0)
+                    .collect::<Vec<_>>(),
+                n.parent(),
+                n.is_settled(),
+                n.weights()
+            );
+        }
+        for (id, e) in &net.events {
+            if !matches!(e, Event::CountCompleted(_) | Event::Admitted { .. }) {
+                eprintln!("{id} {e:?}");
+            }
         }
     }
 }

@@ -140,6 +140,7 @@ fn body_code(body: &Body) -> u64 {
         Body::PingReq { .. } => 5,
         Body::JoinRequest { .. } => 6,
         Body::NotMember { .. } => 7,
+        Body::Tree(_) => 8,
     }
 }
 
@@ -412,13 +413,20 @@ impl QpidRoom {
                     ),
                     None => bump(protocol_events, "admitted-unknown-ticket"),
                 },
-                Event::Joined { .. } => bump(protocol_events, "joined"),
-                Event::Rejoining => bump(protocol_events, "rejoining"),
-                Event::MemberAdded(_) => bump(protocol_events, "member-added"),
-                Event::MemberRemoved(_) => bump(protocol_events, "member-removed"),
-                Event::MemberFailed(_) => bump(protocol_events, "member-failed"),
-                Event::TreeRepaired => bump(protocol_events, "tree-repaired"),
                 Event::CountCompleted(_) => {}
+                other => {
+                    let (name, about) = match &other {
+                        Event::Joined { version } => ("joined", *version),
+                        Event::Rejoining => ("rejoining", 0),
+                        Event::MemberAdded(c) => ("member-added", c.id.0),
+                        Event::MemberRemoved(c) => ("member-removed", c.id.0),
+                        Event::MemberFailed(c) => ("member-failed", c.id.0),
+                        Event::TreeRepaired => ("tree-repaired", 0),
+                        _ => ("other", 0),
+                    };
+                    bump(protocol_events, name);
+                    ctx.trace.note(now, name, &[slot as u64 + 1, about]);
+                }
             }
         }
         if let Some(t) = node.poll_timeout() {

@@ -69,6 +69,8 @@ const WHEEL: usize = 4096;
 pub struct Scheduler {
     /// `wheel[t % WHEEL]` holds the events due at `t`, for `now <= t < now + WHEEL`.
     wheel: Vec<VecDeque<Ev>>,
+    /// One bit per slot: set while the slot holds events, to skip empty ones fast.
+    occupied: Vec<u64>,
     /// Events in the wheel.
     in_wheel: usize,
     /// Events due at or after `now + WHEEL`.
@@ -82,6 +84,7 @@ impl Default for Scheduler {
     fn default() -> Self {
         Scheduler {
             wheel: (0..WHEEL).map(|_| VecDeque::new()).collect(),
+            occupied: vec![0; WHEEL / 64],
             in_wheel: 0,
             later: BinaryHeap::new(),
             now: 0,
@@ -96,8 +99,7 @@ impl Scheduler {
         self.seq += 1;
         let time = time.max(self.now);
         if time - self.now < WHEEL as Time {
-            self.wheel[time as usize % WHEEL].push_back(ev);
-            self.in_wheel += 1;
+            self.put(time, ev);
         } else {
             self.later.push(Entry {
                 time,
@@ -107,21 +109,53 @@ impl Scheduler {
         }
     }
 
+    fn put(&mut self, time: Time, ev: Ev) {
+        let slot = time as usize % WHEEL;
+        self.wheel[slot].push_back(ev);
+        self.occupied[slot / 64] |= 1 << (slot % 64);
+        self.in_wheel += 1;
+    }
+
     /// The earliest event, removed from the queue.
     pub fn pop(&mut self) -> Option<(Time, Ev)> {
-        loop {
-            if self.in_wheel == 0 {
-                // Nothing near: jump to the next far event.
-                self.now = self.later.peek()?.time;
-                self.pull_in();
-            }
-            if let Some(ev) = self.wheel[self.now as usize % WHEEL].pop_front() {
-                self.in_wheel -= 1;
-                return Some((self.now, ev));
-            }
-            self.now += 1;
+        if self.in_wheel == 0 {
+            // Nothing near: jump to the next far event.
+            self.now = self.later.peek()?.time;
             self.pull_in();
         }
+        let slot = self.now as usize % WHEEL;
+        if self.wheel[slot].is_empty() {
+            // Jump to the next occupied slot. Every event in the wheel is due within
+            // `WHEEL` ms, so the first occupied slot after `now` (wrapping) is the earliest.
+            let next = self.next_occupied(slot);
+            self.now += ((next + WHEEL - slot) % WHEEL) as Time;
+            self.pull_in();
+        }
+        let slot = self.now as usize % WHEEL;
+        let ev = self.wheel[slot].pop_front()?;
+        if self.wheel[slot].is_empty() {
+            self.occupied[slot / 64] &= !(1 << (slot % 64));
+        }
+        self.in_wheel -= 1;
+        Some((self.now, ev))
+    }
+
+    /// The first occupied slot at or after `from`, wrapping around (the wheel is not empty).
+    fn next_occupied(&self, from: usize) -> usize {
+        let words = WHEEL / 64;
+        let (w0, b0) = (from / 64, from % 64);
+        let first = self.occupied[w0] & (!0u64 << b0);
+        if first != 0 {
+            return w0 * 64 + first.trailing_zeros() as usize;
+        }
+        for k in 1..=words {
+            let w = (w0 + k) % words;
+            let bits = self.occupied[w];
+            if bits != 0 {
+                return w * 64 + bits.trailing_zeros() as usize;
+            }
+        }
+        from
     }
 
     /// Moves the far events that came within the wheel's reach into it, in order. They were
@@ -132,8 +166,7 @@ impl Scheduler {
             let Some(e) = self.later.pop() else {
                 break;
             };
-            self.wheel[e.time as usize % WHEEL].push_back(e.ev);
-            self.in_wheel += 1;
+            self.put(e.time, e.ev);
         }
     }
 
@@ -239,6 +272,10 @@ mod tests {
         reference.sort_unstable();
         assert_eq!(a, reference);
         // Same instant: in scheduling order.
-        assert!(popped.windows(2).all(|w| w[0].0 != w[1].0 || w[0].1 < w[1].1));
+        assert!(
+            popped
+                .windows(2)
+                .all(|w| w[0].0 != w[1].0 || w[0].1 < w[1].1)
+        );
     }
 }

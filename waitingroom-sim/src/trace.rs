@@ -38,7 +38,7 @@ impl Trace {
     /// Records one event: a kind tag and a few numbers.
     pub fn note(&mut self, time: u64, kind: &str, values: &[u64]) {
         self.word(time);
-        self.bytes(kind.as_bytes());
+        self.word(tag(kind));
         for &v in values {
             self.word(v);
         }
@@ -71,6 +71,7 @@ impl Trace {
     }
 
     fn bytes(&mut self, b: &[u8]) {
+        // Free text only: event kinds go through `tag`.
         for chunk in b.chunks(8) {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
@@ -90,6 +91,15 @@ impl Trace {
             let _ = out.flush();
         }
     }
+}
+
+/// An event kind as one word: its length and first eight bytes (kinds are short, fixed names).
+fn tag(kind: &str) -> u64 {
+    let b = kind.as_bytes();
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    u64::from_le_bytes(w) ^ ((b.len() as u64) << 56)
 }
 
 #[cfg(test)]

@@ -449,6 +449,10 @@ fn human_report(r: &RunReport) -> String {
     row("double_admissions", r.double_admissions.to_string());
     row("readmissions (first node died)", r.readmissions.to_string());
     row(
+        "wait_ms mean / max",
+        format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
+    );
+    row(
         "sim_time_ms",
         format!(
             "{}{}",
@@ -682,11 +686,13 @@ fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
         "kendall_tau",
         "kendall_tau_thesis",
         "sim_time_ms",
+        "wait_ms_mean",
+        "wait_ms_max",
         "lost",
         "max_overshoot",
         "msgs/admitted",
     ];
-    let cells: Vec<[String; 7]> = rows
+    let cells: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
             [
@@ -694,6 +700,8 @@ fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
                 sci(r.kendall_tau_mean),
                 sci(r.kendall_tau_thesis_mean),
                 format!("{:.0}", r.sim_time_ms_mean),
+                format!("{:.0}", r.wait_ms_mean),
+                r.wait_ms_max.to_string(),
                 r.lost_total.to_string(),
                 r.max_overshoot.to_string(),
                 format!("{:.1}", r.messages_per_admitted_mean),
@@ -708,15 +716,22 @@ fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
             s.push_str(&format!("| {} |\n", c.join(" | ")));
         }
     } else {
-        s.push_str(&format!(
-            "{:<14} {:>12} {:>18} {:>12} {:>6} {:>13} {:>13}\n",
-            head[0], head[1], head[2], head[3], head[4], head[5], head[6]
-        ));
-        for c in &cells {
-            s.push_str(&format!(
-                "{:<14} {:>12} {:>18} {:>12} {:>6} {:>13} {:>13}\n",
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
-            ));
+        let widths = [14, 12, 18, 12, 12, 11, 6, 13, 13];
+        for row in std::iter::once(head.map(String::from)).chain(cells) {
+            let line: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    if i == 0 {
+                        format!("{c:<w$}")
+                    } else {
+                        format!("{c:>w$}")
+                    }
+                })
+                .collect();
+            s.push_str(&line.join(" "));
+            s.push('\n');
         }
     }
     s
@@ -725,14 +740,14 @@ fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
 fn csv(rows: &[SweepRow]) -> String {
     let mut s = String::from(
         "strategy,target,users,churn,seeds,kendall_tau_mean,kendall_tau_max,kendall_tau_thesis_mean,\
-         sim_time_ms_mean,lost_total,invariant_violations_total,invariant_violations_recovering_total,\
+         sim_time_ms_mean,wait_ms_mean,wait_ms_max,lost_total,invariant_violations_total,invariant_violations_recovering_total,\
          double_admissions_total,timed_out_total,messages_per_admitted_mean,max_overshoot,wall_ms_mean,\
          thesis_a2_kendall_tau,thesis_a2_sim_time_ms,reference_kendall_tau,kendall_tau_bound\n",
     );
     let o = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             r.strategy,
             r.target,
             r.users,
@@ -742,6 +757,8 @@ fn csv(rows: &[SweepRow]) -> String {
             r.kendall_tau_max,
             r.kendall_tau_thesis_mean,
             r.sim_time_ms_mean,
+            r.wait_ms_mean,
+            r.wait_ms_max,
             r.lost_total,
             r.invariant_violations_total,
             r.invariant_violations_recovering_total,

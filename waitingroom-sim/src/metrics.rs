@@ -111,6 +111,21 @@ impl Ledger {
         self.on_site = self.on_site.saturating_sub(1);
     }
 
+    /// Mean and longest wait, from joining to the first admission, over admitted visitors.
+    pub fn waits(&self) -> (f64, Time) {
+        let (mut sum, mut max, mut n) = (0u128, 0, 0u64);
+        for (i, &d) in self.decided_at.iter().enumerate() {
+            if d != NEVER {
+                let w = self.at[i].saturating_sub(self.join_time[i]);
+                sum += u128::from(w);
+                max = max.max(w);
+                n += 1;
+            }
+        }
+        let mean = if n == 0 { 0.0 } else { sum as f64 / n as f64 };
+        (mean, max)
+    }
+
     /// Kendall-Tau distances: (strict, thesis). The strict one compares the fair order (join
     /// time, then ticket id) with the admission sequence (by decision time, then the
     /// tie-break); the thesis' compares (join ms, admission ms) pairs with one-sided ties
@@ -181,6 +196,10 @@ pub struct RunReport {
     pub readmissions: u64,
     /// Simulated time from the opening of the arrival window until the last visitor got in.
     pub sim_time_ms: Time,
+    /// Mean wait from joining to admission, over admitted visitors.
+    pub wait_ms_mean: f64,
+    /// Longest wait from joining to admission.
+    pub wait_ms_max: Time,
     /// Whether the run hit its time limit first.
     pub timed_out: bool,
     /// Largest number on the site (ground truth: admitted and unclaimed, or with a valid pass).

@@ -180,6 +180,7 @@ pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
     let (kt, kt_thesis) = ctx.ledger.fairness();
     report.kendall_tau = kt;
     report.kendall_tau_thesis = kt_thesis;
+    (report.wait_ms_mean, report.wait_ms_max) = ctx.ledger.waits();
     report.admitted = ctx.ledger.admitted;
     report.double_admissions = ctx.ledger.double_admissions;
     report.readmissions = ctx.ledger.readmissions;

@@ -45,6 +45,10 @@ pub struct SweepRow {
     pub kendall_tau_thesis_mean: f64,
     /// Mean simulated time to drain.
     pub sim_time_ms_mean: f64,
+    /// Mean of the runs' mean waits.
+    pub wait_ms_mean: f64,
+    /// Longest wait of any run.
+    pub wait_ms_max: u64,
     /// Lost visitors over all runs.
     pub lost_total: u64,
     /// Invariant violations after recovery over all runs.
@@ -248,6 +252,8 @@ pub fn summarise(row: &RunConfig, reports: &[RunReport]) -> SweepRow {
         kendall_tau_max: reports.iter().map(|r| r.kendall_tau).fold(0.0, f64::max),
         kendall_tau_thesis_mean: mean(&|r| r.kendall_tau_thesis),
         sim_time_ms_mean: mean(&|r| r.sim_time_ms as f64),
+        wait_ms_mean: mean(&|r| r.wait_ms_mean),
+        wait_ms_max: reports.iter().map(|r| r.wait_ms_max).max().unwrap_or(0),
         lost_total: total(&|r| r.lost),
         invariant_violations_total: total(&|r| r.invariant_violations),
         invariant_violations_recovering_total: total(&|r| r.invariant_violations_recovering),

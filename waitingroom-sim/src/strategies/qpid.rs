@@ -50,6 +50,8 @@ struct Slot {
     touched: bool,
     /// Nothing this node sent waits for an acknowledgement (as of its last check).
     drained: bool,
+    /// `drained` may be out of date.
+    drained_stale: bool,
 }
 
 /// Something planned for a time.
@@ -274,6 +276,7 @@ impl QpidRoom {
                 quiet_stale: true,
                 touched: false,
                 drained: true,
+                drained_stale: false,
             });
         }
         let id = slot as u64 + 1;
@@ -325,6 +328,7 @@ impl QpidRoom {
                 s.drained = true;
                 self.undrained -= 1;
             }
+            s.drained_stale = false;
             self.live_changed = true;
             ctx.trace.note(ctx.now, "crash", &[slot as u64 + 1]);
         }
@@ -516,15 +520,7 @@ impl QpidRoom {
             let Some(node) = s.node.as_ref() else {
                 continue;
             };
-            let drained = node.is_drained();
-            if drained != s.drained {
-                s.drained = drained;
-                if drained {
-                    self.undrained -= 1;
-                } else {
-                    self.undrained += 1;
-                }
-            }
+            s.drained_stale = true;
             let scratch = &mut self.scratch;
             scratch.clear();
             always_inputs(node, false, scratch);
@@ -552,7 +548,22 @@ impl QpidRoom {
         if changed {
             self.outcome = [None, None];
         }
-        // "Quiet": no state-carrying message in flight and none waiting to be resent.
+        // "Quiet": no state-carrying message in flight and none waiting to be resent. Whether a
+        // node waits for acknowledgements only matters once nothing is in flight.
+        if self.in_flight == 0 {
+            for s in self.slots.iter_mut().filter(|s| s.drained_stale) {
+                s.drained_stale = false;
+                let drained = s.node.as_ref().is_none_or(|n| n.is_drained());
+                if drained != s.drained {
+                    s.drained = drained;
+                    if drained {
+                        self.undrained -= 1;
+                    } else {
+                        self.undrained += 1;
+                    }
+                }
+            }
+        }
         let quiet = self.in_flight == 0 && self.undrained == 0;
         if quiet {
             // What only quiet checks read is refreshed only now: every node touched while the

@@ -142,7 +142,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     }
     let drained = driver.read(Node::is_drained);
     let _ = stop_tx.send(());
-    match tokio::time::timeout(Duration::from_secs(1), server).await {
+    // Peers keep idle keep-alive connections open; do not wait long for them to close.
+    match tokio::time::timeout(Duration::from_millis(300), server).await {
         Ok(Ok(Err(e))) => return Err(ServerError::Serve(e)),
         Ok(_) | Err(_) => {}
     }

@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run one node (join a cluster through --peers, or start a new one).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write a new cluster signing key (PKCS#8 PEM) and print its public JWK.
     Keygen(KeygenArgs),
     /// Start a local cluster of nodes plus a demo origin site; Ctrl-C stops them all.
@@ -103,7 +103,8 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn run(args: RunArgs) -> ExitCode {
+fn run(args: Box<RunArgs>) -> ExitCode {
+    let args = *args;
     let file = match args.config.as_deref().map(config::read_file).transpose() {
         Ok(f) => f.unwrap_or_default(),
         Err(e) => {

@@ -143,9 +143,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let drained = driver.read(Node::is_drained);
     let _ = stop_tx.send(());
     // Peers keep idle keep-alive connections open; do not wait long for them to close.
-    match tokio::time::timeout(Duration::from_millis(300), server).await {
-        Ok(Ok(Err(e))) => return Err(ServerError::Serve(e)),
-        Ok(_) | Err(_) => {}
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_millis(300), server).await {
+        return Err(ServerError::Serve(e));
     }
     tracing::info!(drained, "stopped");
     Ok(())

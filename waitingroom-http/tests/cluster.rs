@@ -692,7 +692,7 @@ async fn bad_input_gets_json_errors() {
         (
             "/api/checkin",
             "application/json",
-            vec![b' '; 64 * 1024],
+            vec![b' '; 16 * 1024 + 100],
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
         ),
@@ -818,7 +818,8 @@ fn bad_config_is_refused_naming_the_setting() {
     let toml = dir.join("bad.toml");
     std::fs::write(&toml, "listen = \"127.0.0.1:0\"\ntarget_onsite = 3\n").unwrap();
     let key = key.to_str().unwrap();
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (vec!["run"], vec![], "key_file"),
         (
             vec!["run", "--key-file", key, "--ticket-expiry-ms", "10"],

@@ -2,6 +2,9 @@
 
 use thiserror::Error;
 
+pub use crate::keys::KeyError;
+pub use crate::token::TokenError;
+
 /// A setting is invalid. `field` names it as it appears in configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid setting `{field}`: {reason}")]

@@ -16,12 +16,18 @@
 
 pub mod engine;
 pub mod error;
+pub mod kendall;
+pub mod keys;
 pub mod queue;
 pub mod settings;
+pub mod token;
 pub mod types;
 
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};
+pub use kendall::{Ties, count_inversions, kendall_tau, kendall_tau_permutation};
+pub use keys::{ClusterKey, Jwk, KeyError, VerifyingKeySet};
 pub use queue::LocalQueue;
 pub use settings::Settings;
+pub use token::{TokenError, TokenKind, sign_pass, sign_ticket};
 pub use types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};

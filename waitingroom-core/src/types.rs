@@ -44,7 +44,7 @@ impl Serialize for TicketId {
 impl<'de> Deserialize<'de> for TicketId {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        if text.len() != 16 {
+        if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(serde::de::Error::custom("ticket id must be 16 hex digits"));
         }
         u64::from_str_radix(&text, 16)
@@ -172,5 +172,6 @@ mod tests {
         assert_eq!(serde_json::from_str::<TicketId>(&json).unwrap(), id);
         assert!(serde_json::from_str::<TicketId>("\"xyz\"").is_err());
         assert!(serde_json::from_str::<TicketId>("12").is_err());
+        assert!(serde_json::from_str::<TicketId>("\"+123456789abcdef\"").is_err());
     }
 }

@@ -151,20 +151,9 @@ impl Node {
             self.formers.remove(&c.id);
             self.emit(Event::MemberAdded(c));
         }
-        let old_nbrs: BTreeSet<NodeId> = old.neighbours(me).into_iter().collect();
-        let new_nbrs: BTreeSet<NodeId> = self.membership.neighbours(me).into_iter().collect();
-        let removed: BTreeSet<NodeId> = old_nbrs
-            .iter()
-            .copied()
-            .filter(|n| {
-                !new_nbrs.contains(n)
-                    || old.members.get(n).map(|c| c.incarnation)
-                        != self.membership.members.get(n).map(|c| c.incarnation)
-            })
-            .collect();
-        let refresh = old.members == self.membership.members && old.edges == self.membership.edges;
+        let neighbours: BTreeSet<NodeId> = self.membership.neighbours(me).into_iter().collect();
         self.tag.round = None;
-        self.qpid_apply(now, &new_nbrs, &removed, refresh);
+        self.qpid_apply(now, &neighbours);
         let pending = std::mem::take(&mut self.future);
         for (from, msg) in pending {
             self.on_channel_msg(now, from, msg);

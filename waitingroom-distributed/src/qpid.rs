@@ -3,10 +3,11 @@
 //! Every node keeps a weight table over itself and its tree neighbours and a pointer towards the
 //! root, which holds the smallest key of the whole cluster. Updates travel lazily towards the
 //! pointer; findRoot re-aims pointers from the old root; deleteMin follows the pointers to the
-//! root and needs no reply. Around a membership change the table is refilled by a saturation
-//! wave: a node tells a neighbour its weight once it has heard from all its other neighbours,
-//! so every value exchanged describes a whole branch, and the parent is re-picked (smallest
-//! weight, or towards the lowest node id when all are empty) once every neighbour is known.
+//! root and needs no reply. The root role moves only with findRoot, so there is never more than
+//! one root. Around a membership change the table is refilled by a saturation wave: a node tells
+//! a neighbour its weight once it has heard from all its other neighbours, so every value
+//! exchanged describes a whole branch; pointers are re-derived from the tree (towards the lowest
+//! node id), and once the lowest node knows all its branches it moves the root to the minimum.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +28,7 @@ pub(crate) struct Qpid {
     pub weights: BTreeMap<NodeId, Option<Weight>>,
     /// What this node last told each neighbour, since the last membership change.
     pub sent: BTreeMap<NodeId, Weight>,
-    /// A findRoot is owed once the parent is re-picked.
+    /// The root was handed to this node while it was still settling.
     pub pending_find_root: bool,
     /// Admissions this node carries (batched mode), to make once it is the root.
     pub credit: Option<Admission>,
@@ -85,10 +86,6 @@ impl Qpid {
         best.1
     }
 
-    fn all_empty(&self) -> bool {
-        self.own == Weight::Empty && self.weights.values().all(|w| *w == Some(Weight::Empty))
-    }
-
     /// Keeps the later of two batches: a newer count supersedes what is left of an older one.
     fn merge_credit(&mut self, admit: Admission) {
         self.credit = Some(match self.credit {
@@ -103,29 +100,21 @@ impl Qpid {
 }
 
 impl Node {
-    /// Re-initialises the weight table for a newly applied membership. `removed` neighbours are
-    /// gone (or restarted), `added` are new; `reset` forces the parent to be re-picked.
-    pub(crate) fn qpid_apply(
-        &mut self,
-        now: Time,
-        neighbours: &BTreeSet<NodeId>,
-        removed: &BTreeSet<NodeId>,
-        reset: bool,
-    ) {
+    /// Re-initialises QPID for a newly applied membership. Every node points towards the
+    /// member with the lowest id, which holds the root role until it knows its branches; it
+    /// then hands the root to the minimum with findRoot. Pointers that every node derives from
+    /// the same tree can never form a cycle or two roots, whatever weights change meanwhile
+    /// (picking by smallest weight during the change can: a weight that changes mid-change makes
+    /// two neighbours point at each other).
+    pub(crate) fn qpid_apply(&mut self, now: Time, neighbours: &BTreeSet<NodeId>) {
         let me = self.me.id;
+        let lowest = self.membership.members.keys().next().copied().unwrap_or(me);
         let q = &mut self.qpid;
         q.weights = neighbours.iter().map(|&n| (n, None)).collect();
         q.sent.clear();
         q.own = Weight::of(self.room.head());
-        let parent_gone = q
-            .parent
-            .is_some_and(|p| p != me && !neighbours.contains(&p));
-        if !removed.is_empty() || reset || parent_gone {
-            if q.parent.is_some() {
-                q.pending_find_root = true;
-            }
-            q.parent = None;
-        }
+        q.pending_find_root = false;
+        q.parent = Some(self.membership.next_hop(me, lowest));
         q.settling = true;
         self.wave_send(now);
         self.try_settle(now);
@@ -153,30 +142,19 @@ impl Node {
         }
     }
 
-    /// Once every neighbour is known: re-pick the parent if it was dropped, send the owed
-    /// findRoot, and pass on any admissions held meanwhile.
+    /// Once every neighbour is known the node takes part in QPID again: the root (or a node
+    /// that was handed the root meanwhile) moves the root to the minimum; the others report to
+    /// their parent and pass on any admissions they hold.
     fn try_settle(&mut self, now: Time) {
         let me = self.me.id;
         if !self.qpid.all_known() || self.phase != crate::node::Phase::Member {
             return;
         }
         self.qpid.settling = false;
-        if self.qpid.parent.is_none() {
-            let parent = if self.qpid.all_empty() {
-                let lowest = self.membership.members.keys().next().copied().unwrap_or(me);
-                self.membership.next_hop(me, lowest)
-            } else {
-                self.qpid.argmin(me)
-            };
-            self.qpid.parent = Some(parent);
-        } else if self.qpid.pending_find_root && !self.qpid.all_empty() {
-            self.qpid.parent = Some(self.qpid.argmin(me));
+        if std::mem::take(&mut self.qpid.pending_find_root) {
+            self.qpid.parent = Some(me);
         }
         let parent = self.qpid.parent.unwrap_or(me);
-        if std::mem::take(&mut self.qpid.pending_find_root) && parent != me {
-            let admit = self.qpid.credit.take();
-            self.send_find_root(now, parent, admit);
-        }
         if parent == me {
             self.use_credit(now);
         } else {

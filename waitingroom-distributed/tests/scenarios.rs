@@ -63,3 +63,287 @@ fn visitors_on_many_nodes_are_admitted_in_join_order() {
         }
     }
 }
+
+use harness::{Crowd, Faults};
+use waitingroom_core::NodeId;
+use waitingroom_distributed::Event;
+
+/// A cluster of `n` with `visitors` spread over the nodes, joined 10 ms apart.
+fn crowded(n: u64, visitors: usize, mode: AdmissionMode, seed: u64) -> (Net, Crowd) {
+    let mut net = Net::new(n, queued_settings(), mode, seed);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..visitors {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[(i * 3 + 1) % ids.len()]);
+        net.run_for(10);
+    }
+    (net, crowd)
+}
+
+fn assert_fair(net: &Net, crowd: &Crowd) {
+    assert!(crowd.all_admitted(), "not everyone got in");
+    assert_eq!(net.admission_order(), crowd.join_order());
+    assert!(
+        net.violations_after_recovery.is_empty(),
+        "{:?}",
+        &net.violations_after_recovery[..net.violations_after_recovery.len().min(5)]
+    );
+}
+
+#[test]
+fn a_node_joins_while_visitors_wait() {
+    let (mut net, mut crowd) = crowded(3, 30, AdmissionMode::Range, 2);
+    net.add_node(4, 2);
+    crowd.run(&mut net, 200);
+    for i in 0..10 {
+        crowd.join(&mut net, NodeId(4 - (i % 2)));
+        net.run_for(10);
+    }
+    crowd.run(&mut net, 6_000);
+    assert_fair(&net, &crowd);
+    assert!(invariants::converged(&net.live()));
+    assert_eq!(net.live().len(), 4);
+}
+
+#[test]
+fn the_root_crashes_and_its_visitors_keep_their_place() {
+    let (mut net, mut crowd) = crowded(4, 40, AdmissionMode::Batched, 3);
+    let root = net.live().iter().find(|n| n.is_root()).unwrap().id();
+    net.kill(root);
+    crowd.run(&mut net, 10_000);
+    assert!(crowd.all_admitted());
+    assert!(invariants::converged(&net.live()));
+    assert_eq!(net.live().len(), 3);
+    assert!(net.violations_after_recovery.is_empty());
+    let failed = net
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::MemberFailed(c) if c.id == root))
+        .count();
+    assert!(failed >= 1);
+}
+
+#[test]
+fn a_leaf_crashes_and_its_visitors_are_requeued_in_order() {
+    let (mut net, mut crowd) = crowded(5, 50, AdmissionMode::Range, 4);
+    let leaf = net
+        .live()
+        .iter()
+        .find(|n| n.membership().neighbours(n.id()).len() == 1 && !n.is_root())
+        .unwrap()
+        .id();
+    // Crash before the first eviction lets anyone out: every visitor must still get in, in
+    // exactly their join order (the leaf's visitors re-queue under their original join time).
+    net.kill(leaf);
+    crowd.run(&mut net, 10_000);
+    assert_fair(&net, &crowd);
+    assert!(invariants::converged(&net.live()));
+}
+
+#[test]
+fn two_simultaneous_membership_changes_converge() {
+    let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 5);
+    net.run_for(2_000);
+    // Two nodes crash at once: several survivors detect them and edit the tree concurrently.
+    net.kill(NodeId(2));
+    net.kill(NodeId(3));
+    net.run_for(5_000);
+    assert!(
+        invariants::converged(&net.live()),
+        "{:?}",
+        net.live()[0].status()
+    );
+    // Two nodes join at once through different members.
+    net.add_node(5, 5);
+    net.add_node(6, 5);
+    net.run_for(5_000);
+    let live = net.live();
+    assert_eq!(live.len(), 4);
+    assert!(invariants::converged(&live));
+    assert!(net.check_quiet().is_empty() || !net.quiet());
+    assert!(net.violations_after_recovery.is_empty());
+}
+
+#[test]
+fn lossy_duplicating_reordering_links_keep_order_and_invariants() {
+    for mode in [AdmissionMode::Range, AdmissionMode::Batched] {
+        let mut net = Net::new(5, queued_settings(), mode, 6);
+        net.faults = Faults {
+            jitter: 30,
+            loss: 0.05,
+            dup: 0.05,
+        };
+        net.run_for(3_000);
+        let mut crowd = Crowd::default();
+        for i in 0..60 {
+            let ids = net.ids();
+            crowd.join(&mut net, ids[i % ids.len()]);
+            crowd.run(&mut net, 20);
+        }
+        crowd.run(&mut net, 15_000);
+        assert_fair(&net, &crowd);
+    }
+}
+
+#[test]
+fn batched_admission_equals_sequential_admission() {
+    let run = |mode| {
+        let (mut net, mut crowd) = crowded(6, 60, mode, 8);
+        crowd.run(&mut net, 8_000);
+        assert_fair(&net, &crowd);
+        net.admission_order()
+    };
+    let batched = run(AdmissionMode::Batched);
+    let sequential = run(AdmissionMode::Sequential);
+    let range = run(AdmissionMode::Range);
+    assert_eq!(batched, sequential);
+    assert_eq!(batched, range);
+}
+
+#[test]
+fn limited_places_admit_exactly_the_smallest_keys() {
+    let settings = Settings {
+        target_on_site: 7,
+        pass_expiry_ms: 400,
+        ..queued_settings()
+    };
+    let mut net = Net::new(4, settings, AdmissionMode::Range, 9);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..40 {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[i % ids.len()]);
+        net.run_for(5);
+    }
+    crowd.run(&mut net, 20_000);
+    assert_fair(&net, &crowd);
+    // Never more than the target counted in one round.
+    for (_, e) in &net.events {
+        if let Event::CountCompleted(s) = e {
+            assert!(s.on_site + s.admitted <= 7, "{s:?}");
+        }
+    }
+}
+
+#[test]
+fn graceful_shutdown_is_noticed_without_failure_detection() {
+    let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 10);
+    net.run_for(2_000);
+    let before = net.now;
+    net.with(NodeId(3), |n, now| n.shutdown(now));
+    net.kill(NodeId(3));
+    net.run_for(100);
+    assert!(
+        net.live()
+            .iter()
+            .all(|n| !n.membership().contains(NodeId(3)))
+    );
+    assert!(
+        !net.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::MemberFailed(_)))
+    );
+    assert!(net.now - before <= 100);
+}
+
+#[test]
+fn a_healed_partition_merges_into_one_cluster() {
+    let (mut net, mut crowd) = crowded(5, 20, AdmissionMode::Range, 11);
+    for other in [1, 2, 3, 4] {
+        net.cut(NodeId(5), NodeId(other));
+    }
+    crowd.run(&mut net, 4_000);
+    net.heal();
+    crowd.run(&mut net, 15_000);
+    assert!(crowd.all_admitted());
+    let live = net.live();
+    assert!(
+        invariants::converged(&live),
+        "{:#?}",
+        live.iter().map(|n| n.status()).collect::<Vec<_>>()
+    );
+    assert!(net.violations_after_recovery.is_empty());
+}
+
+mod random_operations {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Join(usize),
+        Wait(u64),
+        Crash(usize),
+        AddNode,
+        Isolate(usize),
+        Heal,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0usize..8).prop_map(Op::Join),
+            4 => (1u64..1_500).prop_map(Op::Wait),
+            1 => (0usize..8).prop_map(Op::Crash),
+            1 => Just(Op::AddNode),
+            1 => (0usize..8).prop_map(Op::Isolate),
+            1 => Just(Op::Heal),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+            ..ProptestConfig::default()
+        })]
+        /// Whatever happens, once the faults stop the cluster converges, the invariants hold,
+        /// and every visitor who keeps checking in gets in.
+        #[test]
+        fn random_operations_keep_the_invariants(
+            nodes in 1u64..=8,
+            seed in 0u64..1_000,
+            batched in any::<bool>(),
+            ops in prop::collection::vec(op(), 1..40),
+        ) {
+            let mode = if batched { AdmissionMode::Batched } else { AdmissionMode::Range };
+            let mut net = Net::new(nodes, queued_settings(), mode, seed);
+            net.faults = Faults { jitter: 10, loss: 0.02, dup: 0.02 };
+            net.run_for(1_000);
+            let mut crowd = Crowd::default();
+            let mut next_id = nodes + 1;
+            for op in ops {
+                let ids = net.ids();
+                match op {
+                    Op::Join(i) => crowd.join(&mut net, ids[i % ids.len()]),
+                    Op::Wait(ms) => crowd.run(&mut net, ms),
+                    Op::Crash(i) if ids.len() > 1 => net.kill(ids[i % ids.len()]),
+                    Op::Crash(_) => {}
+                    Op::AddNode => {
+                        net.add_node(next_id, seed);
+                        next_id += 1;
+                    }
+                    Op::Isolate(i) => {
+                        let victim = ids[i % ids.len()];
+                        for &other in &ids {
+                            if other != victim {
+                                net.cut(victim, other);
+                            }
+                        }
+                    }
+                    Op::Heal => net.heal(),
+                }
+            }
+            net.heal();
+            net.faults = Faults::default();
+            crowd.run(&mut net, 30_000);
+            let live = net.live();
+            prop_assert!(invariants::converged(&live), "not converged: {:#?}",
+                live.iter().map(|n| n.status()).collect::<Vec<_>>());
+            prop_assert!(crowd.all_admitted(), "lost visitors");
+            net.run_for(3_000);
+            prop_assert!(net.quiet() || net.check_quiet().is_empty());
+            prop_assert!(net.violations_after_recovery.is_empty(),
+                "{:?}", &net.violations_after_recovery[..net.violations_after_recovery.len().min(3)]);
+        }
+    }
+}

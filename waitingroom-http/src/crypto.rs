@@ -13,8 +13,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use thiserror::Error;
 use waitingroom_core::{Pass, Ticket, Time};
 
-use crate::shim::{self as tokens, ClusterKey, VerifyingKeySet};
-pub use crate::shim::{KeyError, TokenError};
+use waitingroom_core::token as tokens;
+use waitingroom_core::{ClusterKey, VerifyingKeySet};
+pub use waitingroom_core::{KeyError, TokenError};
 
 /// Header naming the signing key of a peer request.
 pub const HEADER_KID: &str = "x-waitingroom-kid";
@@ -97,6 +98,7 @@ impl Crypto {
 
     /// A fresh random key (from the OS generator).
     pub fn generate() -> Self {
+        // The OS generator; whoever could predict the key could forge passes.
         Self::new(ClusterKey::from_seed(rand::random()))
     }
 

@@ -24,5 +24,4 @@ pub mod origin;
 pub mod page;
 pub mod peer;
 pub mod server;
-mod shim;
 pub mod visitor;

@@ -32,7 +32,10 @@ fn main() {
     let key = ClusterKey::from_seed([7; 32]);
     // What an origin site needs to check passes offline: the public JWKS.
     let origin = key.verifying_keys();
-    println!("public JWK: {}", serde_json::to_string(&key.public_jwk()).expect("json"));
+    println!(
+        "public JWK: {}",
+        serde_json::to_string(&key.public_jwk()).expect("json")
+    );
 
     // 2,000 visitors arrive within the first 4 seconds; the clock moves in 2 ms steps.
     let mut visitors: Vec<Visitor> = Vec::new();
@@ -63,7 +66,9 @@ fn main() {
                 if answer.status == CheckInStatus::Admitted {
                     let pass = room.leave(now, &v.ticket).expect("admitted");
                     let pass_token = sign_pass(&key, &pass);
-                    origin.verify_pass(&pass_token, now).expect("origin accepts the pass");
+                    origin
+                        .verify_pass(&pass_token, now)
+                        .expect("origin accepts the pass");
                     v.admitted_at.get_or_insert(now);
                     v.leaves_site_at = Some(pass.expires_at);
                     admissions.push(v.ticket.join_time);

@@ -23,7 +23,7 @@ const MAX_EARLY: usize = 16_384;
 /// Most messages resent per link per retransmission tick.
 const RESEND_BATCH: usize = 512;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Link {
     peer: Contact,
     last_seq: u64,
@@ -51,7 +51,7 @@ impl Link {
 }
 
 /// All links of one node.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Channels {
     links: BTreeMap<NodeId, Link>,
 }
@@ -123,10 +123,18 @@ impl Channels {
         }
     }
 
-    /// Messages unacknowledged for `rto` or more, stamped as sent again now.
-    pub fn due_for_resend(&mut self, now: Time, me: &Contact, rto: Time) -> Vec<Transmit> {
+    /// Messages unacknowledged for `rto` or more, stamped as sent again now. Links to peers
+    /// that are not `live` (removed members) are kept but not resent on: should the peer come
+    /// back in the same life, both ends still agree on the sequence numbers.
+    pub fn due_for_resend(
+        &mut self,
+        now: Time,
+        me: &Contact,
+        rto: Time,
+        live: impl Fn(NodeId) -> bool,
+    ) -> Vec<Transmit> {
         let mut out = Vec::new();
-        for link in self.links.values_mut() {
+        for link in self.links.values_mut().filter(|l| live(l.peer.id)) {
             let ack = link.delivered;
             let mut resent = 0;
             for (&seq, (msg, sent)) in link.unacked.iter_mut() {
@@ -166,9 +174,14 @@ impl Channels {
         out
     }
 
-    /// Forgets the link to `id` (the member is gone).
-    pub fn remove(&mut self, id: NodeId) {
-        self.links.remove(&id);
+    /// Forgets links to peers that are not `live`, oldest ids first, beyond `limit` links.
+    pub fn prune(&mut self, limit: usize, live: impl Fn(NodeId) -> bool) {
+        while self.links.len() > limit {
+            let Some(id) = self.links.keys().copied().find(|&id| !live(id)) else {
+                return;
+            };
+            self.links.remove(&id);
+        }
     }
 
     /// Forgets every link.
@@ -258,12 +271,13 @@ mod tests {
         let (a, b) = (c(1, 1), c(2, 1));
         let mut tx = Channels::default();
         let first = tx.send(0, &a, &b, msg(1));
-        assert!(tx.due_for_resend(50, &a, 100).is_empty());
-        let again = tx.due_for_resend(100, &a, 100);
+        assert!(tx.due_for_resend(50, &a, 100, |_| true).is_empty());
+        assert!(tx.due_for_resend(100, &a, 100, |_| false).is_empty());
+        let again = tx.due_for_resend(100, &a, 100, |_| true);
         assert_eq!(again.len(), 1);
         assert_eq!(seq_of(&again[0]), seq_of(&first));
         tx.on_ack(&b, 1);
-        assert!(tx.due_for_resend(1_000, &a, 100).is_empty());
+        assert!(tx.due_for_resend(1_000, &a, 100, |_| true).is_empty());
     }
 
     #[test]

@@ -6,15 +6,24 @@ use std::collections::BTreeSet;
 use waitingroom_core::{NodeId, Time};
 
 use crate::membership::Membership;
-use crate::messages::{Body, ChannelMsg, ClusterRank, Contact};
+use crate::messages::{Body, ClusterRank, Contact, View};
 use crate::node::{Event, Node, Phase, Timer};
 
 impl Node {
     pub(crate) fn send_join_request(&mut self, now: Time) {
-        let Phase::Joining { seeds, next } = &mut self.phase else {
+        let give_up = self.cfg.join_timeout_ms;
+        let Phase::Joining { seeds, next, since } = &mut self.phase else {
             return;
         };
-        if seeds.is_empty() {
+        if seeds.is_empty() || now >= *since + give_up {
+            // Nobody answers: serve visitors alone rather than not at all. Should the others
+            // come back, the partition merge brings the clusters together.
+            for s in std::mem::take(seeds) {
+                if !self.seed_addrs.contains(&s) {
+                    self.seed_addrs.push(s);
+                }
+            }
+            self.become_single(now);
             return;
         }
         let addr = seeds[*next % seeds.len()].clone();
@@ -38,8 +47,8 @@ impl Node {
         if let Some(existing) = self.membership.members.get(&contact.id) {
             if existing.incarnation == contact.incarnation {
                 // Our answer was lost, or is on its way: say it again.
-                let m = ChannelMsg::Tree(self.membership.clone());
-                self.send(now, &contact, m);
+                let m = Body::Tree(self.membership.clone());
+                self.send_raw(&contact, m);
                 return;
             }
             if existing.incarnation > contact.incarnation {
@@ -62,16 +71,29 @@ impl Node {
 
     /// Applies a membership this node decided on and tells everyone.
     pub(crate) fn commit_membership(&mut self, now: Time, next: Membership) {
-        // Broadcast first: on each link the Tree then precedes the updates applying it causes.
-        self.broadcast_membership(now, &next);
+        self.broadcast_membership(&next);
         self.apply_membership(now, next);
     }
 
-    pub(crate) fn broadcast_membership(&mut self, now: Time, m: &Membership) {
+    pub(crate) fn broadcast_membership(&mut self, m: &Membership) {
         let me = self.me.id;
         let targets: Vec<Contact> = m.members.values().filter(|c| c.id != me).cloned().collect();
         for c in targets {
-            self.send(now, &c, ChannelMsg::Tree(m.clone()));
+            self.send_raw(&c, Body::Tree(m.clone()));
+        }
+    }
+
+    /// Anti-entropy: a peer's probe showed its membership view. Send ours if it is behind, or
+    /// if it conflicts with ours (same version, other content; it will merge, as will we).
+    pub(crate) fn compare_views(&mut self, peer: &Contact, view: View) {
+        if !self.is_member() {
+            return;
+        }
+        let mine = self.membership.view();
+        let behind = view.version < mine.version;
+        let conflicting = view.version == mine.version && view.digest != mine.digest;
+        if behind || conflicting {
+            self.send_raw(peer, Body::Tree(self.membership.clone()));
         }
     }
 
@@ -88,15 +110,29 @@ impl Node {
                     self.apply_membership(now, m);
                 }
             }
-            Phase::Member => {
+            Phase::Member if includes_me => {
                 if m.version > self.membership.version {
                     self.apply_membership(now, m);
                 } else if m.version == self.membership.version && m != self.membership {
+                    // Two changes made concurrently from one membership: merge deterministically.
                     let merged = self.membership.merged(&m, self.cfg.max_tree_degree);
                     self.commit_membership(now, merged);
-                } else if m.version < self.membership.version && self.membership.contains(from) {
-                    let mine = ChannelMsg::Tree(self.membership.clone());
-                    self.send_to(now, from, mine);
+                } else if m.version < self.membership.version
+                    && let Some(c) = self.membership.members.get(&from).cloned()
+                {
+                    self.send_raw(&c, Body::Tree(self.membership.clone()));
+                }
+            }
+            Phase::Member => {
+                // A membership without us: either our cluster removed us (a newer version that
+                // says so), or it is another cluster (after a partition), which the partition
+                // merge handles, not this.
+                let removed_me = m
+                    .removed
+                    .get(&self.me.id)
+                    .is_some_and(|&gone| gone >= self.me.incarnation);
+                if removed_me && m.version > self.membership.version {
+                    self.apply_membership(now, m);
                 }
             }
             Phase::Idle | Phase::Stopped => {}
@@ -142,7 +178,6 @@ impl Node {
             .cloned()
             .collect();
         for c in gone {
-            self.channels.remove(c.id);
             self.swim.forget(c.id);
             self.remember_former(c.clone());
             self.emit(Event::MemberRemoved(c));
@@ -163,19 +198,38 @@ impl Node {
     /// This node was removed from its cluster (declared dead, or its cluster lost to another
     /// after a partition): start a new life and ask to be let back in. Visitors queued here
     /// stay queued.
-    pub(crate) fn rejoin(&mut self, now: Time, seeds: Vec<String>) {
+    pub(crate) fn rejoin(&mut self, now: Time, mut seeds: Vec<String>) {
         self.emit(Event::Rejoining);
         let old = std::mem::take(&mut self.membership);
         for c in old.members.into_values() {
             self.remember_former(c);
         }
+        // The first seeds are the best bets; any former member may be alive too.
+        for c in self.formers.values() {
+            if !seeds.contains(&c.addr) {
+                seeds.push(c.addr.clone());
+            }
+        }
+        seeds.retain(|a| *a != self.me.addr);
         self.me.incarnation += 1;
         self.channels.clear();
-        self.future.clear();
         self.qpid = Default::default();
         self.tag.round = None;
-        self.phase = Phase::Joining { seeds, next: 0 };
+        self.phase = Phase::Joining {
+            seeds,
+            next: 0,
+            since: now,
+        };
         self.send_join_request(now);
+    }
+
+    /// A joining node probed by a cluster member learns one more address to ask.
+    pub(crate) fn learn_seed(&mut self, addr: &str) {
+        if let Phase::Joining { seeds, .. } = &mut self.phase
+            && !seeds.iter().any(|s| s == addr)
+        {
+            seeds.push(addr.to_string());
+        }
     }
 
     /// Someone says we are not in its cluster.
@@ -195,19 +249,23 @@ impl Node {
                 self.rejoin(now, vec![from.addr.clone()]);
             } else {
                 // It is behind: show it our membership.
-                let mine = ChannelMsg::Tree(self.membership.clone());
-                self.send(now, from, mine);
+                self.send_raw(from, Body::Tree(self.membership.clone()));
             }
             return;
         }
-        if cluster < self.membership.rank() {
+        let theirs = (std::cmp::Reverse(version), cluster);
+        let ours = (
+            std::cmp::Reverse(self.membership.version),
+            self.membership.rank(),
+        );
+        if theirs < ours {
             // A partition healed and the other side ranks higher: leave ours and join theirs.
             if let Some(next) = self.membership.with_removed(
                 self.me.id,
                 self.me.incarnation,
                 self.cfg.max_tree_degree,
             ) {
-                self.broadcast_membership(now, &next);
+                self.broadcast_membership(&next);
             }
             self.rejoin(now, vec![from.addr.clone()]);
         }

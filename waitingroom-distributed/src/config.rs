@@ -45,6 +45,9 @@ pub struct NodeConfig {
     pub retransmit_ms: Time,
     /// A joining node asks again after this long without an answer.
     pub join_retry_ms: Time,
+    /// A joining node that no seed answers for this long starts a cluster of its own (it merges
+    /// with the others once they can talk).
+    pub join_timeout_ms: Time,
     /// Tree edits try to give no node more than this many neighbours.
     pub max_tree_degree: usize,
     /// Range admission: at most this many keys per count reply; a round admits at most this
@@ -72,6 +75,7 @@ impl NodeConfig {
             suspect_rounds: 1,
             retransmit_ms: 100,
             join_retry_ms: 500,
+            join_timeout_ms: 10_000,
             max_tree_degree: 4,
             select_limit: 1024,
             watchdog_rounds: 10,

@@ -41,6 +41,30 @@ impl Membership {
         m
     }
 
+    /// Version and content digest, carried by probes.
+    pub fn view(&self) -> crate::messages::View {
+        // FNV-1a over ids, incarnations and edges: deterministic across processes.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut mix = |x: u64| {
+            for b in x.to_le_bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for c in self.members.values() {
+            mix(c.id.0);
+            mix(c.incarnation);
+        }
+        for (a, b) in &self.edges {
+            mix(a.0);
+            mix(b.0);
+        }
+        crate::messages::View {
+            version: self.version,
+            digest: h,
+        }
+    }
+
     /// Whether `id` is a member.
     pub fn contains(&self, id: NodeId) -> bool {
         self.members.contains_key(&id)

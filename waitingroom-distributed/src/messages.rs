@@ -51,10 +51,13 @@ pub enum Body {
         /// Highest sequence number received in order from the receiver.
         ack: u64,
     },
-    /// SWIM probe.
+    /// SWIM probe. Carries the sender's view of the membership, so that probes also spread
+    /// membership changes (anti-entropy): whoever sees an older view sends its tree.
     Ping {
         /// Matches the answer to the probe.
         nonce: u64,
+        /// The sender's membership view.
+        view: View,
     },
     /// Answer to [`Body::Ping`], possibly relayed for an indirect probe.
     PingAck {
@@ -62,7 +65,12 @@ pub enum Body {
         nonce: u64,
         /// The node that was probed (differs from the sender when relayed).
         target: NodeId,
+        /// The sender's membership view.
+        view: View,
     },
+    /// A membership and spanning tree: broadcast on every change, and sent to any node whose
+    /// view is older (it is idempotent, so losing or repeating it is harmless).
+    Tree(Membership),
     /// SWIM indirect probe: please ping `target` for me.
     PingReq {
         /// Who to ping.
@@ -85,6 +93,16 @@ pub enum Body {
     },
 }
 
+/// A short description of a membership: its version and a digest of its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct View {
+    /// Membership version.
+    pub version: u64,
+    /// Digest of members and edges: two memberships with one version and different digests
+    /// conflict.
+    pub digest: u64,
+}
+
 /// Orders clusters when two meet after a partition: the bigger one wins; on equal size the one
 /// holding the smaller node id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -104,6 +122,12 @@ pub enum ChannelMsg {
         /// The sender's weight as seen from the receiver.
         weight: Weight,
         /// Membership version the sender had applied.
+        version: u64,
+    },
+    /// "Tell me your weight again": a node settling after a membership change that has waited
+    /// long for a neighbour (its update was lost on the way, e.g. while it rejoined).
+    WeightQuery {
+        /// Membership version of the sender.
         version: u64,
     },
     /// QPID findRoot: the sender's side of the link holds `weight`; re-aim your pointer. May carry
@@ -130,8 +154,6 @@ pub enum ChannelMsg {
         /// The counts, or None if the round is aborted (membership change in progress).
         counts: Option<Counts>,
     },
-    /// A new membership and spanning tree.
-    Tree(Membership),
     /// TAG result, flooded down the tree after a completed count: the cluster-wide picture,
     /// and in range admission the set of visitors to let out.
     CountResult(CountResult),

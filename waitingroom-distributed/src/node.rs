@@ -75,6 +75,8 @@ pub enum Phase {
         seeds: Vec<String>,
         /// Which one to ask next.
         next: usize,
+        /// When the node started asking.
+        since: Time,
     },
     /// In a cluster.
     Member,
@@ -94,7 +96,7 @@ pub(crate) enum Timer {
 }
 
 /// One node of the waiting room cluster.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Node {
     pub(crate) cfg: NodeConfig,
     pub(crate) me: Contact,
@@ -106,8 +108,11 @@ pub struct Node {
     pub(crate) tag: Tag,
     pub(crate) swim: Swim,
     pub(crate) channels: Channels,
-    /// Members we lost (and seeds), probed now and then so that a healed partition merges.
+    /// Members we lost, probed now and then so that a healed partition merges.
     pub(crate) formers: BTreeMap<NodeId, Contact>,
+    /// Every seed address this node was given or learned; those not in the cluster are probed
+    /// like former members, so that clusters that formed apart find each other.
+    pub(crate) seed_addrs: Vec<String>,
     /// Channel messages for a membership version not applied yet, replayed once it is.
     pub(crate) future: Vec<(NodeId, ChannelMsg)>,
     pub(crate) admitted_total: u64,
@@ -118,6 +123,8 @@ pub struct Node {
 
 /// Most messages buffered for a membership version not yet applied.
 const FUTURE_LIMIT: usize = 4096;
+/// Most links kept; beyond this, links to peers no longer in the cluster are dropped.
+const LINKS_LIMIT: usize = 512;
 /// Most former members remembered.
 const FORMERS_LIMIT: usize = 256;
 
@@ -143,6 +150,7 @@ impl Node {
             swim: Swim::default(),
             channels: Channels::default(),
             formers: BTreeMap::new(),
+            seed_addrs: Vec::new(),
             future: Vec::new(),
             admitted_total: 0,
             timers: BTreeSet::new(),
@@ -155,8 +163,15 @@ impl Node {
     /// Starts a new cluster with this node as its only member (and root).
     pub fn start_cluster(&mut self, now: Time) {
         self.start_timers(now);
+        self.become_single(now);
+    }
+
+    pub(crate) fn become_single(&mut self, now: Time) {
         let membership = Membership::single(self.me.clone());
         self.phase = Phase::Member;
+        self.emit(Event::Joined {
+            version: membership.version,
+        });
         self.apply_membership(now, membership);
     }
 
@@ -164,13 +179,18 @@ impl Node {
     /// until one does.
     pub fn join_cluster(&mut self, now: Time, seeds: Vec<String>) {
         self.start_timers(now);
-        self.phase = Phase::Joining { seeds, next: 0 };
+        self.seed_addrs = seeds.clone();
+        self.phase = Phase::Joining {
+            seeds,
+            next: 0,
+            since: now,
+        };
         self.send_join_request(now);
     }
 
     /// Leaves the cluster gracefully: the others learn at once instead of waiting for failure
     /// detection. Keep delivering messages until [`Node::is_drained`] (or a time limit).
-    pub fn shutdown(&mut self, now: Time) {
+    pub fn shutdown(&mut self, _now: Time) {
         if self.phase == Phase::Member
             && let Some(next) = self.membership.with_removed(
                 self.me.id,
@@ -178,7 +198,7 @@ impl Node {
                 self.cfg.max_tree_degree,
             )
         {
-            self.broadcast_membership(now, &next);
+            self.broadcast_membership(&next);
         }
         self.phase = Phase::Stopped;
         self.timers.retain(|(_, t)| *t == Timer::Retransmit);
@@ -255,8 +275,13 @@ impl Node {
                 }
             }
             Body::ChannelAck { ack } => self.channels.on_ack(&from, ack),
-            Body::Ping { nonce } => self.on_ping(now, &from, nonce),
-            Body::PingAck { nonce, target } => self.on_ping_ack(now, nonce, target),
+            Body::Ping { nonce, view } => self.on_ping(now, &from, nonce, view),
+            Body::PingAck {
+                nonce,
+                target,
+                view,
+            } => self.on_ping_ack(now, &from, nonce, target, view),
+            Body::Tree(m) => self.on_tree(now, from.id, m),
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),
             Body::NotMember { cluster, version } => {
@@ -285,9 +310,15 @@ impl Node {
             Timer::ProbeTimeout(nonce) => self.on_probe_timeout(now, nonce),
             Timer::Retransmit => {
                 self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
-                let resend = self
-                    .channels
-                    .due_for_resend(now, &self.me, self.cfg.retransmit_ms);
+                self.check_settling(now);
+                let members = &self.membership.members;
+                let joining = matches!(self.phase, Phase::Joining { .. });
+                // While joining, the node's only links are to the member that is adding it.
+                let live = |id: NodeId| joining || members.contains_key(&id);
+                let resend =
+                    self.channels
+                        .due_for_resend(now, &self.me, self.cfg.retransmit_ms, live);
+                self.channels.prune(LINKS_LIMIT, live);
                 self.out.extend(resend);
             }
             Timer::JoinRetry => self.send_join_request(now),
@@ -336,12 +367,22 @@ impl Node {
     // ---- dispatch --------------------------------------------------------------------------
 
     pub(crate) fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) {
-        if let ChannelMsg::Tree(m) = msg {
-            self.on_tree(now, from, m);
-            return;
-        }
-        if let Phase::Joining { .. } = self.phase {
-            // Sent by a member that applied our admission before the Tree reached us.
+        let version = match &msg {
+            ChannelMsg::Update { version, .. }
+            | ChannelMsg::FindRoot { version, .. }
+            | ChannelMsg::WeightQuery { version } => Some(*version),
+            ChannelMsg::DeleteMin { admit } => Some(admit.version),
+            ChannelMsg::CountRequest(r) => Some(r.version),
+            ChannelMsg::CountResult(r) => Some(r.summary.version),
+            ChannelMsg::CountReply { .. } => None,
+        };
+        let joining = matches!(self.phase, Phase::Joining { .. });
+        if let Some(v) = version
+            && (joining || v > self.membership.version)
+        {
+            // Sent by a member that applied a membership we have not seen yet (a joining node
+            // gets updates from its new neighbours before the Tree from the member that added
+            // it): keep it until we apply that version.
             if self.future.len() < FUTURE_LIMIT {
                 self.future.push((from, msg));
             }
@@ -354,25 +395,8 @@ impl Node {
             self.tell_not_member(from);
             return;
         }
-        let version = match &msg {
-            ChannelMsg::Update { version, .. } | ChannelMsg::FindRoot { version, .. } => {
-                Some(*version)
-            }
-            ChannelMsg::DeleteMin { admit } => Some(admit.version),
-            ChannelMsg::CountRequest(r) => Some(r.version),
-            ChannelMsg::CountResult(r) => Some(r.summary.version),
-            ChannelMsg::CountReply { .. } | ChannelMsg::Tree(_) => None,
-        };
-        if let Some(v) = version {
-            if v > self.membership.version {
-                if self.future.len() < FUTURE_LIMIT {
-                    self.future.push((from, msg));
-                }
-                return;
-            }
-            if v < self.membership.version {
-                return;
-            }
+        if version.is_some_and(|v| v < self.membership.version) {
+            return;
         }
         match msg {
             ChannelMsg::Update { weight, .. } => self.on_update(now, from, weight),
@@ -385,7 +409,7 @@ impl Node {
                 self.on_count_reply(now, from, stamp, counts)
             }
             ChannelMsg::CountResult(r) => self.on_count_result(now, from, r),
-            ChannelMsg::Tree(_) => {}
+            ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::messages::{Admission, ChannelMsg, Weight};
 use crate::node::{Event, Node};
 
 /// QPID state of one node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Qpid {
     /// The pointer towards the root; `Some(self)` at the root; None while re-picking.
     pub parent: Option<NodeId>,
@@ -34,6 +34,8 @@ pub(crate) struct Qpid {
     pub credit: Option<Admission>,
     /// Between a membership change and the moment every neighbour has been heard from.
     pub settling: bool,
+    /// When the current membership was applied.
+    pub settling_since: Time,
 }
 
 impl Default for Qpid {
@@ -46,6 +48,7 @@ impl Default for Qpid {
             pending_find_root: false,
             credit: None,
             settling: false,
+            settling_since: 0,
         }
     }
 }
@@ -116,6 +119,7 @@ impl Node {
         q.pending_find_root = false;
         q.parent = Some(self.membership.next_hop(me, lowest));
         q.settling = true;
+        q.settling_since = now;
         self.wave_send(now);
         self.try_settle(now);
     }
@@ -162,6 +166,34 @@ impl Node {
                 self.send_to(now, parent, ChannelMsg::DeleteMin { admit });
             }
             self.lazy_update(now);
+        }
+    }
+
+    /// A node that has waited long for some neighbours' weights asks them again.
+    pub(crate) fn check_settling(&mut self, now: Time) {
+        let patience = 10 * self.cfg.retransmit_ms;
+        if !self.qpid.settling || now < self.qpid.settling_since + patience {
+            return;
+        }
+        self.qpid.settling_since = now;
+        let version = self.membership.version;
+        let silent: Vec<NodeId> = self
+            .qpid
+            .weights
+            .iter()
+            .filter(|(_, w)| w.is_none())
+            .map(|(n, _)| *n)
+            .collect();
+        for n in silent {
+            self.send_to(now, n, ChannelMsg::WeightQuery { version });
+        }
+    }
+
+    /// A neighbour lost what we told it: tell it again (as soon as the wave allows).
+    pub(crate) fn on_weight_query(&mut self, now: Time, from: NodeId) {
+        if self.qpid.weights.contains_key(&from) {
+            self.qpid.sent.remove(&from);
+            self.wave_send(now);
         }
     }
 

@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use rand::seq::{IndexedRandom, SliceRandom};
 use waitingroom_core::{NodeId, Time};
 
-use crate::messages::{Body, Contact};
+use crate::messages::{Body, Contact, View};
 use crate::node::{Event, Node, Timer};
 
 /// Most indirect probes relayed for others at once.
 const MAX_RELAYS: usize = 256;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Swim {
     order: Vec<NodeId>,
     next: usize,
@@ -24,7 +24,7 @@ pub(crate) struct Swim {
     nonce: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Probe {
     target: Contact,
     nonce: u64,
@@ -71,7 +71,8 @@ impl Node {
             return;
         };
         let nonce = self.swim.next_nonce();
-        self.send_raw(&target, Body::Ping { nonce });
+        let view = self.membership.view();
+        self.send_raw(&target, Body::Ping { nonce, view });
         self.arm(now + self.cfg.probe_timeout_ms, Timer::ProbeTimeout(nonce));
         self.swim.probe = Some(Probe {
             target,
@@ -131,12 +132,17 @@ impl Node {
         }
     }
 
-    pub(crate) fn on_ping(&mut self, _now: Time, from: &Contact, nonce: u64) {
+    pub(crate) fn on_ping(&mut self, _now: Time, from: &Contact, nonce: u64, view: View) {
         let body = Body::PingAck {
             nonce,
             target: self.me.id,
+            view: self.membership.view(),
         };
         self.send_raw(from, body);
+        if view.version > 0 {
+            self.learn_seed(&from.addr);
+        }
+        self.compare_views(from, view);
         if self.is_member() && !self.membership.contains(from.id) {
             let body = Body::NotMember {
                 cluster: self.membership.rank(),
@@ -146,7 +152,17 @@ impl Node {
         }
     }
 
-    pub(crate) fn on_ping_ack(&mut self, _now: Time, nonce: u64, target: NodeId) {
+    pub(crate) fn on_ping_ack(
+        &mut self,
+        _now: Time,
+        from: &Contact,
+        nonce: u64,
+        target: NodeId,
+        view: View,
+    ) {
+        if from.id == target {
+            self.compare_views(from, view);
+        }
         if let Some(p) = self.swim.probe.as_mut()
             && p.nonce == nonce
             && p.target.id == target
@@ -158,6 +174,7 @@ impl Node {
             let body = Body::PingAck {
                 nonce: their_nonce,
                 target,
+                view,
             };
             self.send_raw(&requester, body);
         }
@@ -172,7 +189,8 @@ impl Node {
             self.swim.relays.pop_first();
         }
         self.swim.relays.insert(ours, (from.clone(), nonce));
-        self.send_raw(&target, Body::Ping { nonce: ours });
+        let view = self.membership.view();
+        self.send_raw(&target, Body::Ping { nonce: ours, view });
     }
 
     fn declare_dead(&mut self, now: Time, target: Contact) {
@@ -188,16 +206,26 @@ impl Node {
     /// Pings a former member now and then: if it lives in another cluster (a healed
     /// partition), its answer tells us, and the lesser cluster joins the greater.
     pub(crate) fn probe_a_former(&mut self, _now: Time) {
-        if !self.is_member() || self.formers.is_empty() {
+        if !self.is_member() {
             return;
         }
-        let ids: Vec<NodeId> = self.formers.keys().copied().collect();
-        let Some(&id) = ids.choose(&mut self.rng) else {
-            return;
-        };
-        if let Some(c) = self.formers.get(&id).cloned() {
+        let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
+        let member_addrs: Vec<&String> =
+            self.membership.members.values().map(|c| &c.addr).collect();
+        candidates.extend(
+            self.seed_addrs
+                .iter()
+                .filter(|a| !member_addrs.contains(a) && **a != self.me.addr)
+                .map(|addr| Contact {
+                    id: NodeId(0),
+                    incarnation: 0,
+                    addr: addr.clone(),
+                }),
+        );
+        if let Some(c) = candidates.choose(&mut self.rng).cloned() {
             let nonce = self.swim.next_nonce();
-            self.send_raw(&c, Body::Ping { nonce });
+            let view = self.membership.view();
+            self.send_raw(&c, Body::Ping { nonce, view });
         }
     }
 }

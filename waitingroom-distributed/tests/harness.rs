@@ -162,6 +162,11 @@ impl Net {
             }
         }
         for e in events {
+            if std::env::var("WR_DEBUG").is_ok()
+                && !matches!(e, Event::CountCompleted(_) | Event::Admitted { .. })
+            {
+                eprintln!("t={} node {id}: {e:?}", self.now);
+            }
             if let Event::Admitted {
                 key, decided_at, ..
             } = &e
@@ -335,7 +340,11 @@ impl Crowd {
                         net.with(t.node, |n, now| n.leave(now, &t)).unwrap();
                     }
                 }
-                Err(VisitorError::NotReady) => {}
+                Err(VisitorError::NotReady) => {
+                    if std::env::var("WR_DEBUG").is_ok() {
+                        eprintln!("t={} visitor {i} at {at}: not ready", net.now);
+                    }
+                }
                 Err(e) => panic!("visitor {i}: {e}"),
             }
             self.next_refresh[i] = net.now + 600;

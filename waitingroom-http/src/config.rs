@@ -101,6 +101,10 @@ pub struct Options {
     /// A joining node asks again after this long without an answer, ms. [default: 500]
     #[arg(long, env = "WAITINGROOM_JOIN_RETRY_MS", value_name = "MS")]
     pub join_retry_ms: Option<Time>,
+    /// A joining node that no seed answers for this long starts a cluster of its own (and
+    /// merges with the others once they can talk), ms. [default: 10000]
+    #[arg(long, env = "WAITINGROOM_JOIN_TIMEOUT_MS", value_name = "MS")]
+    pub join_timeout_ms: Option<Time>,
     /// Most neighbours a node gets in the spanning tree (at least 2). [default: 4]
     #[arg(long, env = "WAITINGROOM_MAX_TREE_DEGREE", value_name = "N")]
     pub max_tree_degree: Option<usize>,
@@ -368,6 +372,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         suspect_rounds,
         retransmit_ms,
         join_retry_ms,
+        join_timeout_ms,
         max_tree_degree,
         select_limit,
         watchdog_rounds,
@@ -423,6 +428,7 @@ impl Options {
             suspect_rounds,
             retransmit_ms,
             join_retry_ms,
+            join_timeout_ms,
             max_tree_degree,
             select_limit,
             watchdog_rounds

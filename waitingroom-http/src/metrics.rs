@@ -274,14 +274,15 @@ pub fn message_type(body: &Body) -> &'static str {
     match body {
         Body::Channel { msg, .. } => match msg {
             ChannelMsg::Update { .. } => "update",
+            ChannelMsg::WeightQuery { .. } => "weight_query",
             ChannelMsg::FindRoot { .. } => "find_root",
             ChannelMsg::DeleteMin { .. } => "delete_min",
             ChannelMsg::CountRequest(_) => "count_request",
             ChannelMsg::CountReply { .. } => "count_reply",
-            ChannelMsg::Tree(_) => "tree",
             ChannelMsg::CountResult(_) => "count_result",
         },
         Body::ChannelAck { .. } => "ack",
+        Body::Tree(_) => "tree",
         Body::Ping { .. } => "ping",
         Body::PingAck { .. } => "ping_ack",
         Body::PingReq { .. } => "ping_req",

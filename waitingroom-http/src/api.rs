@@ -197,7 +197,7 @@ fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Res
 }
 
 fn ticket_response(app: &App, a: VisitorAnswer) -> Response {
-    let max_age = app.cfg.settings.ticket_expiry_ms / 1000;
+    let max_age = app.cfg.settings.ticket_expiry_ms.div_ceil(1000);
     let c = cookies::set(
         cookies::TICKET,
         &a.ticket,
@@ -209,7 +209,7 @@ fn ticket_response(app: &App, a: VisitorAnswer) -> Response {
 
 fn pass_response(app: &App, p: PassAnswer) -> Response {
     let secure = app.cfg.cookie_secure;
-    let max_age = app.cfg.settings.pass_expiry_ms / 1000;
+    let max_age = app.cfg.settings.pass_expiry_ms.div_ceil(1000);
     let set = vec![
         cookies::set(cookies::PASS, &p.pass, Some(max_age), secure),
         cookies::clear(cookies::TICKET, secure),
@@ -267,7 +267,7 @@ async fn refresh_pass(
         .ok_or_else(|| ApiError::missing_token("pass"))?;
     let p = app.refresh_pass(token)?;
     let secure = app.cfg.cookie_secure;
-    let max_age = app.cfg.settings.pass_expiry_ms / 1000;
+    let max_age = app.cfg.settings.pass_expiry_ms.div_ceil(1000);
     let c = cookies::set(cookies::PASS, &p.pass, Some(max_age), secure);
     Ok(with_cookies(p, vec![c]))
 }

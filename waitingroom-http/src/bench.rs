@@ -17,6 +17,10 @@ pub struct BenchArgs {
     /// Base URL of the node.
     #[arg(long)]
     url: String,
+    /// Join at this node instead (then every check-in at --url is forwarded to it: measures
+    /// the any-node-serves-any-visitor path).
+    #[arg(long)]
+    join_url: Option<String>,
     /// Concurrent visitors (one connection each).
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
@@ -66,9 +70,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         .tcp_nodelay(true)
         .timeout(Duration::from_secs(10))
         .build()?;
+    let join_url = args
+        .join_url
+        .as_deref()
+        .map_or_else(|| url.clone(), |u| u.trim_end_matches('/').to_owned());
     let mut tickets = Vec::with_capacity(args.concurrency);
     for _ in 0..args.concurrency {
-        tickets.push(join(&client, &url).await.context("join failed")?);
+        tickets.push(join(&client, &join_url).await.context("join failed")?);
     }
     eprintln!(
         "{} visitors joined; checking in for {} s",

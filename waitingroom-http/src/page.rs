@@ -161,7 +161,7 @@ pub async fn waiting_page(
     match answer {
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket).await {
             Ok(p) => {
-                let max_age = app.cfg.settings.pass_expiry_ms / 1000;
+                let max_age = app.cfg.settings.pass_expiry_ms.div_ceil(1000);
                 let set = vec![
                     cookies::set(cookies::PASS, &p.pass, Some(max_age), secure),
                     cookies::clear(cookies::TICKET, secure),
@@ -176,7 +176,7 @@ pub async fn waiting_page(
 }
 
 fn queued_page(app: &App, a: &VisitorAnswer) -> Response {
-    let max_age = app.cfg.settings.ticket_expiry_ms / 1000;
+    let max_age = app.cfg.settings.ticket_expiry_ms.div_ceil(1000);
     let set = vec![cookies::set(
         cookies::TICKET,
         &a.ticket,

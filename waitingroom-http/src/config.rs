@@ -21,19 +21,19 @@ use waitingroom_distributed::{AdmissionMode, NodeConfig};
 pub struct Options {
     // ---- network and identity ----
     /// Address to listen on for visitors and peers. Port 0 picks a free port (the chosen
-    /// address is printed on stdout as `listening on http://ADDR`). [default: 127.0.0.1:8080]
+    /// address is printed on stdout as `listening on http://ADDR`). (default: 127.0.0.1:8080)
     #[arg(long, env = "WAITINGROOM_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Base URL other nodes use to reach this one. Required when listening on 0.0.0.0 or ::.
-    /// [default: http://<listen address>]
+    /// (default: http:// + the listen address)
     #[arg(long, env = "WAITINGROOM_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
-    /// This node's id, unique in the cluster and never 0. [default: derived from the
-    /// advertised URL]
+    /// This node's id, unique in the cluster and never 0. (default: derived from the
+    /// advertised URL)
     #[arg(long, env = "WAITINGROOM_NODE_ID", value_name = "ID")]
     pub node_id: Option<u64>,
     /// Base URLs of cluster members to join through (comma-separated). Empty: start a new
-    /// cluster. [default: empty]
+    /// cluster. (default: empty)
     #[arg(
         long,
         env = "WAITINGROOM_PEERS",
@@ -45,139 +45,139 @@ pub struct Options {
     /// every node of a cluster uses the same key. Required.
     #[arg(long, env = "WAITINGROOM_KEY_FILE", value_name = "PATH")]
     pub key_file: Option<PathBuf>,
-    /// Where admitted visitors are sent: the protected site. [default: /]
+    /// Where admitted visitors are sent: the protected site. (default: /)
     #[arg(long, env = "WAITINGROOM_ORIGIN_URL", value_name = "URL")]
     pub origin_url: Option<String>,
 
     // ---- waiting room ----
-    /// How many visitors may be on the site at once; "unlimited" for no limit. [default: 100]
+    /// How many visitors may be on the site at once; "unlimited" for no limit. (default: 100)
     #[arg(long, env = "WAITINGROOM_TARGET_ON_SITE", value_name = "N|unlimited", value_parser = parse_target)]
     #[serde(default, deserialize_with = "de_target")]
     pub target_on_site: Option<u64>,
-    /// How often a waiting visitor's client checks in, ms. [default: 2000]
+    /// How often a waiting visitor's client checks in, ms. (default: 2000)
     #[arg(long, env = "WAITINGROOM_REFRESH_INTERVAL_MS", value_name = "MS")]
     pub refresh_interval_ms: Option<Time>,
     /// A ticket not refreshed for this long is refused and its place dropped, ms; must exceed
-    /// refresh_interval_ms. [default: 30000]
+    /// refresh_interval_ms. (default: 30000)
     #[arg(long, env = "WAITINGROOM_TICKET_EXPIRY_MS", value_name = "MS")]
     pub ticket_expiry_ms: Option<Time>,
     /// How long a pass stays valid without a refresh, ms; 0: passes expire at once (nobody
-    /// counts as on the site). [default: 600000]
+    /// counts as on the site). (default: 600000)
     #[arg(long, env = "WAITINGROOM_PASS_EXPIRY_MS", value_name = "MS")]
     pub pass_expiry_ms: Option<Time>,
-    /// How often visitors are let out of the queue, ms; the same on every node. [default: 1000]
+    /// How often visitors are let out of the queue, ms; the same on every node. (default: 1000)
     #[arg(long, env = "WAITINGROOM_EVICTION_INTERVAL_MS", value_name = "MS")]
     pub eviction_interval_ms: Option<Time>,
-    /// How often expired tickets and passes are swept, ms. [default: 1000]
+    /// How often expired tickets and passes are swept, ms. (default: 1000)
     #[arg(long, env = "WAITINGROOM_CLEANUP_INTERVAL_MS", value_name = "MS")]
     pub cleanup_interval_ms: Option<Time>,
     /// Admit a joining visitor at once while the site has room and nobody waits (false: queue
-    /// everyone, as in the thesis). [default: true]
+    /// everyone, as in the thesis). (default: true)
     #[arg(long, env = "WAITINGROOM_ADMIT_STRAIGHT_THROUGH", value_name = "BOOL")]
     pub admit_straight_through: Option<bool>,
 
     // ---- protocol ----
     /// How the root lets visitors out: range (one message per tree edge per round), batched
     /// (QPID deleteMin in batches) or sequential (one at a time, as in the thesis).
-    /// [default: range]
+    /// (default: range)
     #[arg(long, env = "WAITINGROOM_ADMISSION", value_name = "MODE")]
     pub admission: Option<Admission>,
-    /// SWIM: how often one member is probed, ms. [default: 500]
+    /// SWIM: how often one member is probed, ms. (default: 500)
     #[arg(long, env = "WAITINGROOM_PROBE_INTERVAL_MS", value_name = "MS")]
     pub probe_interval_ms: Option<Time>,
     /// SWIM: how long to wait for a probe answer before asking others, ms; below
-    /// probe_interval_ms. [default: 200]
+    /// probe_interval_ms. (default: 200)
     #[arg(long, env = "WAITINGROOM_PROBE_TIMEOUT_MS", value_name = "MS")]
     pub probe_timeout_ms: Option<Time>,
-    /// SWIM: members asked to probe indirectly. [default: 3]
+    /// SWIM: members asked to probe indirectly. (default: 3)
     #[arg(long, env = "WAITINGROOM_INDIRECT_PROBES", value_name = "N")]
     pub indirect_probes: Option<usize>,
-    /// SWIM: extra failed probe rounds before a member is declared dead. [default: 1]
+    /// SWIM: extra failed probe rounds before a member is declared dead. (default: 1)
     #[arg(long, env = "WAITINGROOM_SUSPECT_ROUNDS", value_name = "N")]
     pub suspect_rounds: Option<u32>,
-    /// Resend an unacknowledged protocol message after this long, ms. [default: 100]
+    /// Resend an unacknowledged protocol message after this long, ms. (default: 100)
     #[arg(long, env = "WAITINGROOM_RETRANSMIT_MS", value_name = "MS")]
     pub retransmit_ms: Option<Time>,
-    /// A joining node asks again after this long without an answer, ms. [default: 500]
+    /// A joining node asks again after this long without an answer, ms. (default: 500)
     #[arg(long, env = "WAITINGROOM_JOIN_RETRY_MS", value_name = "MS")]
     pub join_retry_ms: Option<Time>,
     /// A joining node that no seed answers for this long starts a cluster of its own (and
-    /// merges with the others once they can talk), ms. [default: 10000]
+    /// merges with the others once they can talk), ms. (default: 10000)
     #[arg(long, env = "WAITINGROOM_JOIN_TIMEOUT_MS", value_name = "MS")]
     pub join_timeout_ms: Option<Time>,
-    /// Most neighbours a node gets in the spanning tree (at least 2). [default: 4]
+    /// Most neighbours a node gets in the spanning tree (at least 2). (default: 4)
     #[arg(long, env = "WAITINGROOM_MAX_TREE_DEGREE", value_name = "N")]
     pub max_tree_degree: Option<usize>,
     /// Range admission: most keys per count reply and per round when places are limited.
-    /// [default: 1024]
+    /// (default: 1024)
     #[arg(long, env = "WAITINGROOM_SELECT_LIMIT", value_name = "N")]
     pub select_limit: Option<u32>,
     /// Rebuild the tree after this many eviction intervals without a count while visitors
-    /// wait (a safety net; at least 2). [default: 10]
+    /// wait (a safety net; at least 2). (default: 10)
     #[arg(long, env = "WAITINGROOM_WATCHDOG_ROUNDS", value_name = "N")]
     pub watchdog_rounds: Option<u32>,
 
     // ---- transport and limits ----
-    /// Largest request body on visitor routes, bytes. [default: 16384]
+    /// Largest request body on visitor routes, bytes. (default: 16384)
     #[arg(long, env = "WAITINGROOM_VISITOR_BODY_LIMIT", value_name = "BYTES")]
     pub visitor_body_limit: Option<usize>,
-    /// Largest request body on peer routes, bytes. [default: 8388608]
+    /// Largest request body on peer routes, bytes. (default: 8388608)
     #[arg(long, env = "WAITINGROOM_PEER_BODY_LIMIT", value_name = "BYTES")]
     pub peer_body_limit: Option<usize>,
     /// Most protocol messages queued for one peer; beyond it the oldest are dropped (the
-    /// protocol resends what matters). [default: 20000]
+    /// protocol resends what matters). (default: 20000)
     #[arg(long, env = "WAITINGROOM_PEER_QUEUE_LIMIT", value_name = "N")]
     pub peer_queue_limit: Option<usize>,
-    /// Most protocol messages in one peer request. [default: 1024]
+    /// Most protocol messages in one peer request. (default: 1024)
     #[arg(long, env = "WAITINGROOM_PEER_BATCH_LIMIT", value_name = "N")]
     pub peer_batch_limit: Option<usize>,
-    /// Timeout of one peer request, ms. [default: 2000]
+    /// Timeout of one peer request, ms. (default: 2000)
     #[arg(long, env = "WAITINGROOM_PEER_TIMEOUT_MS", value_name = "MS")]
     pub peer_timeout_ms: Option<u64>,
     /// Timeout of a visitor request forwarded to the node holding the ticket; past it the
-    /// visitor is re-queued here under their original join time, ms. [default: 1000]
+    /// visitor is re-queued here under their original join time, ms. (default: 1000)
     #[arg(long, env = "WAITINGROOM_FORWARD_TIMEOUT_MS", value_name = "MS")]
     pub forward_timeout_ms: Option<u64>,
     /// On SIGTERM, how long to keep delivering the farewell before exiting, ms.
-    /// [default: 2000]
+    /// (default: 2000)
     #[arg(long, env = "WAITINGROOM_SHUTDOWN_GRACE_MS", value_name = "MS")]
     pub shutdown_grace_ms: Option<u64>,
     /// Joins allowed per client per second (burst: the same number); 0 = no limit. The client
-    /// is the peer IP, or the client_ip_header when set. [default: 0]
+    /// is the peer IP, or the client_ip_header when set. (default: 0)
     #[arg(long, env = "WAITINGROOM_JOIN_RATE_LIMIT", value_name = "N")]
     pub join_rate_limit: Option<u32>,
     /// Header the load balancer sets to the client's address (e.g. x-forwarded-for; its first
-    /// entry is used). Only set it behind a balancer that overwrites it. [default: none]
+    /// entry is used). Only set it behind a balancer that overwrites it. (default: none)
     #[arg(long, env = "WAITINGROOM_CLIENT_IP_HEADER", value_name = "NAME")]
     pub client_ip_header: Option<String>,
-    /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). [default: false]
+    /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). (default: false)
     #[arg(long, env = "WAITINGROOM_COOKIE_SECURE", value_name = "BOOL")]
     pub cookie_secure: Option<bool>,
 
     // ---- logs and page ----
-    /// Log format: text or json. [default: text]
+    /// Log format: text or json. (default: text)
     #[arg(long, env = "WAITINGROOM_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
-    /// Log filter, tracing-subscriber syntax (e.g. info, waitingroom=debug). [default: info]
+    /// Log filter, tracing-subscriber syntax (e.g. info, waitingroom=debug). (default: info)
     #[arg(long, env = "WAITINGROOM_LOG_LEVEL", value_name = "FILTER")]
     pub log_level: Option<String>,
-    /// Waiting page: title and heading. [default: "You are in the queue"]
+    /// Waiting page: title and heading. (default: "You are in the queue")
     #[arg(long, env = "WAITINGROOM_PAGE_TITLE", value_name = "TEXT")]
     pub page_title: Option<String>,
-    /// Waiting page: the explanation under the heading. [default: a short explanation]
+    /// Waiting page: the explanation under the heading. (default: a short explanation)
     #[arg(long, env = "WAITINGROOM_PAGE_TEXT", value_name = "TEXT")]
     pub page_text: Option<String>,
-    /// Waiting page: background colour (CSS colour). [default: #f7f7f2]
+    /// Waiting page: background colour (CSS colour). (default: #f7f7f2)
     #[arg(long, env = "WAITINGROOM_PAGE_BACKGROUND", value_name = "COLOUR")]
     pub page_background: Option<String>,
-    /// Waiting page: text colour (CSS colour). [default: #1d1d1b]
+    /// Waiting page: text colour (CSS colour). (default: #1d1d1b)
     #[arg(long, env = "WAITINGROOM_PAGE_FOREGROUND", value_name = "COLOUR")]
     pub page_foreground: Option<String>,
-    /// Waiting page: accent colour for the position and the progress bar. [default: #0b5cad]
+    /// Waiting page: accent colour for the position and the progress bar. (default: #0b5cad)
     #[arg(long, env = "WAITINGROOM_PAGE_ACCENT", value_name = "COLOUR")]
     pub page_accent: Option<String>,
     /// A whole HTML template for the waiting page, with {{placeholders}} (see the README).
-    /// [default: the built-in page]
+    /// (default: the built-in page)
     #[arg(long, env = "WAITINGROOM_PAGE_TEMPLATE", value_name = "PATH")]
     pub page_template: Option<PathBuf>,
 }

@@ -41,6 +41,15 @@ impl Node {
             self.tag.budget -= 1;
         }
         let answer = self.room.join_as(now, straight_through);
+        if straight_through {
+            self.admitted_total += 1;
+            let key = answer.ticket.key_on(self.me.id);
+            self.emit(crate::node::Event::Admitted {
+                key,
+                at: now,
+                decided_at: now,
+            });
+        }
         self.local_queue_changed(now);
         Ok(self.with_cluster_position(answer, None))
     }
@@ -84,6 +93,15 @@ impl Node {
     /// Whether `pass` is valid at `now`.
     pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
         Ok(self.room.validate_pass(now, pass)?)
+    }
+
+    /// The transport could not deliver to `addr` (connection refused, timeout): probe that
+    /// member next instead of waiting for its turn in the round-robin order.
+    pub fn report_unreachable(&mut self, addr: &str) {
+        if let Some(c) = self.membership.members.values().find(|c| c.addr == addr) {
+            let id = c.id;
+            self.swim.prioritise(id);
+        }
     }
 
     /// The live member that holds `ticket`, when it is not this node.

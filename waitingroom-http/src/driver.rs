@@ -59,8 +59,12 @@ impl Driver {
     pub fn with<R>(&self, f: impl FnOnce(&mut Node, Time) -> R) -> R {
         let mut out: Vec<Transmit> = Vec::new();
         let mut events: Vec<Event> = Vec::new();
+        let unreachable = self.transport.take_unreachable();
         let r = {
             let mut node = self.lock();
+            for addr in &unreachable {
+                node.report_unreachable(addr);
+            }
             let r = f(&mut node, now_ms());
             while let Some(t) = node.poll_transmit() {
                 out.push(t);

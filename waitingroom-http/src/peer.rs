@@ -54,6 +54,9 @@ pub struct Transport {
     limits: Limits,
     metrics: Arc<Metrics>,
     peers: Mutex<HashMap<String, Arc<PeerQueue>>>,
+    /// Peers a request failed to reach since the node last heard of it; the driver tells the
+    /// node, which probes them first.
+    unreachable: Mutex<Vec<String>>,
 }
 
 /// A forwarded request got no usable answer.
@@ -75,6 +78,7 @@ impl Transport {
             limits,
             metrics,
             peers: Mutex::new(HashMap::new()),
+            unreachable: Mutex::new(Vec::new()),
         }
     }
 
@@ -153,6 +157,7 @@ impl Transport {
                     }
                 }
                 Err(e) => {
+                    self.report_unreachable(&addr);
                     self.metrics.peer_failures.inc();
                     self.metrics.peer_dropped.inc_by(batch.len() as u64);
                     tracing::debug!(peer = %addr, error = %e, dropped = batch.len(), "peer delivery failed");
@@ -161,6 +166,27 @@ impl Transport {
                 }
             }
         }
+    }
+
+    /// Notes that `addr` did not answer.
+    pub fn report_unreachable(&self, addr: &str) {
+        let mut u = self
+            .unreachable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !u.iter().any(|a| a == addr) {
+            u.push(addr.to_string());
+        }
+    }
+
+    /// The peers that did not answer since the last call.
+    pub fn take_unreachable(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .unreachable
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     async fn post_batch(&self, url: &str, batch: &[Envelope]) -> Result<(), Unreachable> {

@@ -150,6 +150,7 @@ impl App {
                         // The thesis' re-queue: the visitor keeps their place (original join
                         // time) here; SWIM will remove the silent node.
                         Metrics::count(&self.metrics.forwards, "unreachable");
+                        self.transport.report_unreachable(&owner.addr);
                         self.metrics.requeues.inc();
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
                             "owner unreachable: re-queueing the visitor here");
@@ -193,6 +194,7 @@ impl App {
                     Err(e) => {
                         // Same as a check-in: the signed ticket says whether they were let out.
                         Metrics::count(&self.metrics.forwards, "unreachable");
+                        self.transport.report_unreachable(&owner.addr);
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
                             "owner unreachable: serving the leave here");
                         self.driver

@@ -22,6 +22,8 @@ pub(crate) struct Swim {
     /// Our nonce of a ping we sent for someone else → (requester, their nonce).
     relays: BTreeMap<u64, (Contact, u64)>,
     nonce: u64,
+    /// A member the transport failed to reach: probed before the round-robin order goes on.
+    urgent: Option<NodeId>,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +41,11 @@ impl Swim {
 
     pub fn forget(&mut self, id: NodeId) {
         self.strikes.remove(&id);
+    }
+
+    /// Probes `id` next.
+    pub fn prioritise(&mut self, id: NodeId) {
+        self.urgent = Some(id);
     }
 }
 
@@ -82,6 +89,15 @@ impl Node {
     }
 
     fn next_probe_target(&mut self) -> Option<Contact> {
+        if let Some(c) = self
+            .swim
+            .urgent
+            .take()
+            .and_then(|id| self.membership.members.get(&id))
+            .filter(|c| c.id != self.me.id)
+        {
+            return Some(c.clone());
+        }
         for _ in 0..2 {
             while self.swim.next < self.swim.order.len() {
                 let id = self.swim.order[self.swim.next];

@@ -340,7 +340,12 @@ impl Node {
         self.tag.summary = Some(r.summary);
     }
 
-    /// Estimated number of visitors ahead of `key` in the whole cluster.
+    /// Estimated number of visitors ahead of `key` in the whole cluster: exactly those queued
+    /// here, plus the other nodes' share of the last count's histogram (less their share of
+    /// that round's admissions), plus, for the part of the queue that joined after the last
+    /// count, as many again per other member as joined here (balancers spread visitors evenly).
+    /// The part after the count errs high rather than low: the visitor is never shown a larger
+    /// number later, so an estimate that starts low would stay wrong.
     pub(crate) fn visitors_ahead(&self, key: &waitingroom_core::QueueKey) -> u64 {
         let local = self.room.rank(key);
         let Some(s) = &self.tag.summary else {
@@ -349,7 +354,8 @@ impl Node {
         let Some((_, own)) = self.tag.own_below.iter().find(|(st, _)| *st == s.stamp) else {
             return local;
         };
-        let t = key.join_time;
+        let cutoff = s.stamp.time;
+        let t = key.join_time.min(cutoff);
         let global = interpolate(&s.bounds, &s.below, t);
         let mine = interpolate(&s.bounds, own, t).min(global);
         let others = global - mine;
@@ -359,7 +365,9 @@ impl Node {
         } else {
             (u128::from(s.admitted.min(global)) * u128::from(others) / u128::from(global)) as u64
         };
-        local + others.saturating_sub(others_gone)
+        let recent_here = local.saturating_sub(self.room.queued_before(cutoff));
+        let other_members = (self.membership.members.len() as u64).saturating_sub(1);
+        local + others.saturating_sub(others_gone) + recent_here * other_members
     }
 }
 

@@ -41,8 +41,17 @@ impl Node {
             self.tag.budget -= 1;
         }
         let answer = self.room.join_as(now, straight_through);
+        if straight_through {
+            self.admitted_total += 1;
+            let key = answer.ticket.key_on(self.me.id);
+            self.emit(crate::node::Event::Admitted {
+                key,
+                at: now,
+                decided_at: now,
+            });
+        }
         self.local_queue_changed(now);
-        Ok(self.with_cluster_position(answer, None))
+        Ok(self.with_cluster_position(now, answer, None))
     }
 
     /// A visitor checks in. Answers [`VisitorError::Elsewhere`] when another live member holds
@@ -60,7 +69,7 @@ impl Node {
         let shown = ticket.previous_position;
         let answer = self.room.check_in(now, ticket)?;
         self.local_queue_changed(now);
-        Ok(self.with_cluster_position(answer, shown))
+        Ok(self.with_cluster_position(now, answer, shown))
     }
 
     /// An admitted visitor exchanges their ticket for a pass.
@@ -84,6 +93,15 @@ impl Node {
     /// Whether `pass` is valid at `now`.
     pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
         Ok(self.room.validate_pass(now, pass)?)
+    }
+
+    /// The transport could not deliver to `addr` (connection refused, timeout): probe that
+    /// member next instead of waiting for its turn in the round-robin order.
+    pub fn report_unreachable(&mut self, addr: &str) {
+        if let Some(c) = self.membership.members.values().find(|c| c.addr == addr) {
+            let id = c.id;
+            self.swim.prioritise(id);
+        }
     }
 
     /// The live member that holds `ticket`, when it is not this node.
@@ -111,7 +129,7 @@ impl Node {
 
     /// Replaces the engine's local position by the cluster-wide estimate (never above what the
     /// visitor was shown before) and the ETA by one from the cluster's admission rate.
-    fn with_cluster_position(&self, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
+    fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
         if let CheckInStatus::Queued { .. } = answer.status {
             let key = answer.ticket.key_on(self.me.id);
             let estimate = self.visitors_ahead(&key) + 1;
@@ -124,7 +142,26 @@ impl Node {
                 .as_ref()
                 .filter(|s| s.rate_milli_per_s > 0)
                 .map(|s| position.saturating_mul(1_000_000) / s.rate_milli_per_s);
+            if let Some(soon) = self.refresh_soon(now, &answer.ticket, position) {
+                answer.ticket.next_refresh = answer.ticket.next_refresh.min(soon);
+            }
         }
         answer
+    }
+
+    /// A visitor likely to be let out at the next eviction is told to check in right after it
+    /// rather than a whole refresh interval later: admission reaches them sooner, and the rest of
+    /// the queue keeps its slow pace. The delay after the boundary leaves the count time to
+    /// finish, spread by ticket id so such check-ins do not all arrive at once.
+    fn refresh_soon(&self, now: Time, ticket: &Ticket, position: u64) -> Option<Time> {
+        let s = self.tag.summary.as_ref()?;
+        let everyone = self.cfg.settings.is_unlimited();
+        if !everyone && position > s.admitted.max(1) {
+            return None;
+        }
+        let interval = self.cfg.settings.eviction_interval_ms;
+        let spread = (interval / 4).max(1);
+        let boundary = crate::node::next_boundary(now, interval);
+        Some(boundary + spread + ticket.id.0 % spread)
     }
 }

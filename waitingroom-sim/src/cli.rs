@@ -179,6 +179,10 @@ struct Scenario {
     /// Largest extra delay of a reordered message.
     #[arg(long, default_value_t = 50)]
     reorder_ms: Time,
+    /// Messages to a crashed node fail like refused connections: the sender's transport
+    /// reports the peer unreachable (as the HTTP transport does).
+    #[arg(long)]
+    refused_connections: bool,
     /// Latency between nodes: `15` (fixed), `10-20` (uniform) or `pareto:MIN:ALPHA[:MAX]`.
     #[arg(long, default_value = "10-20")]
     latency: Latency,
@@ -274,6 +278,7 @@ impl Scenario {
             dup: self.dup,
             reorder: self.reorder,
             reorder_ms: self.reorder_ms,
+            refused_connections: self.refused_connections,
             churn: self.churn,
             restarts: self.restarts,
             partitions: self.partitions,
@@ -885,6 +890,7 @@ mod tests {
             "batched",
             "--partition-kind",
             "split",
+            "--refused-connections",
         ])
         .unwrap();
         let Command::Run(cmd) = cli.command else {

@@ -348,6 +348,9 @@ pub struct RunConfig {
     pub reorder: f64,
     /// Largest extra delay of a reordered message.
     pub reorder_ms: Time,
+    /// A message to a crashed node fails like a refused connection: when it would have
+    /// arrived, the sender's transport reports the peer unreachable.
+    pub refused_connections: bool,
 
     /// Crashes and node additions, each this many, at random times in the arrival window.
     pub churn: u32,
@@ -404,6 +407,7 @@ impl Default for RunConfig {
             dup: 0.0,
             reorder: 0.0,
             reorder_ms: 50,
+            refused_connections: false,
             churn: 0,
             restarts: 0,
             partitions: 0,
@@ -571,6 +575,7 @@ impl RunConfig {
             self.reorder_ms != d.reorder_ms,
             format!("--reorder-ms {}", self.reorder_ms),
         );
+        opt(self.refused_connections, "--refused-connections".into());
         opt(
             self.restarts != d.restarts,
             format!("--restarts {}", self.restarts),

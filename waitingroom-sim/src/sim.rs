@@ -43,6 +43,11 @@ pub trait Room {
     fn leave(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
     /// Visitor `v` on the site refreshes their pass; returns its new expiry, None if refused.
     fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
+    /// When the waiting room asked visitor `v` to check in next, if it said (a real client
+    /// follows the ticket's `next_refresh`); None means one refresh interval from now.
+    fn next_check_in(&self, _v: u32) -> Option<Time> {
+        None
+    }
     /// An event of the room's own (messages, timers, disturbances, ticks).
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev);
     /// Adds the room's own measurements to the report.
@@ -257,7 +262,11 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
 
 fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
     match reply {
-        Reply::Queued | Reply::Unavailable => schedule_check_in(ctx, v),
+        Reply::Queued => {
+            let asked = room.next_check_in(v);
+            schedule_check_in(ctx, v, asked);
+        }
+        Reply::Unavailable => schedule_check_in(ctx, v, None),
         Reply::Admitted => {
             if !ctx.ledger.is_admitted(v) {
                 // Let in without an admission event (straight through): decided right now.
@@ -269,7 +278,7 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
             match room.leave(ctx, v) {
                 Some(expires) => enter_site(ctx, v, expires),
                 // Could not leave right now (the node just went away): try again soon.
-                None => schedule_check_in(ctx, v),
+                None => schedule_check_in(ctx, v, None),
             }
         }
         Reply::Refused => {
@@ -279,8 +288,16 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
     }
 }
 
-fn schedule_check_in(ctx: &mut Ctx, v: u32) {
-    let at = Visitors::next_check_in(ctx.now, ctx.cfg.refresh_ms, ctx.cfg.jitter_ms, &mut ctx.rng);
+/// Schedules the visitor's next check-in: when the waiting room asked (`asked`, if in the
+/// future), else one refresh interval from now; late by up to the jitter either way.
+fn schedule_check_in(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
+    let at = Visitors::next_check_in(
+        ctx.now,
+        asked,
+        ctx.cfg.refresh_ms,
+        ctx.cfg.jitter_ms,
+        &mut ctx.rng,
+    );
     ctx.sched.at(at, Ev::Visitor(v));
 }
 

@@ -112,15 +112,23 @@ impl Visitors {
         self.arrival.is_empty()
     }
 
-    /// When a visitor asked to come back after `refresh` shows up: a little late, by up to
-    /// `jitter` (uniform), as real clients and browsers are.
-    pub fn next_check_in(now: Time, refresh: Time, jitter: Time, rng: &mut ChaCha8Rng) -> Time {
+    /// When a visitor shows up next: at the time they were `asked` to if it is in the future,
+    /// else after `refresh`; a little late either way, by up to `jitter` (uniform), as real
+    /// clients and browsers are.
+    pub fn next_check_in(
+        now: Time,
+        asked: Option<Time>,
+        refresh: Time,
+        jitter: Time,
+        rng: &mut ChaCha8Rng,
+    ) -> Time {
         let late = if jitter > 0 {
             rng.random_range(0..=jitter)
         } else {
             0
         };
-        now + refresh.max(1) + late
+        let due = asked.filter(|&t| t > now).unwrap_or(now + refresh.max(1));
+        due + late
     }
 }
 

@@ -467,6 +467,17 @@ impl QpidRoom {
         }
         let Some(node) = self.slots[to].node.as_mut() else {
             self.net.stats.to_dead += 1;
+            if self.cfg.refused_connections
+                && let Some(f) = from
+                && let Some(sender) = self.slots[f].node.as_mut()
+            {
+                // Like a refused connection: the sender's transport learns the peer is down.
+                ctx.trace
+                    .note(ctx.now, "refused", &[f as u64 + 1, to as u64 + 1]);
+                sender.report_unreachable(&t.to_addr);
+                self.drain(ctx, f);
+                self.check(ctx);
+            }
             return;
         };
         node.handle_message(ctx.now, t.envelope);
@@ -864,6 +875,10 @@ impl Room for QpidRoom {
                 None
             }
         }
+    }
+
+    fn next_check_in(&self, v: u32) -> Option<Time> {
+        self.tickets[v as usize].as_ref().map(|t| t.next_refresh)
     }
 
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {

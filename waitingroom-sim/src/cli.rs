@@ -554,8 +554,8 @@ fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
     let rows = sweep::preset_rows(preset, &base);
     let jobs = jobs(cmd.jobs);
     eprintln!(
-        "sweep {:?}: {} configurations × {} seeds on {jobs} threads",
-        preset,
+        "sweep {}: {} configurations × {} seeds on {jobs} threads",
+        format!("{preset:?}").to_lowercase(),
         rows.len(),
         cmd.seeds
     );

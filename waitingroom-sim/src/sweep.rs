@@ -2,7 +2,7 @@
 //! strategies side by side. Seeds run in parallel on `std::thread`s; results are collected in
 //! run order, so the output does not depend on the number of threads.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -205,26 +205,34 @@ pub fn run_all(configs: &[RunConfig], jobs: usize, progress: bool) -> Vec<RunRep
         drop(tx);
         let mut done = 0usize;
         let mut last_print = Instant::now() - Duration::from_secs(1);
+        // On a terminal one line updated in place; in a log, a line per tenth.
+        let terminal = std::io::stderr().is_terminal();
+        let tenth = configs.len().div_ceil(10).max(1);
         for (i, report) in rx {
             out[i] = Some(report);
             done += 1;
-            if progress
-                && (last_print.elapsed() >= Duration::from_millis(200) || done == configs.len())
-            {
+            let due = if terminal {
+                last_print.elapsed() >= Duration::from_millis(200) || done == configs.len()
+            } else {
+                done % tenth == 0 || done == configs.len()
+            };
+            if progress && due {
                 last_print = Instant::now();
                 let mut err = std::io::stderr().lock();
                 let _ = write!(
                     err,
-                    "\r{done}/{} runs ({:.0}%), {:.1} s",
+                    "{}{done}/{} runs ({:.0}%), {:.1} s{}",
+                    if terminal { "\r" } else { "" },
                     configs.len(),
                     100.0 * done as f64 / configs.len() as f64,
-                    started.elapsed().as_secs_f64()
+                    started.elapsed().as_secs_f64(),
+                    if terminal { "" } else { "\n" }
                 );
                 let _ = err.flush();
             }
         }
     });
-    if progress && !configs.is_empty() {
+    if progress && !configs.is_empty() && std::io::stderr().is_terminal() {
         eprintln!();
     }
     out.into_iter().flatten().collect()

@@ -23,6 +23,7 @@ pub mod config;
 pub mod disturbances;
 pub mod metrics;
 pub mod network;
+pub mod output;
 pub mod scheduler;
 pub mod seeds;
 pub mod sim;

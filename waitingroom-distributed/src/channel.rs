@@ -226,7 +226,7 @@ mod tests {
         Contact {
             id: NodeId(id),
             incarnation: inc,
-            addr: format!("n{id}"),
+            addr: format!("n{id}").into(),
         }
     }
 

@@ -317,7 +317,7 @@ mod tests {
         Contact {
             id: NodeId(id),
             incarnation: 1,
-            addr: format!("n{id}"),
+            addr: format!("n{id}").into(),
         }
     }
 

@@ -25,7 +25,7 @@ use crate::tag::Tag;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     /// The transport address of the receiver.
-    pub to_addr: String,
+    pub to_addr: std::sync::Arc<str>,
     /// The message.
     pub envelope: Envelope,
 }
@@ -104,6 +104,8 @@ pub struct Node {
     pub(crate) room: WaitingRoom,
     pub(crate) phase: Phase,
     pub(crate) membership: Membership,
+    /// `membership.view()`, kept because every probe carries it.
+    pub(crate) view: crate::messages::View,
     pub(crate) qpid: Qpid,
     pub(crate) tag: Tag,
     pub(crate) swim: Swim,
@@ -137,7 +139,7 @@ impl Node {
         let me = Contact {
             id: cfg.id,
             incarnation: cfg.incarnation,
-            addr: cfg.addr.clone(),
+            addr: cfg.addr.as_str().into(),
         };
         Ok(Node {
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
@@ -145,6 +147,7 @@ impl Node {
             room,
             phase: Phase::Idle,
             membership: Membership::default(),
+            view: Membership::default().view(),
             qpid: Qpid::default(),
             tag: Tag::default(),
             swim: Swim::default(),
@@ -281,7 +284,7 @@ impl Node {
                 target,
                 view,
             } => self.on_ping_ack(now, &from, nonce, target, view),
-            Body::Tree(m) => self.on_tree(now, from.id, m),
+            Body::Tree(m) => self.on_tree(now, from.id, *m),
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),
             Body::NotMember { cluster, version } => {
@@ -373,8 +376,8 @@ impl Node {
             | ChannelMsg::WeightQuery { version } => Some(*version),
             ChannelMsg::DeleteMin { admit } => Some(admit.version),
             ChannelMsg::CountRequest(r) => Some(r.version),
-            ChannelMsg::CountResult(r) => Some(r.summary.version),
-            ChannelMsg::CountReply { .. } => None,
+            // A result is a decision already taken: it applies whatever changed since.
+            ChannelMsg::CountResult(_) | ChannelMsg::CountReply { .. } => None,
         };
         let joining = matches!(self.phase, Phase::Joining { .. });
         if let Some(v) = version
@@ -406,9 +409,9 @@ impl Node {
             ChannelMsg::DeleteMin { admit } => self.on_delete_min(now, admit),
             ChannelMsg::CountRequest(r) => self.on_count_request(now, from, r),
             ChannelMsg::CountReply { stamp, counts } => {
-                self.on_count_reply(now, from, stamp, counts)
+                self.on_count_reply(now, from, stamp, counts.map(|c| *c))
             }
-            ChannelMsg::CountResult(r) => self.on_count_result(now, from, r),
+            ChannelMsg::CountResult(r) => self.on_count_result(now, from, *r),
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
         }
     }
@@ -518,7 +521,7 @@ impl Node {
         NodeStatus {
             id: self.me.id,
             incarnation: self.me.incarnation,
-            addr: self.me.addr.clone(),
+            addr: self.me.addr.to_string(),
             phase: self.phase.clone(),
             version: self.membership.version,
             members: self.membership.members.values().cloned().collect(),

@@ -78,7 +78,7 @@ impl Node {
             return;
         };
         let nonce = self.swim.next_nonce();
-        let view = self.membership.view();
+        let view = self.view;
         self.send_raw(&target, Body::Ping { nonce, view });
         self.arm(now + self.cfg.probe_timeout_ms, Timer::ProbeTimeout(nonce));
         self.swim.probe = Some(Probe {
@@ -152,7 +152,7 @@ impl Node {
         let body = Body::PingAck {
             nonce,
             target: self.me.id,
-            view: self.membership.view(),
+            view: self.view,
         };
         self.send_raw(from, body);
         if view.version > 0 {
@@ -205,7 +205,7 @@ impl Node {
             self.swim.relays.pop_first();
         }
         self.swim.relays.insert(ours, (from.clone(), nonce));
-        let view = self.membership.view();
+        let view = self.view;
         self.send_raw(&target, Body::Ping { nonce: ours, view });
     }
 
@@ -226,21 +226,20 @@ impl Node {
             return;
         }
         let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
-        let member_addrs: Vec<&String> =
-            self.membership.members.values().map(|c| &c.addr).collect();
+        let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
         candidates.extend(
             self.seed_addrs
                 .iter()
-                .filter(|a| !member_addrs.contains(a) && **a != self.me.addr)
+                .filter(|a| !member_addrs.contains(&a.as_str()) && a.as_str() != &*self.me.addr)
                 .map(|addr| Contact {
                     id: NodeId(0),
                     incarnation: 0,
-                    addr: addr.clone(),
+                    addr: addr.as_str().into(),
                 }),
         );
         if let Some(c) = candidates.choose(&mut self.rng).cloned() {
             let nonce = self.swim.next_nonce();
-            let view = self.membership.view();
+            let view = self.view;
             self.send_raw(&c, Body::Ping { nonce, view });
         }
     }

@@ -9,7 +9,7 @@ use thiserror::Error;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket, Time};
 
 use crate::messages::Contact;
-use crate::node::Node;
+use crate::node::{Node, Phase};
 
 /// Why a node refused a visitor operation.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -57,7 +57,6 @@ impl Node {
     /// A visitor checks in. Answers [`VisitorError::Elsewhere`] when another live member holds
     /// their ticket.
     pub fn check_in(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
-        self.ready()?;
         self.route(ticket)?;
         self.check_in_here(now, ticket)
     }
@@ -65,23 +64,29 @@ impl Node {
     /// A visitor checks in here whatever node holds the ticket: used when the owner could not
     /// be reached. The visitor is queued here under their original join time.
     pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
-        self.ready()?;
+        self.ready_for(ticket)?;
         let shown = ticket.previous_position;
-        let answer = self.room.check_in(now, ticket)?;
+        let mut answer = self.room.check_in(now, ticket)?;
         self.local_queue_changed(now);
+        if let CheckInStatus::Queued { .. } = answer.status {
+            // A visitor re-queued here may already have been let in by the cluster.
+            self.admit_decided(now);
+            if self.room.is_admitted(ticket.id) {
+                answer = self.room.check_in(now, &answer.ticket)?;
+            }
+        }
         Ok(self.with_cluster_position(now, answer, shown))
     }
 
     /// An admitted visitor exchanges their ticket for a pass.
     pub fn leave(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
-        self.ready()?;
         self.route(ticket)?;
         self.leave_here(now, ticket)
     }
 
     /// Like [`Node::leave`], whatever node holds the ticket.
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
-        self.ready()?;
+        self.ready_for(ticket)?;
         Ok(self.room.leave(now, ticket)?)
     }
 
@@ -98,18 +103,34 @@ impl Node {
     /// The transport could not deliver to `addr` (connection refused, timeout): probe that
     /// member next instead of waiting for its turn in the round-robin order.
     pub fn report_unreachable(&mut self, addr: &str) {
-        if let Some(c) = self.membership.members.values().find(|c| c.addr == addr) {
+        if let Some(c) = self.membership.members.values().find(|c| &*c.addr == addr) {
             let id = c.id;
             self.swim.prioritise(id);
         }
     }
 
-    /// The live member that holds `ticket`, when it is not this node.
+    /// The node that holds `ticket`, when it is not this one: a member, or a former member
+    /// that may still be alive (removed by mistake, or cut off by a partition) and must be
+    /// asked before the visitor is queued a second time.
     pub fn owner_of(&self, ticket: &Ticket) -> Option<&Contact> {
         if ticket.node == self.me.id || self.room.knows(ticket.id) {
             return None;
         }
-        self.membership.members.get(&ticket.node)
+        self.membership
+            .members
+            .get(&ticket.node)
+            .or_else(|| self.formers.get(&ticket.node))
+    }
+
+    /// A node serves the visitors it knows even while it rejoins the cluster; anyone else
+    /// needs it to be a member.
+    fn ready_for(&self, ticket: &Ticket) -> Result<(), VisitorError> {
+        let alive = matches!(self.phase, Phase::Member | Phase::Joining { .. });
+        if alive && self.room.knows(ticket.id) {
+            Ok(())
+        } else {
+            self.ready()
+        }
     }
 
     fn route(&self, ticket: &Ticket) -> Result<(), VisitorError> {

@@ -98,13 +98,13 @@ impl Transport {
     pub fn send_all(self: &Arc<Self>, out: Vec<Transmit>) {
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         for t in out {
-            let peer = match peers.get(&t.to_addr) {
+            let peer = match peers.get(&*t.to_addr) {
                 Some(p) => p.clone(),
                 None => {
                     let p = Arc::new(PeerQueue::default());
-                    peers.insert(t.to_addr.clone(), p.clone());
+                    peers.insert(t.to_addr.to_string(), p.clone());
                     let this = self.clone();
-                    let addr = t.to_addr.clone();
+                    let addr = t.to_addr.to_string();
                     let task_peer = p.clone();
                     tokio::spawn(async move { this.sender(addr, task_peer).await });
                     p

@@ -590,8 +590,10 @@ impl Room for QpidRoom {
             Err(VisitorError::Elsewhere(owner)) => {
                 // The node forwards the request to the ticket's owner; if the owner cannot be
                 // reached, the visitor is queued here under their original join time.
+                // Peer requests reach any live process, member or not (a node rejoining the
+                // cluster still serves the visitors it holds).
                 let o = slot_of_addr(&owner.addr, self.slots.len())
-                    .filter(|&o| self.is_serving(o) && self.net.connected(s, o));
+                    .filter(|&o| self.slots[o].node.is_some() && self.net.connected(s, o));
                 let forwarded = o.map(|o| {
                     let r = self.node(o).check_in(now, &ticket);
                     self.drain(ctx, o);

@@ -118,6 +118,7 @@ pub struct Node {
     /// Channel messages for a membership version not applied yet, replayed once it is.
     pub(crate) future: Vec<(NodeId, ChannelMsg)>,
     pub(crate) admitted_total: u64,
+    retransmit_armed: bool,
     timers: BTreeSet<(Time, Timer)>,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -156,6 +157,7 @@ impl Node {
             seed_addrs: Vec::new(),
             future: Vec::new(),
             admitted_total: 0,
+            retransmit_armed: false,
             timers: BTreeSet::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -218,7 +220,7 @@ impl Node {
         self.arm(next_boundary(now, interval), Timer::Evict);
         self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
         self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
-        self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+        self.retransmit_armed = false;
         self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
         self.tag.last_round_seen = now;
     }
@@ -312,7 +314,7 @@ impl Node {
             }
             Timer::ProbeTimeout(nonce) => self.on_probe_timeout(now, nonce),
             Timer::Retransmit => {
-                self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+                self.retransmit_armed = false;
                 self.check_settling(now);
                 let members = &self.membership.members;
                 let joining = matches!(self.phase, Phase::Joining { .. });
@@ -322,7 +324,11 @@ impl Node {
                     self.channels
                         .due_for_resend(now, &self.me, self.cfg.retransmit_ms, live);
                 self.channels.prune(LINKS_LIMIT, live);
+                let waiting = self.channels.any_unacked(live);
                 self.out.extend(resend);
+                if waiting || self.qpid.settling {
+                    self.arm_retransmit(now);
+                }
             }
             Timer::JoinRetry => self.send_join_request(now),
             Timer::FormerProbe => {
@@ -348,6 +354,16 @@ impl Node {
     pub(crate) fn send(&mut self, now: Time, to: &Contact, msg: ChannelMsg) {
         let t = self.channels.send(now, &self.me, to, msg);
         self.out.push_back(t);
+        self.arm_retransmit(now);
+    }
+
+    /// The retransmission timer runs only while something waits for an acknowledgement (or the
+    /// node is settling): an idle cluster has no timer events for it.
+    pub(crate) fn arm_retransmit(&mut self, now: Time) {
+        if !self.retransmit_armed {
+            self.retransmit_armed = true;
+            self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+        }
     }
 
     /// Sends `msg` on the reliable channel to member `to`, if it is one.

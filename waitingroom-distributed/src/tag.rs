@@ -404,8 +404,7 @@ impl Node {
     /// count, as many again per other member as joined here (balancers spread visitors evenly).
     /// The part after the count errs high rather than low: the visitor is never shown a larger
     /// number later, so an estimate that starts low would stay wrong.
-    pub(crate) fn visitors_ahead(&self, key: &waitingroom_core::QueueKey) -> u64 {
-        let local = self.room.rank(key);
+    pub(crate) fn visitors_ahead(&self, key: &waitingroom_core::QueueKey, local: u64) -> u64 {
         let Some(s) = &self.tag.summary else {
             return local;
         };
@@ -423,7 +422,11 @@ impl Node {
         } else {
             (u128::from(s.admitted.min(global)) * u128::from(others) / u128::from(global)) as u64
         };
-        let recent_here = local.saturating_sub(self.room.queued_before(cutoff));
+        let recent_here = if key.join_time >= cutoff {
+            local.saturating_sub(self.room.queued_before(cutoff))
+        } else {
+            0
+        };
         let other_members = (self.membership.members.len() as u64).saturating_sub(1);
         local + others.saturating_sub(others_gone) + recent_here * other_members
     }

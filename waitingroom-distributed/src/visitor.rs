@@ -65,11 +65,17 @@ impl Node {
     /// be reached. The visitor is queued here under their original join time.
     pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
         self.ready_for(ticket)?;
+        let requeued = !self.room.knows(ticket.id);
+        // Without the shown position, the engine's answer is the plain local rank.
         let shown = ticket.previous_position;
-        let mut answer = self.room.check_in(now, ticket)?;
+        let unclamped = Ticket {
+            previous_position: None,
+            ..ticket.clone()
+        };
+        let mut answer = self.room.check_in(now, &unclamped)?;
         self.local_queue_changed(now);
-        if let CheckInStatus::Queued { .. } = answer.status {
-            // A visitor re-queued here may already have been let in by the cluster.
+        if requeued && matches!(answer.status, CheckInStatus::Queued { .. }) {
+            // Their node is gone; the cluster may already have decided to let them in.
             self.admit_decided(now);
             if self.room.is_admitted(ticket.id) {
                 answer = self.room.check_in(now, &answer.ticket)?;
@@ -151,9 +157,9 @@ impl Node {
     /// Replaces the engine's local position by the cluster-wide estimate (never above what the
     /// visitor was shown before) and the ETA by one from the cluster's admission rate.
     fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
-        if let CheckInStatus::Queued { .. } = answer.status {
+        if let CheckInStatus::Queued { position: local } = answer.status {
             let key = answer.ticket.key_on(self.me.id);
-            let estimate = self.visitors_ahead(&key) + 1;
+            let estimate = self.visitors_ahead(&key, local.saturating_sub(1)) + 1;
             let position = shown.map_or(estimate, |p| p.min(estimate)).max(1);
             answer.status = CheckInStatus::Queued { position };
             answer.ticket.previous_position = Some(position);

@@ -46,7 +46,7 @@ impl Link {
     }
 
     fn on_ack(&mut self, ack: u64) {
-        self.unacked = self.unacked.split_off(&(ack + 1));
+        self.unacked = self.unacked.split_off(&ack.saturating_add(1));
     }
 }
 

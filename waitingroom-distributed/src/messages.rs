@@ -271,15 +271,16 @@ pub struct Counts {
 impl Counts {
     /// Adds another subtree's counts to these.
     pub fn add(&mut self, other: &Counts) {
-        self.on_site += other.on_site;
-        self.queued += other.queued;
-        self.admitted_total += other.admitted_total;
-        self.nodes += other.nodes;
+        // Saturating: these come from peers, and a wrong count must not crash a node.
+        self.on_site = self.on_site.saturating_add(other.on_site);
+        self.queued = self.queued.saturating_add(other.queued);
+        self.admitted_total = self.admitted_total.saturating_add(other.admitted_total);
+        self.nodes = self.nodes.saturating_add(other.nodes);
         if self.below.len() < other.below.len() {
             self.below.resize(other.below.len(), 0);
         }
         for (a, b) in self.below.iter_mut().zip(&other.below) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
         for r in &other.ranges {
             if !self.ranges.iter().any(|k| k.decided_at == r.decided_at) {

@@ -94,7 +94,7 @@ impl Node {
             // tangled. Rebuilding the tree makes every node re-pick its parent.
             self.tag.last_round_seen = now;
             let mut refreshed = self.membership.clone();
-            refreshed.version += 1;
+            refreshed.version = refreshed.version.saturating_add(1);
             self.emit(Event::TreeRepaired);
             self.commit_membership(now, refreshed);
             return;
@@ -428,7 +428,9 @@ impl Node {
             0
         };
         let other_members = (self.membership.members.len() as u64).saturating_sub(1);
-        local + others.saturating_sub(others_gone) + recent_here * other_members
+        local
+            .saturating_add(others.saturating_sub(others_gone))
+            .saturating_add(recent_here.saturating_mul(other_members))
     }
 }
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The thesis' live test, on a real cluster behind HAProxy: 5,000 visitors, up to 500 at once,
+# with 3, 8 and 16 nodes; every visitor queued (straight-through admission off, unlimited target,
+# pass expiry 0). Prints a table.
+#
+#   scripts/bench.sh                       the table (3, 8, 16 nodes)
+#   scripts/bench.sh --nodes N --users U --concurrency C [--json]
+#                                          one benchmark (cluster up, load, cluster down); with
+#                                          --json prints the load generator's JSON object
+#   options: --nodes-list "3 8 16", --netns (each node in a network namespace with netem delay)
+#
+# Node settings (BENCH_NODE_ARGS overrides): what an operator of a busy sale could run —
+#   --eviction-interval-ms 100 --refresh-interval-ms 250
+# plus the thesis' conditions: --admit-straight-through false --target-on-site unlimited
+# --pass-expiry-ms 0, and --log-level warn.
+# FRONT_PORT (default 18480), CLUSTER_DIR (default: a temporary directory) as cluster.sh.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+NODES=""
+NODES_LIST="3 8 16"
+USERS=5000
+CONCURRENCY=500
+JSON=0
+NETNS_ARG=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --nodes) NODES="$2"; shift 2 ;;
+    --nodes-list) NODES_LIST="$2"; shift 2 ;;
+    --users) USERS="$2"; shift 2 ;;
+    --concurrency) CONCURRENCY="$2"; shift 2 ;;
+    --json) JSON=1; shift ;;
+    --netns) NETNS_ARG=(--netns); shift ;;
+    *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    esac
+done
+
+export FRONT_PORT="${FRONT_PORT:-18480}"
+STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-bench.XXXXXX")"
+export CLUSTER_DIR="${CLUSTER_DIR:-$STATE/cluster}"
+cleanup() {
+    bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1 || true
+    rm -rf "$STATE"
+}
+trap cleanup EXIT
+
+if [[ -z "${NODE_BIN:-}" ]]; then
+    NODE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/waitingroom-node"
+    [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
+    export NODE_BIN
+fi
+command -v jq >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y jq >&2
+
+BENCH_NODE_ARGS="${BENCH_NODE_ARGS:---eviction-interval-ms 100 --refresh-interval-ms 250 --admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --log-level warn}"
+read -r -a NODE_ARGS <<<"$BENCH_NODE_ARGS"
+
+# One benchmark: prints the load generator's JSON object.
+one() {
+    local n="$1" out="$STATE/load-$1.json"
+    bash "$ROOT/scripts/cluster.sh" up "$n" "${NETNS_ARG[@]}" -- "${NODE_ARGS[@]}" >/dev/null
+    local status=0
+    "$NODE_BIN" load --url "http://127.0.0.1:$FRONT_PORT" --users "$USERS" \
+        --concurrency "$CONCURRENCY" --max-seconds 600 --json >"$out" || status=$?
+    bash "$ROOT/scripts/cluster.sh" down >/dev/null
+    ((status == 0)) || { echo "bench.sh: the load generator failed ($status)" >&2; return 1; }
+    cat "$out"
+}
+
+if [[ -n "$NODES" ]]; then
+    json="$(one "$NODES")"
+    if ((JSON)); then
+        echo "$json"
+    else
+        jq . <<<"$json"
+    fi
+    exit 0
+fi
+
+echo "bench: $USERS visitors, $CONCURRENCY at once, node settings: $BENCH_NODE_ARGS" >&2
+rows=()
+for n in $NODES_LIST; do
+    echo "bench: $n nodes..." >&2
+    rows+=("$(one "$n" | jq -r --arg n "$n" '"| \($n) | \(.admitted)/\(.users) | \(.admitted_per_s | floor) | \(.lost) | \(.errors) | \(.endpoints.checkin.p50_ms) | \(.endpoints.checkin.p99_ms) | \(.p99_ms) | \(.kendall_tau * 1e6 | round / 1e6) | \(.kendall_tau_eviction * 1e6 | round / 1e6) |"')")
+done
+echo "| nodes | admitted | admitted/s | lost | errors | check-in p50 ms | check-in p99 ms | all p99 ms | Kendall-Tau (seen) | Kendall-Tau (eviction) |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Failover under load: 3 nodes behind the balancer, a few thousand visitors, and mid-run
+#   kill: one node is killed with SIGKILL;
+#   add:  one node is added (joined, then put into the balancer).
+# Every visitor must still be admitted (0 lost, all joined); the Kendall-Tau is reported.
+#
+#   scripts/failover.sh [--mode kill|add|both] [--users 3000] [--concurrency 300]
+#                       [--after-s 4] [--victim 2] [--nodes 3] [--netns]
+#
+# Node settings (every visitor queued; one check-in a second): FAILOVER_NODE_ARGS overrides.
+# FRONT_PORT (default 18380) and CLUSTER_DIR (default: a temporary directory) as cluster.sh.
+# Prints one line per run and exits non-zero if any visitor was lost.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+MODE=both
+USERS=3000
+CONCURRENCY=300
+AFTER_S=4
+VICTIM=2
+NODES=3
+NETNS_ARG=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --mode) MODE="$2"; shift 2 ;;
+    --users) USERS="$2"; shift 2 ;;
+    --concurrency) CONCURRENCY="$2"; shift 2 ;;
+    --after-s) AFTER_S="$2"; shift 2 ;;
+    --victim) VICTIM="$2"; shift 2 ;;
+    --nodes) NODES="$2"; shift 2 ;;
+    --netns) NETNS_ARG=(--netns); shift ;;
+    *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    esac
+done
+case "$MODE" in kill | add | both) ;; *) echo "--mode kill|add|both" >&2; exit 2 ;; esac
+
+export FRONT_PORT="${FRONT_PORT:-18380}"
+STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-failover.XXXXXX")"
+export CLUSTER_DIR="${CLUSTER_DIR:-$STATE/cluster}"
+LOAD_PID=""
+cleanup() {
+    if [[ -n "$LOAD_PID" ]] && kill -0 "$LOAD_PID" 2>/dev/null; then
+        kill -TERM "$LOAD_PID" 2>/dev/null || true
+    fi
+    bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1 || true
+    rm -rf "$STATE"
+}
+trap cleanup EXIT
+
+if [[ -z "${NODE_BIN:-}" ]]; then
+    NODE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/waitingroom-node"
+    [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
+    export NODE_BIN
+fi
+command -v jq >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y jq >&2
+
+# Every visitor queued (no straight-through, unlimited target, passes born expired), a
+# check-in a second, a round every 500 ms, SWIM probes every 300 ms.
+read -r -a NODE_ARGS <<<"${FAILOVER_NODE_ARGS:---admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --eviction-interval-ms 500 --refresh-interval-ms 1000 --probe-interval-ms 300 --probe-timeout-ms 150 --forward-timeout-ms 500 --log-level warn}"
+
+failed=0
+run() {
+    local mode="$1" out="$STATE/load-$1.json"
+    bash "$ROOT/scripts/cluster.sh" up "$NODES" "${NETNS_ARG[@]}" -- "${NODE_ARGS[@]}" >/dev/null
+    "$NODE_BIN" load --url "http://127.0.0.1:$FRONT_PORT" --users "$USERS" \
+        --concurrency "$CONCURRENCY" --max-seconds 240 --json >"$out" &
+    LOAD_PID=$!
+    sleep "$AFTER_S"
+    case "$mode" in
+    kill) bash "$ROOT/scripts/cluster.sh" kill "$VICTIM" KILL >&2 ;;
+    add) bash "$ROOT/scripts/cluster.sh" add >&2 ;;
+    esac
+    local status=0
+    wait "$LOAD_PID" || status=$?
+    LOAD_PID=""
+    # Each surviving node's view, for the record.
+    local members
+    members=$(curl -fsS -m 2 "http://127.0.0.1:$FRONT_PORT/metrics" | awk '/^waitingroom_members /{print $2}')
+    bash "$ROOT/scripts/cluster.sh" down >/dev/null
+    if ((status != 0)) || [[ ! -s "$out" ]]; then
+        echo "failover $mode: the load generator failed (status $status)"
+        failed=1
+        return
+    fi
+    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
+    if [[ "$(jq '.lost + .not_joined + .leave_failed' "$out")" != 0 ]] ||
+        [[ "$(jq '.admitted == .users' "$out")" != true ]]; then
+        echo "failover $mode: FAILED (visitors lost)"
+        failed=1
+    fi
+    if [[ -n "${FAILOVER_JSON_DIR:-}" ]]; then
+        cp "$out" "$FAILOVER_JSON_DIR/failover-$mode.json"
+    fi
+}
+
+case "$MODE" in
+kill) run kill ;;
+add) run add ;;
+both) run kill; run add ;;
+esac
+exit "$failed"

@@ -93,7 +93,7 @@ check "valid pass: origin content, pass id passed on" "origin: welcome, pass $pa
 code=$(fetch -H "Authorization: Bearer $pass" "$GATE/")
 check "valid pass (bearer): origin answers" 200 "$code"
 
-# The same claims signed by another key.
+# The pass's claims with a signature that is not theirs (the ticket's).
 forged="$(cut -d. -f1-2 <<<"$pass").$(cut -d. -f3 <<<"$ticket")"
 code=$(fetch -H "Cookie: wr_pass=$forged" "$GATE/")
 check "pass with a wrong signature: redirected" 302 "$code"

@@ -52,6 +52,20 @@ pub struct TicketBody {
     pub ticket: Option<String>,
 }
 
+/// Body of a check-in or leave forwarded to the node holding the ticket: the ticket's claims,
+/// already verified by the forwarding node (the peer request itself is authenticated, so the
+/// owner need not check the token's signature again), or the token itself.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardBody {
+    /// The ticket token (checked by the receiver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+    /// The ticket as the forwarding node verified it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Ticket>,
+}
+
 /// Body of a pass refresh (optional: the cookie is used when absent).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,8 +148,9 @@ impl App {
         let local = self.driver.with(|node, now| node.check_in(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let body = TicketBody {
-                    ticket: Some(token.to_owned()),
+                let body = ForwardBody {
+                    ticket: None,
+                    claims: Some(ticket.clone()),
                 };
                 match self
                     .transport
@@ -183,8 +198,9 @@ impl App {
         let local = self.driver.with(|node, now| node.leave(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let body = TicketBody {
-                    ticket: Some(token.to_owned()),
+                let body = ForwardBody {
+                    ticket: None,
+                    claims: Some(ticket.clone()),
                 };
                 match self.transport.forward(&owner.addr, LEAVE_PATH, &body).await {
                     Ok((status, bytes)) => {
@@ -211,10 +227,20 @@ impl App {
         answer
     }
 
+    /// The ticket of a forwarded request: the claims the forwarding node verified, or the
+    /// token, verified here.
+    fn forwarded_ticket(&self, body: ForwardBody) -> Result<Ticket, ApiError> {
+        match (body.claims, body.ticket) {
+            (Some(t), _) => Ok(t),
+            (None, Some(token)) => self.ticket(&token),
+            (None, None) => Err(ApiError::missing_token("ticket")),
+        }
+    }
+
     /// A forwarded check-in from another node: served here, whatever the membership says.
-    pub fn check_in_here(&self, token: &str) -> Result<VisitorAnswer, ApiError> {
+    pub fn check_in_here(&self, body: ForwardBody) -> Result<VisitorAnswer, ApiError> {
         self.serving()?;
-        let ticket = self.ticket(token)?;
+        let ticket = self.forwarded_ticket(body)?;
         let answer = self
             .driver
             .with(|node, now| node.check_in_here(now, &ticket))
@@ -225,9 +251,9 @@ impl App {
     }
 
     /// A forwarded leave from another node.
-    pub fn leave_here(&self, token: &str) -> Result<PassAnswer, ApiError> {
+    pub fn leave_here(&self, body: ForwardBody) -> Result<PassAnswer, ApiError> {
         self.serving()?;
-        let ticket = self.ticket(token)?;
+        let ticket = self.forwarded_ticket(body)?;
         let answer = self
             .driver
             .with(|node, now| node.leave_here(now, &ticket))

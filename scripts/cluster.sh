@@ -21,6 +21,8 @@
 #                          needs root and iproute2. The balancer reaches nodes over the veths.
 #   READY_TIMEOUT_S=60     how long to wait for every node and the balancer
 #   HAPROXY_THREADS=1      HAProxy threads (one leaves the 2 cores of a laptop to the nodes)
+#   NODE_THREADS=1         tokio worker threads per node (TOKIO_WORKER_THREADS): N nodes share
+#                          this machine's cores, so one each wastes least on wake-ups
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -165,6 +167,7 @@ start_node() {
         mapfile -t extra <"$CLUSTER_DIR/node-args"
         args+=("${extra[@]}")
     fi
+    export TOKIO_WORKER_THREADS="${NODE_THREADS:-1}"
     if [[ -n "$ns" ]]; then
         # `ip netns exec` execs the node: the PID is the node's.
         setsid ip netns exec "$ns" "$bin" "${args[@]}" \

@@ -54,6 +54,10 @@ pub struct LoadArgs {
     /// flight.
     #[arg(long, default_value_t = 100)]
     concurrency: usize,
+    /// Spread the start of the first `--concurrency` visitors evenly over this many ms (0: all
+    /// at once). Later visitors start as soon as a place frees up.
+    #[arg(long, default_value_t = 0)]
+    ramp_up_ms: u64,
     /// Stop after this many seconds; visitors not admitted by then count as lost.
     #[arg(long, default_value_t = 600)]
     max_seconds: u64,
@@ -535,7 +539,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     // Start visitors as places free up: at most `concurrency` active at once.
     let places = Arc::new(Semaphore::new(args.concurrency));
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..args.users {
+    for i in 0..args.users {
+        if args.ramp_up_ms > 0 && i < args.concurrency as u64 {
+            let at = Duration::from_millis(args.ramp_up_ms * i / args.concurrency as u64);
+            tokio::time::sleep_until((start + at).into()).await;
+        }
         let permit = places.clone().acquire_owned().await?;
         if shared.out_of_budget() {
             break;

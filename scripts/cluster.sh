@@ -97,7 +97,9 @@ ns_name() { echo "wr${FRONT_PORT}n$1"; }
 bridge_name() { echo "wrbr${FRONT_PORT}"; }
 
 netns_setup_bridge() {
-    command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || apt_install iproute2
+    if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+        apt_install iproute2
+    fi
     [[ "$(id -u)" == 0 ]] || die "NETNS=1 needs root"
     local br
     br="$(bridge_name)"
@@ -123,7 +125,13 @@ netns_setup_node() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up
-    ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$NETEM_DELAY" "$NETEM_JITTER"
+    if ! ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$NETEM_DELAY" "$NETEM_JITTER" 2>/dev/null; then
+        # Some kernels (e.g. minimal VM kernels) have no sch_netem: keep the namespaces, say so.
+        if [[ ! -f "$CLUSTER_DIR/no-netem" ]]; then
+            say "warning: this kernel has no netem qdisc; nodes run in namespaces without added latency"
+            : >"$CLUSTER_DIR/no-netem"
+        fi
+    fi
     echo "$addr"
 }
 
@@ -131,7 +139,9 @@ netns_teardown() {
     local ns
     if [[ -f "$CLUSTER_DIR/netns" ]]; then
         while read -r ns; do
-            [[ -n "$ns" ]] && ip netns del "$ns" 2>/dev/null || true
+            if [[ -n "$ns" ]]; then
+                ip netns del "$ns" 2>/dev/null || true
+            fi
         done <"$CLUSTER_DIR/netns"
         rm -f "$CLUSTER_DIR/netns"
     fi
@@ -180,12 +190,16 @@ start_node() {
 }
 
 wait_node() {
-    local i="$1" url
+    local i="$1" url pid deadline=$((SECONDS + READY_TIMEOUT_S))
     url="$(cat "$CLUSTER_DIR/node-$i.url")"
-    if ! wait_http "$url/readyz"; then
-        tail -20 "$CLUSTER_DIR/node-$i.log" >&2 || true
-        die "node $i ($url) not ready within ${READY_TIMEOUT_S}s"
-    fi
+    pid="$(cat "$CLUSTER_DIR/node-$i.pid")"
+    until curl -fsS -m 2 -o /dev/null "$url/readyz" 2>/dev/null; do
+        if ! is_ours "$pid" waitingroom-node || ((SECONDS >= deadline)); then
+            tail -20 "$CLUSTER_DIR/node-$i.log" >&2 || true
+            die "node $i ($url) did not become ready"
+        fi
+        sleep 0.2
+    done
 }
 
 # ---- balancer ---------------------------------------------------------------------------
@@ -348,7 +362,9 @@ print_urls() {
 
 cmd_up() {
     local n="${1:-}"
-    [[ "$n" =~ ^[0-9]+$ ]] && ((n >= 1)) || die "usage: cluster.sh up N [--netns] [-- NODE_ARGS...]"
+    if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
+        die "usage: cluster.sh up N [--netns] [-- NODE_ARGS...]"
+    fi
     shift
     local netns="${NETNS:-0}"
     if [[ "${1:-}" == "--netns" ]]; then
@@ -373,7 +389,7 @@ cmd_up() {
         netns_setup_bridge
     fi
     # On any failure from here on, stop what was started.
-    trap 'say "start failed; stopping what was started"; cmd_down >/dev/null 2>&1 || true' ERR
+    trap 'say "start failed; stopping what was started"; cmd_down >/dev/null 2>&1 || true' EXIT
     echo "$n" >"$CLUSTER_DIR/count"
     start_node 1
     wait_node 1
@@ -386,7 +402,7 @@ cmd_up() {
     done
     start_balancer
     wait_balancer
-    trap - ERR
+    trap - EXIT
     print_urls
 }
 
@@ -451,7 +467,7 @@ cmd_down() {
         stop_pid "$pid" waitingroom-node 5
     done
     netns_teardown
-    rm -f "$CLUSTER_DIR/count" "$CLUSTER_DIR/netns-mode"
+    rm -f "$CLUSTER_DIR/count" "$CLUSTER_DIR/netns-mode" "$CLUSTER_DIR/no-netem"
     echo "stopped ${#pids[@]} nodes and the balancer"
 }
 

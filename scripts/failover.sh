@@ -37,6 +37,7 @@ export FRONT_PORT="${FRONT_PORT:-18380}"
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-failover.XXXXXX")"
 export CLUSTER_DIR="${CLUSTER_DIR:-$STATE/cluster}"
 LOAD_PID=""
+# shellcheck disable=SC2317  # called by the trap
 cleanup() {
     if [[ -n "$LOAD_PID" ]] && kill -0 "$LOAD_PID" 2>/dev/null; then
         kill -TERM "$LOAD_PID" 2>/dev/null || true

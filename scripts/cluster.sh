@@ -221,6 +221,9 @@ defaults
     timeout server 15s
     timeout http-keep-alive 60s
     option http-keep-alive
+    # On a reload (SIGUSR2, from add) the old process answers the next request on an idle
+    # connection with "Connection: close" instead of closing it under the client.
+    option idle-close-on-response
     option forwardfor
     http-reuse always
     # A node that dies mid-request: try another (conn-failure and empty-response are safe

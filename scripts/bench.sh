@@ -16,6 +16,11 @@
 # FRONT_PORT (default 18480), CLUSTER_DIR (default: a temporary directory) as cluster.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# Installs Debian packages, refreshing the package lists once if needed.
+apt_get_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
+        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
+}
 NODES=""
 NODES_LIST="3 8 16"
 USERS=5000
@@ -48,7 +53,7 @@ if [[ -z "${NODE_BIN:-}" ]]; then
     [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
     export NODE_BIN
 fi
-command -v jq >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y jq >&2
+command -v jq >/dev/null 2>&1 || apt_get_install jq
 
 BENCH_NODE_ARGS="${BENCH_NODE_ARGS:---eviction-interval-ms 100 --refresh-interval-ms 250 --admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --log-level warn}"
 read -r -a NODE_ARGS <<<"$BENCH_NODE_ARGS"

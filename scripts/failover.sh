@@ -12,6 +12,11 @@
 # Prints one line per run and exits non-zero if any visitor was lost.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# Installs Debian packages, refreshing the package lists once if needed.
+apt_get_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
+        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
+}
 MODE=both
 USERS=3000
 CONCURRENCY=300
@@ -52,7 +57,7 @@ if [[ -z "${NODE_BIN:-}" ]]; then
     [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
     export NODE_BIN
 fi
-command -v jq >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y jq >&2
+command -v jq >/dev/null 2>&1 || apt_get_install jq
 
 # Every visitor queued (no straight-through, unlimited target, passes born expired), a
 # check-in a second, a round every 500 ms, SWIM probes every 300 ms.

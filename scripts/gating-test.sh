@@ -8,6 +8,11 @@
 #   origin FRONT_PORT+101, the nodes FRONT_PORT+1...
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# Installs Debian packages, refreshing the package lists once if needed.
+apt_get_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
+        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
+}
 export FRONT_PORT="${FRONT_PORT:-18280}"
 GATE_PORT=$((FRONT_PORT + 100))
 ORIGIN_PORT=$((FRONT_PORT + 101))
@@ -26,9 +31,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-command -v nginx >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nginx >&2
+command -v nginx >/dev/null 2>&1 || apt_get_install nginx
 for tool in curl jq; do
-    command -v "$tool" >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y "$tool" >&2
+    command -v "$tool" >/dev/null 2>&1 || apt_get_install "$tool"
 done
 
 fails=0

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::driver::now_ms;
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
-use crate::peer::{CHECKIN_PATH, LEAVE_PATH};
+use crate::peer::{ForwardItem, ForwardOp, ForwardReply};
 
 /// The answer to a join or a check-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,18 +148,14 @@ impl App {
         let local = self.driver.with(|node, now| node.check_in(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let body = ForwardBody {
-                    ticket: None,
-                    claims: Some(ticket.clone()),
+                let item = ForwardItem {
+                    op: ForwardOp::Checkin,
+                    claims: ticket.clone(),
                 };
-                match self
-                    .transport
-                    .forward(&owner.addr, CHECKIN_PATH, &body)
-                    .await
-                {
-                    Ok((status, bytes)) => {
+                match self.transport.forward_batched(&owner.addr, item).await {
+                    Ok((status, body)) => {
                         Metrics::count(&self.metrics.forwards, "ok");
-                        relay::<VisitorAnswer>(status, &bytes)
+                        relay::<VisitorAnswer>(status, body)
                     }
                     Err(e) => {
                         // The thesis' re-queue: the visitor keeps their place (original join
@@ -198,14 +194,14 @@ impl App {
         let local = self.driver.with(|node, now| node.leave(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let body = ForwardBody {
-                    ticket: None,
-                    claims: Some(ticket.clone()),
+                let item = ForwardItem {
+                    op: ForwardOp::Leave,
+                    claims: ticket.clone(),
                 };
-                match self.transport.forward(&owner.addr, LEAVE_PATH, &body).await {
-                    Ok((status, bytes)) => {
+                match self.transport.forward_batched(&owner.addr, item).await {
+                    Ok((status, body)) => {
                         Metrics::count(&self.metrics.forwards, "ok");
-                        relay::<PassAnswer>(status, &bytes)
+                        relay::<PassAnswer>(status, body)
                     }
                     Err(e) => {
                         // Same as a check-in: the signed ticket says whether they were let out.
@@ -283,9 +279,12 @@ impl App {
 }
 
 /// Reads another node's answer: its success body, or its error as ours.
-fn relay<T: for<'de> Deserialize<'de>>(status: StatusCode, body: &[u8]) -> Result<T, ApiError> {
+fn relay<T: for<'de> Deserialize<'de>>(
+    status: StatusCode,
+    body: serde_json::Value,
+) -> Result<T, ApiError> {
     if status.is_success() {
-        serde_json::from_slice(body).map_err(|e| {
+        serde_json::from_value(body).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "peer_error",
@@ -293,6 +292,23 @@ fn relay<T: for<'de> Deserialize<'de>>(status: StatusCode, body: &[u8]) -> Resul
             )
         })
     } else {
-        Err(ApiError::relayed(status, body))
+        Err(ApiError::relayed(
+            status,
+            &serde_json::to_vec(&body).unwrap_or_default(),
+        ))
+    }
+}
+
+/// A visitor operation's outcome as one answer in a batch of forwarded requests.
+pub fn forward_reply<T: Serialize>(r: Result<T, ApiError>) -> ForwardReply {
+    match r {
+        Ok(v) => ForwardReply {
+            status: StatusCode::OK.as_u16(),
+            body: serde_json::to_value(v).unwrap_or_default(),
+        },
+        Err(e) => ForwardReply {
+            status: e.status.as_u16(),
+            body: serde_json::json!({ "error": e.message, "code": e.code }),
+        },
     }
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Failover under load: 3 nodes behind the balancer, a few thousand visitors, and mid-run
 #   kill: one node is killed with SIGKILL;
-#   add:  one node is added (joined, then put into the balancer).
+#   add:  one node is added (joined, then put into the balancer);
+#   stop: one node is frozen with SIGSTOP for --stop-s seconds (long enough for the others to
+#         declare it dead), then continued with SIGCONT (it finds itself dropped and rejoins).
 # Every visitor must still be admitted (0 lost, all joined); the Kendall-Tau is reported.
 #
-#   scripts/failover.sh [--mode kill|add|both] [--users 3000] [--concurrency 300]
-#                       [--after-s 4] [--victim 2] [--nodes 3] [--netns]
+#   scripts/failover.sh [--mode kill|add|stop|both|all] [--users 3000] [--concurrency 300]
+#                       [--after-s 4] [--victim 2] [--stop-s 3] [--nodes 3] [--netns]
+#   (both = kill, then add; all = kill, add, stop)
 #
 # Node settings (every visitor queued; one check-in a second): FAILOVER_NODE_ARGS overrides.
 # FRONT_PORT (default 18380) and CLUSTER_DIR (default: a temporary directory) as cluster.sh.
@@ -22,6 +25,7 @@ USERS=3000
 CONCURRENCY=300
 AFTER_S=4
 VICTIM=2
+STOP_S=3
 NODES=3
 NETNS_ARG=()
 while [[ $# -gt 0 ]]; do
@@ -31,12 +35,13 @@ while [[ $# -gt 0 ]]; do
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --after-s) AFTER_S="$2"; shift 2 ;;
     --victim) VICTIM="$2"; shift 2 ;;
+    --stop-s) STOP_S="$2"; shift 2 ;;
     --nodes) NODES="$2"; shift 2 ;;
     --netns) NETNS_ARG=(--netns); shift ;;
-    *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
-case "$MODE" in kill | add | both) ;; *) echo "--mode kill|add|both" >&2; exit 2 ;; esac
+case "$MODE" in kill | add | stop | both | all) ;; *) echo "--mode kill|add|stop|both|all" >&2; exit 2 ;; esac
 
 export FRONT_PORT="${FRONT_PORT:-18380}"
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-failover.XXXXXX")"
@@ -74,6 +79,11 @@ run() {
     case "$mode" in
     kill) bash "$ROOT/scripts/cluster.sh" kill "$VICTIM" KILL >&2 ;;
     add) bash "$ROOT/scripts/cluster.sh" add >&2 ;;
+    stop)
+        bash "$ROOT/scripts/cluster.sh" kill "$VICTIM" STOP >&2
+        sleep "$STOP_S"
+        bash "$ROOT/scripts/cluster.sh" kill "$VICTIM" CONT >&2
+        ;;
     esac
     local status=0
     wait "$LOAD_PID" || status=$?
@@ -99,8 +109,8 @@ run() {
 }
 
 case "$MODE" in
-kill) run kill ;;
-add) run add ;;
+kill | add | stop) run "$MODE" ;;
 both) run kill; run add ;;
+all) run kill; run add; run stop ;;
 esac
 exit "$failed"

@@ -7,7 +7,8 @@
 #   scripts/bench.sh --nodes N --users U --concurrency C [--json]
 #                                          one benchmark (cluster up, load, cluster down); with
 #                                          --json prints the load generator's JSON object
-#   options: --nodes-list "3 8 16", --netns (each node in a network namespace with netem delay)
+#   options: --nodes-list "3 8 16", --ramp-up-ms MS (spread the first visitors' starts),
+#            --netns (each node in a network namespace with netem delay)
 #
 # Node settings (BENCH_NODE_ARGS overrides): what an operator of a busy sale could run —
 #   --eviction-interval-ms 100 --refresh-interval-ms 250
@@ -26,6 +27,7 @@ NODES_LIST="3 8 16"
 USERS=5000
 CONCURRENCY=500
 JSON=0
+RAMP_UP_MS=0
 NETNS_ARG=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -34,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --users) USERS="$2"; shift 2 ;;
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --json) JSON=1; shift ;;
+    --ramp-up-ms) RAMP_UP_MS="$2"; shift 2 ;;
     --netns) NETNS_ARG=(--netns); shift ;;
     *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
@@ -89,7 +92,8 @@ one() {
     c0="$(cluster_cpu)"
     times >"$STATE/times0"
     "$NODE_BIN" load --url "http://127.0.0.1:$FRONT_PORT" --users "$USERS" \
-        --concurrency "$CONCURRENCY" --max-seconds 600 --json >"$out" || status=$?
+        --concurrency "$CONCURRENCY" --ramp-up-ms "$RAMP_UP_MS" --max-seconds 600 --json \
+        >"$out" || status=$?
     times >"$STATE/times1"
     c1="$(cluster_cpu)"
     load_avg="$(cut -d' ' -f1 /proc/loadavg)"

@@ -22,7 +22,9 @@ use crate::driver::now_ms;
 use crate::errors::{ApiError, LoggedError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::page;
-use crate::peer::{self, CHECKIN_PATH, FORWARD_PATH, ForwardItem, ForwardOp, LEAVE_PATH, MESSAGES_PATH};
+use crate::peer::{
+    self, CHECKIN_PATH, FORWARD_PATH, ForwardItem, ForwardOp, LEAVE_PATH, MESSAGES_PATH,
+};
 use crate::visitor::{ForwardBody, JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 /// Every route of a node.

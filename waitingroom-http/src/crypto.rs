@@ -227,7 +227,10 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
         ipad[i] ^= k;
         opad[i] ^= k;
     }
-    let inner = Sha256::new().chain_update(ipad).chain_update(message).finalize();
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(message)
+        .finalize();
     Sha256::new()
         .chain_update(opad)
         .chain_update(inner)

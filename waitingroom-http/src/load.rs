@@ -14,6 +14,12 @@
 //! - `errors`: requests that failed (transport error, 5xx, or a 4xx other than the expected
 //!   401 of an already expired pass); `verify_expired`: pass checks answered 401 because the
 //!   pass had already expired when checked (with `pass_expiry_ms` 0 a pass is born expired);
+//! - `leave_failed`: admitted visitors who got no pass after every attempt; `pass_lost`: admitted
+//!   visitors whose leave was answered 409 `already_left` (an earlier leave went through but its
+//!   answer was lost when the node carrying it died, and the node holding the ticket refuses a
+//!   second pass by design); `readmissions`: leaves answered 409 `not_admitted` after a check-in
+//!   said "admitted" (the visitor checks in again, as the waiting page would);
+//!   `error_reasons`: failed requests by endpoint, status and error code;
 //! - latency per endpoint from sending a request to reading its whole answer;
 //! - `kendall_tau`: the normalised Kendall-Tau distance between the join order (the first
 //!   ticket's join time, then ticket id: the queue's own order) and the order in which these
@@ -139,6 +145,13 @@ struct Shared {
     verified: AtomicU64,
     verify_expired: AtomicU64,
     verify_failed: AtomicU64,
+    /// Failed requests by endpoint, status and error code.
+    error_reasons: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Leaves answered 409 `not_admitted` after a check-in said "admitted" (the visitor goes back
+    /// to checking in).
+    readmissions: AtomicU64,
+    /// Admitted visitors whose leave was answered 409 `already_left` (see `visit`).
+    pass_lost: AtomicU64,
     /// In the order the clients saw "admitted" (pushed under the lock: that is the order).
     admissions: Mutex<Vec<Admission>>,
 }
@@ -180,8 +193,15 @@ fn join_key(c: &TicketClaims) -> Option<JoinKey> {
 /// What one request came back with.
 enum Outcome {
     Ok(axum::body::Bytes),
-    Status(StatusCode),
+    /// An error status with the error body's `code`.
+    Status(StatusCode, String),
     Failed,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    code: String,
 }
 
 impl Shared {
@@ -236,7 +256,12 @@ impl Shared {
                 let status = resp.status();
                 match resp.bytes().await {
                     Ok(b) if status.is_success() => Outcome::Ok(b),
-                    Ok(_) => Outcome::Status(status),
+                    Ok(b) => Outcome::Status(
+                        status,
+                        serde_json::from_slice::<ErrorBody>(&b)
+                            .map(|e| e.code)
+                            .unwrap_or_default(),
+                    ),
                     Err(_) => Outcome::Failed,
                 }
             }
@@ -251,10 +276,24 @@ impl Shared {
         Some(outcome)
     }
 
-    fn error(&self, ep: Endpoint) {
+    /// Counts a failed request of `ep`, by reason (`status code`, or `transport`).
+    fn error(&self, ep: Endpoint, outcome: Option<&Outcome>) {
         self.stats[ep as usize]
             .errors
             .fetch_add(1, Ordering::Relaxed);
+        let reason = match outcome {
+            Some(Outcome::Status(status, code)) => {
+                format!("{} {} {code}", ep.name(), status.as_u16())
+            }
+            Some(Outcome::Failed) => format!("{} transport", ep.name()),
+            _ => format!("{} bad answer", ep.name()),
+        };
+        *self
+            .error_reasons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
     }
 
     /// Waits `ms`, or less if the run ends first; false when the run has ended.
@@ -306,9 +345,9 @@ async fn visit(s: &Shared) {
                     answer = Some(a);
                     break;
                 }
-                Err(_) => s.error(Endpoint::Join),
+                Err(_) => s.error(Endpoint::Join, None),
             },
-            Some(_) => s.error(Endpoint::Join),
+            Some(o) => s.error(Endpoint::Join, Some(&o)),
         }
         if !s.sleep(RETRY_MS).await {
             break;
@@ -319,16 +358,44 @@ async fn visit(s: &Shared) {
         return;
     };
     let Some(key) = claims(&answer.ticket).as_ref().and_then(join_key) else {
-        s.error(Endpoint::Join);
+        s.error(Endpoint::Join, None);
         s.not_joined.fetch_add(1, Ordering::Relaxed);
         return;
     };
     s.joined.fetch_add(1, Ordering::Relaxed);
 
-    // Check in until admitted (or the run ends: then this visitor is lost).
     let mut ticket = answer.ticket.clone();
-    loop {
-        if answer.status == "admitted" {
+    let mut seen = false;
+    let pass = 'visit: loop {
+        // Check in until admitted (or the run ends: then this visitor is lost).
+        while answer.status != "admitted" {
+            if !s.sleep(answer.refresh_after_ms).await {
+                return;
+            }
+            match s
+                .request(Endpoint::Checkin, Some(body(&ticket)), None)
+                .await
+            {
+                None => return,
+                Some(Outcome::Ok(b)) => match serde_json::from_slice::<VisitorAnswer>(&b) {
+                    Ok(a) => {
+                        ticket = a.ticket.clone();
+                        answer = a;
+                    }
+                    Err(_) => {
+                        s.error(Endpoint::Checkin, None);
+                        answer.refresh_after_ms = RETRY_MS;
+                    }
+                },
+                Some(o) => {
+                    // Keep the ticket and try again soon: a node may be down or stopping.
+                    s.error(Endpoint::Checkin, Some(&o));
+                    answer.refresh_after_ms = RETRY_MS;
+                }
+            }
+        }
+        if !seen {
+            seen = true;
             let c = claims(&ticket);
             s.seen_admitted(
                 key,
@@ -338,52 +405,40 @@ async fn visit(s: &Shared) {
                     eviction_time: None,
                 }),
             );
-            break;
         }
-        if !s.sleep(answer.refresh_after_ms).await {
-            return;
-        }
-        match s
-            .request(Endpoint::Checkin, Some(body(&ticket)), None)
-            .await
-        {
-            None => return,
-            Some(Outcome::Ok(b)) => match serde_json::from_slice::<VisitorAnswer>(&b) {
-                Ok(a) => {
-                    ticket = a.ticket.clone();
-                    answer = a;
-                }
-                Err(_) => {
-                    s.error(Endpoint::Checkin);
+
+        // Leave: exchange the ticket for a pass.
+        for _ in 0..ATTEMPTS {
+            match s.request(Endpoint::Leave, Some(body(&ticket)), None).await {
+                None => break 'visit None,
+                Some(Outcome::Ok(b)) => match serde_json::from_slice::<PassAnswer>(&b) {
+                    Ok(p) => break 'visit Some(p),
+                    Err(_) => s.error(Endpoint::Leave, None),
+                },
+                Some(Outcome::Status(StatusCode::CONFLICT, code)) if code == "not_admitted" => {
+                    // The node answering holds the visitor as queued (re-queued there while
+                    // the node that let them out was unreachable): check in again, as the
+                    // waiting page would.
+                    s.readmissions.fetch_add(1, Ordering::Relaxed);
+                    answer.status = "queued".into();
                     answer.refresh_after_ms = RETRY_MS;
+                    continue 'visit;
                 }
-            },
-            Some(_) => {
-                // Keep the ticket and try again soon: a node may be down or stopping.
-                s.error(Endpoint::Checkin);
-                answer.refresh_after_ms = RETRY_MS;
+                Some(o @ Outcome::Status(StatusCode::CONFLICT, _)) => {
+                    // `already_left`: an earlier leave went through but its answer was lost
+                    // (the node carrying it died); the holder refuses a second pass by design.
+                    s.error(Endpoint::Leave, Some(&o));
+                    s.pass_lost.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Some(o) => s.error(Endpoint::Leave, Some(&o)),
+            }
+            if !s.sleep(RETRY_MS).await {
+                break 'visit None;
             }
         }
-    }
-
-    // Leave: exchange the ticket for a pass.
-    let mut pass = None;
-    for _ in 0..ATTEMPTS {
-        match s.request(Endpoint::Leave, Some(body(&ticket)), None).await {
-            None => break,
-            Some(Outcome::Ok(b)) => match serde_json::from_slice::<PassAnswer>(&b) {
-                Ok(p) => {
-                    pass = Some(p);
-                    break;
-                }
-                Err(_) => s.error(Endpoint::Leave),
-            },
-            Some(_) => s.error(Endpoint::Leave),
-        }
-        if !s.sleep(RETRY_MS).await {
-            break;
-        }
-    }
+        break None;
+    };
     let Some(pass) = pass else {
         s.leave_failed.fetch_add(1, Ordering::Relaxed);
         return;
@@ -398,12 +453,12 @@ async fn visit(s: &Shared) {
                 s.verified.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Some(Outcome::Status(StatusCode::UNAUTHORIZED)) if pass.expires_at_ms <= now => {
+            Some(Outcome::Status(StatusCode::UNAUTHORIZED, _)) if pass.expires_at_ms <= now => {
                 // Expired before it was checked (pass_expiry_ms 0): refused, as it must be.
                 s.verify_expired.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Some(_) => s.error(Endpoint::Verify),
+            Some(o) => s.error(Endpoint::Verify, Some(&o)),
         }
         if !s.sleep(RETRY_MS).await {
             break;
@@ -432,6 +487,8 @@ struct Report {
     lost: u64,
     errors: u64,
     leave_failed: u64,
+    readmissions: u64,
+    pass_lost: u64,
     verified: u64,
     verify_expired: u64,
     verify_failed: u64,
@@ -445,6 +502,7 @@ struct Report {
     kendall_tau_eviction: f64,
     kendall_tau_thesis: f64,
     endpoints: std::collections::BTreeMap<&'static str, EndpointReport>,
+    error_reasons: std::collections::BTreeMap<String, u64>,
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {
@@ -499,6 +557,9 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         verified: AtomicU64::new(0),
         verify_expired: AtomicU64::new(0),
         verify_failed: AtomicU64::new(0),
+        error_reasons: Mutex::new(std::collections::BTreeMap::new()),
+        readmissions: AtomicU64::new(0),
+        pass_lost: AtomicU64::new(0),
         admissions: Mutex::new(Vec::with_capacity(args.users as usize)),
     });
 
@@ -615,6 +676,8 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         lost: joined.saturating_sub(admitted),
         errors,
         leave_failed: s.leave_failed.load(Ordering::Relaxed),
+        readmissions: s.readmissions.load(Ordering::Relaxed),
+        pass_lost: s.pass_lost.load(Ordering::Relaxed),
         verified: s.verified.load(Ordering::Relaxed),
         verify_expired: s.verify_expired.load(Ordering::Relaxed),
         verify_failed: s.verify_failed.load(Ordering::Relaxed),
@@ -628,6 +691,12 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         kendall_tau_eviction,
         kendall_tau_thesis,
         endpoints,
+        error_reasons: std::mem::take(
+            &mut *s
+                .error_reasons
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        ),
     };
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
@@ -650,13 +719,27 @@ fn print_text(r: &Report) {
         r.not_joined
     );
     println!(
-        "passes: {} verified, {} already expired (401 expected with pass expiry 0), {} failed; leaves failed {}",
-        r.verified, r.verify_expired, r.verify_failed, r.leave_failed
+        "passes: {} verified, {} already expired (401 expected with pass expiry 0), {} failed; leaves failed {}, passes lost (409 already_left) {}",
+        r.verified, r.verify_expired, r.verify_failed, r.leave_failed, r.pass_lost
     );
     println!(
         "requests: {} ({:.0}/s), errors {}; latency p50 {:.2} ms, p99 {:.2} ms",
         r.requests, r.requests_per_s, r.errors, r.p50_ms, r.p99_ms
     );
+    if !r.error_reasons.is_empty() {
+        let reasons: Vec<String> = r
+            .error_reasons
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        println!("errors by reason: {}", reasons.join(", "));
+    }
+    if r.readmissions > 0 {
+        println!(
+            "leaves answered not_admitted after an admission (visitor checked in again): {}",
+            r.readmissions
+        );
+    }
     for (name, e) in &r.endpoints {
         println!(
             "  {name:<8} {:>8} requests, {:>5} errors; p50 {:>7.2} ms  p90 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms",

@@ -340,8 +340,7 @@ impl Transport {
             Ok(Err(_)) => return Err(Unreachable("forwarding task ended".into())),
             Err(_) => return Err(Unreachable("no answer in time".into())),
         };
-        let status =
-            StatusCode::from_u16(reply.status).map_err(|e| Unreachable(e.to_string()))?;
+        let status = StatusCode::from_u16(reply.status).map_err(|e| Unreachable(e.to_string()))?;
         if status.is_server_error() {
             // The owner is there but cannot serve (stopping, or not in the cluster any more).
             return Err(Unreachable(format!("status {status}")));

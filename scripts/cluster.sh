@@ -6,6 +6,7 @@
 #   scripts/cluster.sh add [-- NODE_ARGS...]    start one more node, join it, add it to the balancer
 #   scripts/cluster.sh kill I [SIGNAL]          send node I a signal (default KILL); it stays in
 #                                               the balancer, whose health check takes it out
+#   scripts/cluster.sh link I down|up           (netns mode) cut or restore node I's link
 #   scripts/cluster.sh status                   what runs, and each node's view of the cluster
 #   scripts/cluster.sh down                     stop exactly what `up`/`add` started, by PID
 #
@@ -434,6 +435,15 @@ cmd_kill() {
     echo "node $i (PID $pid): sent SIG$sig"
 }
 
+cmd_link() {
+    local i="${1:-}" state="${2:-}"
+    [[ -f "$CLUSTER_DIR/netns-mode" ]] || die "link needs a cluster started with --netns"
+    [[ "$state" == up || "$state" == down ]] || die "usage: cluster.sh link I down|up"
+    [[ -f "$CLUSTER_DIR/node-$i.url" ]] || die "no node $i"
+    ip -n "$(ns_name "$i")" link set eth0 "$state"
+    echo "node $i: link $state"
+}
+
 # Stops PID $1 (checked to be $2): SIGTERM, then SIGKILL after $3 seconds.
 stop_pid() {
     local pid="$1" what="$2" grace="$3" k
@@ -507,10 +517,11 @@ case "$cmd" in
 up) cmd_up "$@" ;;
 add) cmd_add "$@" ;;
 kill) cmd_kill "$@" ;;
+link) cmd_link "$@" ;;
 down) cmd_down ;;
 status) cmd_status ;;
 *)
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -3,10 +3,11 @@
 #   kill: one node is killed with SIGKILL;
 #   add:  one node is added (joined, then put into the balancer);
 #   stop: one node is frozen with SIGSTOP for --stop-s seconds (long enough for the others to
-#         declare it dead), then continued with SIGCONT (it finds itself dropped and rejoins).
+#         declare it dead), then continued with SIGCONT (it finds itself dropped and rejoins);
+#   link: (with --netns) one node's link is cut for --stop-s seconds, then restored.
 # Every visitor must still be admitted (0 lost, all joined); the Kendall-Tau is reported.
 #
-#   scripts/failover.sh [--mode kill|add|stop|both|all] [--users 3000] [--concurrency 300]
+#   scripts/failover.sh [--mode kill|add|stop|link|both|all] [--users 3000] [--concurrency 300]
 #                       [--after-s 4] [--victim 2] [--stop-s 3] [--nodes 3] [--netns]
 #   (both = kill, then add; all = kill, add, stop)
 #
@@ -41,7 +42,7 @@ while [[ $# -gt 0 ]]; do
     *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
-case "$MODE" in kill | add | stop | both | all) ;; *) echo "--mode kill|add|stop|both|all" >&2; exit 2 ;; esac
+case "$MODE" in kill | add | stop | link | both | all) ;; *) echo "--mode kill|add|stop|link|both|all" >&2; exit 2 ;; esac
 
 export FRONT_PORT="${FRONT_PORT:-18380}"
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-failover.XXXXXX")"
@@ -84,6 +85,11 @@ run() {
         sleep "$STOP_S"
         bash "$ROOT/scripts/cluster.sh" kill "$VICTIM" CONT >&2
         ;;
+    link)
+        bash "$ROOT/scripts/cluster.sh" link "$VICTIM" down >&2
+        sleep "$STOP_S"
+        bash "$ROOT/scripts/cluster.sh" link "$VICTIM" up >&2
+        ;;
     esac
     local status=0
     wait "$LOAD_PID" || status=$?
@@ -97,7 +103,7 @@ run() {
         failed=1
         return
     fi
-    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors) \(.error_reasons | tostring), re-checked-in after a refused leave \(.readmissions), passes lost \(.pass_lost), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
+    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors) \(.error_reasons | tostring), re-checked-in after a refused leave \(.readmissions), passes lost \(.pass_lost), most on site at once \(.max_on_site), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
     if [[ "$(jq '.lost + .not_joined' "$out")" != 0 ]] ||
         [[ "$(jq '.admitted == .users' "$out")" != true ]]; then
         echo "failover $mode: FAILED (visitors lost)"
@@ -109,7 +115,7 @@ run() {
 }
 
 case "$MODE" in
-kill | add | stop) run "$MODE" ;;
+kill | add | stop | link) run "$MODE" ;;
 both) run kill; run add ;;
 all) run kill; run add; run stop ;;
 esac

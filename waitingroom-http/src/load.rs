@@ -20,6 +20,8 @@
 //!   second pass by design); `readmissions`: leaves answered 409 `not_admitted` after a check-in
 //!   said "admitted" (the visitor checks in again, as the waiting page would);
 //!   `error_reasons`: failed requests by endpoint, status and error code;
+//! - `max_on_site`: the most passes valid at one instant (from each pass's `created_at` and
+//!   `expires_at`): visitors on the site at once, to compare with `target_on_site`;
 //! - latency per endpoint from sending a request to reading its whole answer;
 //! - `kendall_tau`: the normalised Kendall-Tau distance between the join order (the first
 //!   ticket's join time, then ticket id: the queue's own order) and the order in which these
@@ -152,6 +154,8 @@ struct Shared {
     readmissions: AtomicU64,
     /// Admitted visitors whose leave was answered 409 `already_left` (see `visit`).
     pass_lost: AtomicU64,
+    /// (created_at, expires_at) of every pass handed out.
+    passes: Mutex<Vec<(u64, u64)>>,
     /// In the order the clients saw "admitted" (pushed under the lock: that is the order).
     admissions: Mutex<Vec<Admission>>,
 }
@@ -184,6 +188,37 @@ fn claims(token: &str) -> Option<TicketClaims> {
     let payload = token.split('.').nth(1)?;
     let bytes = URL_SAFE_NO_PAD.decode(payload).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+#[derive(Debug, Deserialize)]
+struct PassClaims {
+    created_at: u64,
+    expires_at: u64,
+}
+
+fn pass_claims(token: &str) -> Option<PassClaims> {
+    let payload = token.split('.').nth(1)?;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
+}
+
+/// The most passes valid at one instant: visitors on the site at once, as the passes say
+/// (issued at `created_at`, valid until `expires_at`, both on the nodes' clocks).
+fn max_on_site(passes: &[(u64, u64)]) -> u64 {
+    // +1 at creation, -1 at expiry; at equal times the expiry goes first (valid until, not at).
+    let mut events: Vec<(u64, i64)> = Vec::with_capacity(passes.len() * 2);
+    for &(from, until) in passes {
+        if until > from {
+            events.push((from, 1));
+            events.push((until, -1));
+        }
+    }
+    events.sort_unstable();
+    let (mut now, mut max) = (0i64, 0i64);
+    for (_, d) in events {
+        now += d;
+        max = max.max(now);
+    }
+    max as u64
 }
 
 fn join_key(c: &TicketClaims) -> Option<JoinKey> {
@@ -443,6 +478,12 @@ async fn visit(s: &Shared) {
         s.leave_failed.fetch_add(1, Ordering::Relaxed);
         return;
     };
+    if let Some(c) = pass_claims(&pass.pass) {
+        s.passes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((c.created_at, c.expires_at));
+    }
 
     // Verify the pass as an origin's gate would.
     for _ in 0..ATTEMPTS {
@@ -489,6 +530,7 @@ struct Report {
     leave_failed: u64,
     readmissions: u64,
     pass_lost: u64,
+    max_on_site: u64,
     verified: u64,
     verify_expired: u64,
     verify_failed: u64,
@@ -560,6 +602,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         error_reasons: Mutex::new(std::collections::BTreeMap::new()),
         readmissions: AtomicU64::new(0),
         pass_lost: AtomicU64::new(0),
+        passes: Mutex::new(Vec::new()),
         admissions: Mutex::new(Vec::with_capacity(args.users as usize)),
     });
 
@@ -678,6 +721,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         leave_failed: s.leave_failed.load(Ordering::Relaxed),
         readmissions: s.readmissions.load(Ordering::Relaxed),
         pass_lost: s.pass_lost.load(Ordering::Relaxed),
+        max_on_site: max_on_site(&s.passes.lock().unwrap_or_else(PoisonError::into_inner)),
         verified: s.verified.load(Ordering::Relaxed),
         verify_expired: s.verify_expired.load(Ordering::Relaxed),
         verify_failed: s.verify_failed.load(Ordering::Relaxed),
@@ -723,6 +767,10 @@ fn print_text(r: &Report) {
         r.verified, r.verify_expired, r.verify_failed, r.leave_failed, r.pass_lost
     );
     println!(
+        "most visitors on the site at once (passes valid at one instant): {}",
+        r.max_on_site
+    );
+    println!(
         "requests: {} ({:.0}/s), errors {}; latency p50 {:.2} ms, p99 {:.2} ms",
         r.requests, r.requests_per_s, r.errors, r.p50_ms, r.p99_ms
     );
@@ -750,4 +798,18 @@ fn print_text(r: &Report) {
         "fairness (normalised Kendall-Tau vs join order): client-seen admission order {:.6}; cluster eviction time {:.6}; thesis' (ties count) {:.6}",
         r.kendall_tau, r.kendall_tau_eviction, r.kendall_tau_thesis
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_on_site_counts_overlaps() {
+        assert_eq!(max_on_site(&[]), 0);
+        assert_eq!(max_on_site(&[(0, 10), (5, 15), (10, 20)]), 2);
+        assert_eq!(max_on_site(&[(0, 10), (1, 9), (2, 8)]), 3);
+        // Born expired (pass expiry 0): never on the site.
+        assert_eq!(max_on_site(&[(5, 5), (6, 6)]), 0);
+    }
 }

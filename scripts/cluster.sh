@@ -521,7 +521,7 @@ link) cmd_link "$@" ;;
 down) cmd_down ;;
 status) cmd_status ;;
 *)
-    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 2
     ;;
 esac

@@ -273,31 +273,6 @@ impl Transport {
             .await
             .map_err(|e| Unreachable(e.to_string()))
     }
-
-    /// Forwards a visitor request (`path` is [`CHECKIN_PATH`] or [`LEAVE_PATH`]) to the node at
-    /// `addr`. Returns its status and body as they came, or [`Unreachable`] when it did not
-    /// answer in time (so the caller can re-queue the visitor here).
-    pub async fn forward<T: Serialize>(
-        &self,
-        addr: &str,
-        path: &str,
-        request: &T,
-    ) -> Result<(StatusCode, Vec<u8>), Unreachable> {
-        let body = serde_json::to_vec(request).map_err(|e| Unreachable(e.to_string()))?;
-        let url = format!("{addr}{path}");
-        let resp = self
-            .signed_post(&url, path, body, self.limits.forward_timeout_ms)
-            .await?;
-        let status =
-            StatusCode::from_u16(resp.status().as_u16()).map_err(|e| Unreachable(e.to_string()))?;
-        if status.is_server_error() {
-            // The owner is there but cannot serve (stopping, or not in the cluster any more):
-            // treat it as unreachable so the visitor is served here.
-            return Err(Unreachable(format!("status {status}")));
-        }
-        let bytes = resp.bytes().await.map_err(|e| Unreachable(e.to_string()))?;
-        Ok((status, bytes.to_vec()))
-    }
 }
 
 impl Transport {

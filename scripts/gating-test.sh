@@ -4,8 +4,8 @@
 #
 # Starts 2 nodes behind the balancer (scripts/cluster.sh), the nginx gate and a stand-in origin,
 # all on 127.0.0.1; stops them by PID at the end, whatever happens. About 15 s.
-#   FRONT_PORT (default 18280): the cluster's front port; the gate uses FRONT_PORT+100, the
-#   origin FRONT_PORT+101, the nodes FRONT_PORT+1...
+#   FRONT_PORT (default 18280): the cluster's front port; the gate uses FRONT_PORT+50, the
+#   origin FRONT_PORT+51, the nodes FRONT_PORT+1...
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # Installs Debian packages, refreshing the package lists once if needed.
@@ -14,8 +14,8 @@ apt_get_install() {
         { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
 }
 export FRONT_PORT="${FRONT_PORT:-18280}"
-GATE_PORT=$((FRONT_PORT + 100))
-ORIGIN_PORT=$((FRONT_PORT + 101))
+GATE_PORT=$((FRONT_PORT + 50))
+ORIGIN_PORT=$((FRONT_PORT + 51))
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-gating.XXXXXX")"
 export CLUSTER_DIR="$STATE/cluster"
 NGINX_PID=""

@@ -22,8 +22,10 @@ use crate::driver::now_ms;
 use crate::errors::{ApiError, LoggedError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::page;
-use crate::peer::{self, CHECKIN_PATH, LEAVE_PATH, MESSAGES_PATH};
-use crate::visitor::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
+use crate::peer::{
+    self, CHECKIN_PATH, FORWARD_PATH, ForwardItem, ForwardOp, LEAVE_PATH, MESSAGES_PATH,
+};
+use crate::visitor::{ForwardBody, JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 /// Every route of a node.
 pub fn router(app: Arc<App>) -> Router {
@@ -40,6 +42,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route(MESSAGES_PATH, post(peer_messages))
         .route(CHECKIN_PATH, post(peer_checkin))
         .route(LEAVE_PATH, post(peer_leave))
+        .route(FORWARD_PATH, post(peer_forwards))
         .layer(DefaultBodyLimit::max(limits.peer_body));
     let ops = Router::new()
         .route("/livez", get(livez))
@@ -81,6 +84,10 @@ async fn track(
     {
         if status >= 500 {
             tracing::warn!(%route, status, code = %e.code, error = %e.message, "request failed");
+        } else if route == "/api/pass/verify" {
+            // A gate's routine answer (every visitor without a valid pass gets it): not worth a
+            // log line each at info.
+            tracing::debug!(%route, status, code = %e.code, error = %e.message, "request refused");
         } else {
             tracing::info!(%route, status, code = %e.code, error = %e.message, "request refused");
         }
@@ -337,10 +344,9 @@ async fn peer_checkin(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<VisitorAnswer>, ApiError> {
     let body = peer_body(&app, CHECKIN_PATH, &headers, body)?;
-    let b: TicketBody =
+    let b: ForwardBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_json(e.to_string()))?;
-    let token = b.ticket.ok_or_else(|| ApiError::missing_token("ticket"))?;
-    Ok(Json(app.check_in_here(&token)?))
+    Ok(Json(app.check_in_here(b)?))
 }
 
 async fn peer_leave(
@@ -349,10 +355,34 @@ async fn peer_leave(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PassAnswer>, ApiError> {
     let body = peer_body(&app, LEAVE_PATH, &headers, body)?;
-    let b: TicketBody =
+    let b: ForwardBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_json(e.to_string()))?;
-    let token = b.ticket.ok_or_else(|| ApiError::missing_token("ticket"))?;
-    Ok(Json(app.leave_here(&token)?))
+    Ok(Json(app.leave_here(b)?))
+}
+
+/// A batch of forwarded check-ins and leaves: one answer each, in order.
+async fn peer_forwards(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Vec<peer::ForwardReply>>, ApiError> {
+    let body = peer_body(&app, FORWARD_PATH, &headers, body)?;
+    let items: Vec<ForwardItem> = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_json(format!("invalid forwarded batch: {e}")))?;
+    let replies = items
+        .into_iter()
+        .map(|item| {
+            let b = ForwardBody {
+                ticket: None,
+                claims: Some(item.claims),
+            };
+            match item.op {
+                ForwardOp::Checkin => crate::visitor::forward_reply(app.check_in_here(b)),
+                ForwardOp::Leave => crate::visitor::forward_reply(app.leave_here(b)),
+            }
+        })
+        .collect();
+    Ok(Json(replies))
 }
 
 // ---- operations ----------------------------------------------------------------------------

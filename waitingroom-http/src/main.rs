@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod load;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +40,9 @@ enum Command {
     Origin(OriginArgs),
     /// Measure how many check-ins per second one node serves, with p50/p99 latency.
     BenchCheckin(bench::BenchArgs),
+    /// Drive real visitors against a cluster (join, check in, leave, verify the pass) and
+    /// report admissions per second, lost visitors, errors, latency and fairness.
+    Load(load::LoadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::BenchCheckin(args) => {
             report(runtime().and_then(|rt| rt.block_on(bench::run(args))))
         }
+        Command::Load(args) => report(runtime().and_then(|rt| rt.block_on(load::run(args)))),
     }
 }
 

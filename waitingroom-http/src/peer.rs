@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
+use waitingroom_core::Ticket;
 use waitingroom_distributed::{Envelope, Transmit};
 
 use crate::config::Limits;
@@ -33,6 +34,49 @@ pub const MESSAGES_PATH: &str = "/peer/messages";
 pub const CHECKIN_PATH: &str = "/peer/visitor/checkin";
 /// Logical path of a forwarded leave.
 pub const LEAVE_PATH: &str = "/peer/visitor/leave";
+/// Logical path of a batch of forwarded check-ins and leaves.
+pub const FORWARD_PATH: &str = "/peer/visitor/batch";
+
+/// What a forwarded visitor request asks of the node holding the ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardOp {
+    /// A check-in.
+    Checkin,
+    /// A leave (ticket for a pass).
+    Leave,
+}
+
+/// One forwarded visitor request: the ticket as the forwarding node verified it (the batch is
+/// authenticated, so the owner need not check the token's signature again).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardItem {
+    /// Check-in or leave.
+    pub op: ForwardOp,
+    /// The verified ticket.
+    pub claims: Ticket,
+}
+
+/// The owner's answer to one [`ForwardItem`]: the status and JSON body it would have sent the
+/// visitor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardReply {
+    /// HTTP status.
+    pub status: u16,
+    /// The answer, or the error body.
+    pub body: serde_json::Value,
+}
+
+type Responder = oneshot::Sender<Result<ForwardReply, Unreachable>>;
+
+/// Forwarded visitor requests waiting for the batch to one owner.
+#[derive(Debug, Default)]
+struct ForwardQueue {
+    items: Mutex<Vec<(ForwardItem, Responder)>>,
+    ready: Notify,
+}
 
 /// A sender task with nothing to send for this long exits.
 const IDLE_EXIT: Duration = Duration::from_secs(30);
@@ -54,13 +98,15 @@ pub struct Transport {
     limits: Limits,
     metrics: Arc<Metrics>,
     peers: Mutex<HashMap<String, Arc<PeerQueue>>>,
+    /// Forwarded visitor requests, per owner address.
+    forwards: Mutex<HashMap<String, Arc<ForwardQueue>>>,
     /// Peers a request failed to reach since the node last heard of it; the driver tells the
     /// node, which probes them first.
     unreachable: Mutex<Vec<String>>,
 }
 
 /// A forwarded request got no usable answer.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 #[error("peer did not answer: {0}")]
 pub struct Unreachable(String);
 
@@ -78,6 +124,7 @@ impl Transport {
             limits,
             metrics,
             peers: Mutex::new(HashMap::new()),
+            forwards: Mutex::new(HashMap::new()),
             unreachable: Mutex::new(Vec::new()),
         }
     }
@@ -226,30 +273,122 @@ impl Transport {
             .await
             .map_err(|e| Unreachable(e.to_string()))
     }
+}
 
-    /// Forwards a visitor request (`path` is [`CHECKIN_PATH`] or [`LEAVE_PATH`]) to the node at
-    /// `addr`. Returns its status and body as they came, or [`Unreachable`] when it did not
-    /// answer in time (so the caller can re-queue the visitor here).
-    pub async fn forward<T: Serialize>(
-        &self,
+impl Transport {
+    /// Forwards a visitor request to the node at `addr`, batched with the others going there:
+    /// one sender task per owner posts everything queued as one request to [`FORWARD_PATH`]
+    /// (while a batch is in flight the next one fills up), so under load a forward costs a
+    /// fraction of an HTTP exchange. Returns the owner's status and body, or [`Unreachable`]
+    /// when it did not answer in time or answered with a server error (so the caller can serve
+    /// the visitor here).
+    pub async fn forward_batched(
+        self: &Arc<Self>,
         addr: &str,
-        path: &str,
-        request: &T,
-    ) -> Result<(StatusCode, Vec<u8>), Unreachable> {
-        let body = serde_json::to_vec(request).map_err(|e| Unreachable(e.to_string()))?;
-        let url = format!("{addr}{path}");
-        let resp = self
-            .signed_post(&url, path, body, self.limits.forward_timeout_ms)
-            .await?;
-        let status =
-            StatusCode::from_u16(resp.status().as_u16()).map_err(|e| Unreachable(e.to_string()))?;
+        item: ForwardItem,
+    ) -> Result<(StatusCode, serde_json::Value), Unreachable> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut queues = self.forwards.lock().unwrap_or_else(PoisonError::into_inner);
+            let q = match queues.get(addr) {
+                Some(q) => q.clone(),
+                None => {
+                    let q = Arc::new(ForwardQueue::default());
+                    queues.insert(addr.to_owned(), q.clone());
+                    let this = self.clone();
+                    let (a, task_q) = (addr.to_owned(), q.clone());
+                    tokio::spawn(async move { this.forward_sender(a, task_q).await });
+                    q
+                }
+            };
+            // Pushed under the map lock, which the idle sender takes before it leaves.
+            q.items
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((item, tx));
+            q.ready.notify_one();
+        }
+        // A batch waits at most for the one in flight before it: twice the request timeout.
+        let wait = Duration::from_millis(self.limits.forward_timeout_ms.saturating_mul(2));
+        let reply = match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(Unreachable("forwarding task ended".into())),
+            Err(_) => return Err(Unreachable("no answer in time".into())),
+        };
+        let status = StatusCode::from_u16(reply.status).map_err(|e| Unreachable(e.to_string()))?;
         if status.is_server_error() {
-            // The owner is there but cannot serve (stopping, or not in the cluster any more):
-            // treat it as unreachable so the visitor is served here.
+            // The owner is there but cannot serve (stopping, or not in the cluster any more).
             return Err(Unreachable(format!("status {status}")));
         }
+        Ok((status, reply.body))
+    }
+
+    /// Posts one owner's forwarded requests in batches until it has been idle for a while.
+    async fn forward_sender(self: Arc<Self>, addr: String, q: Arc<ForwardQueue>) {
+        let url = format!("{addr}{FORWARD_PATH}");
+        loop {
+            let batch: Vec<(ForwardItem, Responder)> = {
+                let mut items = q.items.lock().unwrap_or_else(PoisonError::into_inner);
+                let n = items.len().min(self.limits.peer_batch);
+                items.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                tokio::select! {
+                    _ = q.ready.notified() => continue,
+                    _ = tokio::time::sleep(IDLE_EXIT) => {
+                        let mut queues = self.forwards.lock().unwrap_or_else(PoisonError::into_inner);
+                        let empty = q.items.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
+                        if empty {
+                            if queues.get(&addr).is_some_and(|x| Arc::ptr_eq(x, &q)) {
+                                queues.remove(&addr);
+                            }
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let (items, responders): (Vec<ForwardItem>, Vec<Responder>) = batch.into_iter().unzip();
+            let result = self.post_forwards(&url, &items).await.and_then(|replies| {
+                if replies.len() == responders.len() {
+                    Ok(replies)
+                } else {
+                    Err(Unreachable(format!(
+                        "{} answers to {} forwarded requests",
+                        replies.len(),
+                        responders.len()
+                    )))
+                }
+            });
+            match result {
+                Ok(replies) => {
+                    for (tx, r) in responders.into_iter().zip(replies) {
+                        let _ = tx.send(Ok(r));
+                    }
+                }
+                Err(e) => {
+                    for tx in responders {
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn post_forwards(
+        &self,
+        url: &str,
+        items: &[ForwardItem],
+    ) -> Result<Vec<ForwardReply>, Unreachable> {
+        let body = serde_json::to_vec(items).map_err(|e| Unreachable(e.to_string()))?;
+        let resp = self
+            .signed_post(url, FORWARD_PATH, body, self.limits.forward_timeout_ms)
+            .await?;
+        if !resp.status().is_success() {
+            return Err(Unreachable(format!("status {}", resp.status())));
+        }
         let bytes = resp.bytes().await.map_err(|e| Unreachable(e.to_string()))?;
-        Ok((status, bytes.to_vec()))
+        serde_json::from_slice(&bytes).map_err(|e| Unreachable(e.to_string()))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::driver::now_ms;
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
-use crate::peer::{CHECKIN_PATH, LEAVE_PATH};
+use crate::peer::{ForwardItem, ForwardOp, ForwardReply};
 
 /// The answer to a join or a check-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +50,20 @@ pub struct TicketBody {
     /// The ticket token.
     #[serde(default)]
     pub ticket: Option<String>,
+}
+
+/// Body of a check-in or leave forwarded to the node holding the ticket: the ticket's claims,
+/// already verified by the forwarding node (the peer request itself is authenticated, so the
+/// owner need not check the token's signature again), or the token itself.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardBody {
+    /// The ticket token (checked by the receiver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+    /// The ticket as the forwarding node verified it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Ticket>,
 }
 
 /// Body of a pass refresh (optional: the cookie is used when absent).
@@ -134,17 +148,14 @@ impl App {
         let local = self.driver.with(|node, now| node.check_in(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let body = TicketBody {
-                    ticket: Some(token.to_owned()),
+                let item = ForwardItem {
+                    op: ForwardOp::Checkin,
+                    claims: ticket.clone(),
                 };
-                match self
-                    .transport
-                    .forward(&owner.addr, CHECKIN_PATH, &body)
-                    .await
-                {
-                    Ok((status, bytes)) => {
+                match self.transport.forward_batched(&owner.addr, item).await {
+                    Ok((status, body)) => {
                         Metrics::count(&self.metrics.forwards, "ok");
-                        relay::<VisitorAnswer>(status, &bytes)
+                        relay::<VisitorAnswer>(status, body)
                     }
                     Err(e) => {
                         // The thesis' re-queue: the visitor keeps their place (original join
@@ -183,13 +194,14 @@ impl App {
         let local = self.driver.with(|node, now| node.leave(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let body = TicketBody {
-                    ticket: Some(token.to_owned()),
+                let item = ForwardItem {
+                    op: ForwardOp::Leave,
+                    claims: ticket.clone(),
                 };
-                match self.transport.forward(&owner.addr, LEAVE_PATH, &body).await {
-                    Ok((status, bytes)) => {
+                match self.transport.forward_batched(&owner.addr, item).await {
+                    Ok((status, body)) => {
                         Metrics::count(&self.metrics.forwards, "ok");
-                        relay::<PassAnswer>(status, &bytes)
+                        relay::<PassAnswer>(status, body)
                     }
                     Err(e) => {
                         // Same as a check-in: the signed ticket says whether they were let out.
@@ -211,10 +223,20 @@ impl App {
         answer
     }
 
+    /// The ticket of a forwarded request: the claims the forwarding node verified, or the
+    /// token, verified here.
+    fn forwarded_ticket(&self, body: ForwardBody) -> Result<Ticket, ApiError> {
+        match (body.claims, body.ticket) {
+            (Some(t), _) => Ok(t),
+            (None, Some(token)) => self.ticket(&token),
+            (None, None) => Err(ApiError::missing_token("ticket")),
+        }
+    }
+
     /// A forwarded check-in from another node: served here, whatever the membership says.
-    pub fn check_in_here(&self, token: &str) -> Result<VisitorAnswer, ApiError> {
+    pub fn check_in_here(&self, body: ForwardBody) -> Result<VisitorAnswer, ApiError> {
         self.serving()?;
-        let ticket = self.ticket(token)?;
+        let ticket = self.forwarded_ticket(body)?;
         let answer = self
             .driver
             .with(|node, now| node.check_in_here(now, &ticket))
@@ -225,9 +247,9 @@ impl App {
     }
 
     /// A forwarded leave from another node.
-    pub fn leave_here(&self, token: &str) -> Result<PassAnswer, ApiError> {
+    pub fn leave_here(&self, body: ForwardBody) -> Result<PassAnswer, ApiError> {
         self.serving()?;
-        let ticket = self.ticket(token)?;
+        let ticket = self.forwarded_ticket(body)?;
         let answer = self
             .driver
             .with(|node, now| node.leave_here(now, &ticket))
@@ -257,9 +279,12 @@ impl App {
 }
 
 /// Reads another node's answer: its success body, or its error as ours.
-fn relay<T: for<'de> Deserialize<'de>>(status: StatusCode, body: &[u8]) -> Result<T, ApiError> {
+fn relay<T: for<'de> Deserialize<'de>>(
+    status: StatusCode,
+    body: serde_json::Value,
+) -> Result<T, ApiError> {
     if status.is_success() {
-        serde_json::from_slice(body).map_err(|e| {
+        serde_json::from_value(body).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "peer_error",
@@ -267,6 +292,23 @@ fn relay<T: for<'de> Deserialize<'de>>(status: StatusCode, body: &[u8]) -> Resul
             )
         })
     } else {
-        Err(ApiError::relayed(status, body))
+        Err(ApiError::relayed(
+            status,
+            &serde_json::to_vec(&body).unwrap_or_default(),
+        ))
+    }
+}
+
+/// A visitor operation's outcome as one answer in a batch of forwarded requests.
+pub fn forward_reply<T: Serialize>(r: Result<T, ApiError>) -> ForwardReply {
+    match r {
+        Ok(v) => ForwardReply {
+            status: StatusCode::OK.as_u16(),
+            body: serde_json::to_value(v).unwrap_or_default(),
+        },
+        Err(e) => ForwardReply {
+            status: e.status.as_u16(),
+            body: serde_json::json!({ "error": e.message, "code": e.code }),
+        },
     }
 }

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Origin gating with nginx auth_request (scripts/gating-nginx.conf) against a real cluster:
+# no pass -> 302 to the waiting room, forged or expired pass -> 302, valid pass -> the origin.
+#
+# Starts 2 nodes behind the balancer (scripts/cluster.sh), the nginx gate and a stand-in origin,
+# all on 127.0.0.1; stops them by PID at the end, whatever happens. About 15 s.
+#   FRONT_PORT (default 18280): the cluster's front port; the gate uses FRONT_PORT+50, the
+#   origin FRONT_PORT+51, the nodes FRONT_PORT+1...
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# Installs Debian packages, refreshing the package lists once if needed.
+apt_get_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
+        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
+}
+export FRONT_PORT="${FRONT_PORT:-18280}"
+GATE_PORT=$((FRONT_PORT + 50))
+ORIGIN_PORT=$((FRONT_PORT + 51))
+STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-gating.XXXXXX")"
+export CLUSTER_DIR="$STATE/cluster"
+NGINX_PID=""
+
+cleanup() {
+    if [[ -n "$NGINX_PID" ]] && kill -0 "$NGINX_PID" 2>/dev/null; then
+        kill -QUIT "$NGINX_PID" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$NGINX_PID" 2>/dev/null || true
+    fi
+    bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1 || true
+    rm -rf "$STATE"
+}
+trap cleanup EXIT
+
+command -v nginx >/dev/null 2>&1 || apt_get_install nginx
+for tool in curl jq; do
+    command -v "$tool" >/dev/null 2>&1 || apt_get_install "$tool"
+done
+
+fails=0
+passes=0
+check() {
+    local what="$1" want="$2" got="$3"
+    if [[ "$got" == "$want" ]]; then
+        echo "ok   $what"
+        passes=$((passes + 1))
+    else
+        echo "FAIL $what: want $want, got $got"
+        fails=$((fails + 1))
+    fi
+}
+
+# Passes valid 3 s, visitors admitted straight through while the site has room.
+bash "$ROOT/scripts/cluster.sh" up 2 -- --pass-expiry-ms 3000 --target-on-site 1000 \
+    --admit-straight-through true --log-level warn >/dev/null
+FRONT="http://127.0.0.1:$FRONT_PORT"
+
+mkdir -p "$STATE/nginx/tmp"
+sed -e "s#@GATE_LISTEN@#127.0.0.1:$GATE_PORT#" \
+    -e "s#@WAITING_ROOM@#127.0.0.1:$FRONT_PORT#" \
+    -e "s#@WAITING_PAGE@#$FRONT/#" \
+    -e "s#@ORIGIN@#http://127.0.0.1:$ORIGIN_PORT#" \
+    -e "s#@ORIGIN_LISTEN@#127.0.0.1:$ORIGIN_PORT#" \
+    -e "s#@STATE@#$STATE/nginx#g" \
+    "$ROOT/scripts/gating-nginx.conf" >"$STATE/nginx/nginx.conf"
+nginx -t -q -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx"
+nginx -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx" </dev/null >"$STATE/nginx/out.log" 2>&1 &
+NGINX_PID=$!
+GATE="http://127.0.0.1:$GATE_PORT"
+for _ in $(seq 100); do
+    curl -s -o /dev/null -m 1 "$GATE/" && break
+    sleep 0.1
+done
+
+# status code, and the Location header if any
+fetch() {
+    curl -s -m 5 -o "$STATE/body" -D "$STATE/headers" -w '%{http_code}' "$@"
+}
+location() { grep -i '^location:' "$STATE/headers" | tr -d '\r' | cut -d' ' -f2; }
+
+code=$(fetch "$GATE/shop/cart")
+check "no pass: redirected" 302 "$code"
+check "no pass: to the waiting room" "$FRONT/" "$(location)"
+
+code=$(fetch -H "Cookie: wr_pass=not.a.pass" "$GATE/shop/cart")
+check "garbage pass: redirected" 302 "$code"
+
+# A real visitor: join (admitted straight through once the cluster has counted its free
+# places; until then queued, so check in until admitted), leave with a pass.
+answer=$(curl -fsS -m 5 -X POST "$FRONT/api/join")
+for _ in $(seq 100); do
+    [[ "$(jq -r .status <<<"$answer")" == admitted ]] && break
+    sleep 0.2
+    answer=$(curl -fsS -m 5 -X POST -H 'content-type: application/json' \
+        -d "{\"ticket\":\"$(jq -r .ticket <<<"$answer")\"}" "$FRONT/api/checkin")
+done
+ticket=$(jq -r .ticket <<<"$answer")
+pass=$(curl -fsS -m 5 -X POST -H 'content-type: application/json' \
+    -d "{\"ticket\":\"$ticket\"}" "$FRONT/api/leave" | jq -r .pass)
+[[ "$pass" == *.*.* ]] || { echo "FAIL no pass from the cluster"; exit 1; }
+pass_id=$(cut -d. -f2 <<<"$pass" | tr '_-' '/+' | base64 -d 2>/dev/null | jq -r .id || true)
+
+code=$(fetch -H "Cookie: wr_pass=$pass" "$GATE/shop/cart")
+check "valid pass (cookie): origin answers" 200 "$code"
+check "valid pass: origin content, pass id passed on" "origin: welcome, pass $pass_id" "$(cat "$STATE/body")"
+
+code=$(fetch -H "Authorization: Bearer $pass" "$GATE/")
+check "valid pass (bearer): origin answers" 200 "$code"
+
+# The pass's claims with a signature that is not theirs (the ticket's).
+forged="$(cut -d. -f1-2 <<<"$pass").$(cut -d. -f3 <<<"$ticket")"
+code=$(fetch -H "Cookie: wr_pass=$forged" "$GATE/")
+check "pass with a wrong signature: redirected" 302 "$code"
+
+code=$(fetch -H "Cookie: wr_pass=$ticket" "$GATE/")
+check "ticket presented as a pass: redirected" 302 "$code"
+
+sleep 3.2
+code=$(fetch -H "Cookie: wr_pass=$pass" "$GATE/shop/cart")
+check "expired pass: redirected" 302 "$code"
+
+code=$(fetch "http://127.0.0.1:$ORIGIN_PORT/")
+check "(the stand-in origin itself checks nothing)" 200 "$code"
+
+echo "gating: $passes passed, $fails failed"
+((fails == 0))

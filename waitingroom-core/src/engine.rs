@@ -157,7 +157,7 @@ impl WaitingRoom {
             eviction_time: None,
         };
         if admit_now {
-            self.admit(id, now);
+            self.admit(id, now, now);
             ticket.eviction_time = Some(now);
         } else {
             self.enqueue(ticket.key_on(self.node), now);
@@ -186,7 +186,7 @@ impl WaitingRoom {
             Some(Visitor::Left { .. }) => return Err(EngineError::AlreadyLeft),
             None => match ticket.eviction_time {
                 // Our own signature says they were let out; the record was swept. Honour it.
-                Some(eviction_time) => self.admit(ticket.id, eviction_time.min(now)),
+                Some(eviction_time) => self.admit(ticket.id, now, eviction_time.min(now)),
                 None => self.enqueue(ticket.key_on(self.node), now),
             },
         }
@@ -204,7 +204,7 @@ impl WaitingRoom {
             Some(Visitor::Queued { .. }) => return Err(EngineError::NotYetAdmitted),
             None => match ticket.eviction_time {
                 Some(eviction_time) => {
-                    self.admit(ticket.id, eviction_time.min(now));
+                    self.admit(ticket.id, now, eviction_time.min(now));
                     eviction_time.min(now)
                 }
                 None => return Err(EngineError::NotYetAdmitted),
@@ -257,7 +257,7 @@ impl WaitingRoom {
         let count = room.min(self.queue.len() as u64);
         let mut admitted = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            let Some(key) = self.admit_head(now) else {
+            let Some(key) = self.admit_head(now, now) else {
                 break;
             };
             admitted.push(key.ticket);
@@ -272,9 +272,9 @@ impl WaitingRoom {
     }
 
     /// Lets the visitor at the head of the queue out; returns their key.
-    pub fn admit_head(&mut self, now: Time) -> Option<QueueKey> {
+    pub fn admit_head(&mut self, now: Time, eviction_time: Time) -> Option<QueueKey> {
         let key = self.queue.pop_first()?;
-        self.admit(key.ticket, now);
+        self.admit(key.ticket, now, eviction_time);
         Some(key)
     }
 
@@ -429,12 +429,14 @@ impl WaitingRoom {
         );
     }
 
-    fn admit(&mut self, id: TicketId, now: Time) {
+    /// Marks `id` let out at `eviction_time` (the decision; now, or earlier); the place is
+    /// held for a ticket expiry from now.
+    fn admit(&mut self, id: TicketId, now: Time, eviction_time: Time) {
         let claim_by = now.saturating_add(self.settings.ticket_expiry_ms);
         self.set_state(
             id,
             Visitor::Admitted {
-                eviction_time: now,
+                eviction_time,
                 claim_by,
             },
         );
@@ -466,7 +468,8 @@ impl WaitingRoom {
     fn answer(&mut self, now: Time, mut ticket: Ticket) -> CheckIn {
         ticket.node = self.node;
         ticket.issued_at = now;
-        ticket.next_refresh = now.saturating_add(self.settings.refresh_interval_ms);
+        ticket.next_refresh =
+            now.saturating_add(refresh_after(self.settings.refresh_interval_ms, ticket.id));
         ticket.expires_at = now.saturating_add(self.settings.ticket_expiry_ms);
         let (status, eta_ms) = match self.visitors.get(&ticket.id).map(|record| record.state) {
             Some(Visitor::Admitted { eviction_time, .. }) => {
@@ -490,6 +493,17 @@ impl WaitingRoom {
             eta_ms,
         }
     }
+}
+
+/// The refresh interval give or take up to a tenth, by ticket id: visitors who joined together
+/// drift apart instead of checking in in waves.
+fn refresh_after(interval: Time, id: TicketId) -> Time {
+    let spread = interval / 10;
+    if spread == 0 {
+        return interval;
+    }
+    let mixed = id.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    interval - spread + mixed % (2 * spread + 1)
 }
 
 /// Whether a visitor holds one of the site's places.
@@ -759,6 +773,18 @@ mod tests {
     }
 
     #[test]
+    fn refresh_times_spread_within_a_tenth() {
+        let mut seen = std::collections::BTreeSet::new();
+        for id in 0..1_000u64 {
+            let r = refresh_after(2_000, TicketId(id.wrapping_mul(0x1234_5678_9abc_def1)));
+            assert!((1_800..=2_200).contains(&r));
+            seen.insert(r / 100);
+        }
+        assert!(seen.len() >= 4, "spread over the whole window: {seen:?}");
+        assert_eq!(refresh_after(5, TicketId(7)), 5);
+    }
+
+    #[test]
     fn check_in_refreshes_the_ticket_and_position_never_rises() {
         let mut room = queued_room(1);
         let a = room.join(0);
@@ -766,7 +792,8 @@ mod tests {
         let b = room.check_in(500, &b.ticket).unwrap();
         assert_eq!(position(&b), 2);
         assert_eq!(b.ticket.issued_at, 500);
-        assert_eq!(b.ticket.next_refresh, 1_500);
+        // The refresh interval (1 s), give or take a tenth.
+        assert!((1_400..=1_600).contains(&b.ticket.next_refresh));
         assert_eq!(b.ticket.expires_at, 10_500);
         // `a` stops checking in and expires; `b` moves up.
         room.cleanup(10_001);

@@ -390,7 +390,7 @@ impl Node {
 
     /// Lets the local head out and records it. The caller propagates the new head.
     pub(crate) fn admit_head(&mut self, now: Time, decided_at: Time) {
-        if let Some(key) = self.room.admit_head(now) {
+        if let Some(key) = self.room.admit_head(now, decided_at) {
             self.admitted_total += 1;
             self.emit(Event::Admitted {
                 key,

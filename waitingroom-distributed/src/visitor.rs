@@ -159,7 +159,9 @@ impl Node {
     fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
         if let CheckInStatus::Queued { position: local } = answer.status {
             let key = answer.ticket.key_on(self.me.id);
-            let estimate = self.visitors_ahead(&key, local.saturating_sub(1)).saturating_add(1);
+            let estimate = self
+                .visitors_ahead(&key, local.saturating_sub(1))
+                .saturating_add(1);
             let position = shown.map_or(estimate, |p| p.min(estimate)).max(1);
             answer.status = CheckInStatus::Queued { position };
             answer.ticket.previous_position = Some(position);

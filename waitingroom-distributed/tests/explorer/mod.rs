@@ -12,6 +12,22 @@
 //! Shared by `tests/exhaustive.rs` (small configurations, in CI) and
 //! `examples/explore.rs` (the larger ones, in release mode).
 //!
+//! What keeps it finite, and what each choice leaves out:
+//! - Time moves only by timer steps, up to a horizon a few eviction rounds after the last
+//!   event; with [`TimerPolicy::Quiet`] (the default) only when nothing is in flight.
+//! - Timers a scenario does not need are off: probes without a crash, resends without loss.
+//! - Without loss, bare acknowledgements are delivered at once ([`Config::eager_acks`], a
+//!   sound partial-order reduction); with loss every order is explored.
+//! - Visitors join in index order at fixed nodes (only *when* varies); in the `crash` scenario
+//!   only while nothing is in flight. Visitors check in only when orphaned by the crash, and
+//!   then within one refresh interval, as a browser would. The cluster's formation is not
+//!   explored (a FIFO run forms it).
+//! - A run ends once everyone is in, the cluster is settled and quiet and no event is left
+//!   ([`Config::to_horizon`] explores the idle rounds after that too).
+//! - The fingerprint hashes each node's `Debug` form and random-generator position, so two
+//!   equal states with different internal layouts (hash map order) count twice: sound, just
+//!   less deduplication.
+//!
 //! [`Node`]: waitingroom_distributed::Node
 #![allow(dead_code, reason = "the test and the example each use a part")]
 
@@ -126,7 +142,11 @@ impl Config {
                 event_rounds: 1,
                 ..base
             },
-            "join" => Config { join: true, ..base },
+            "join" => Config {
+                join: true,
+                visitors: 2,
+                ..base
+            },
             "lossy" => Config {
                 drops: 1,
                 dups: 1,

@@ -297,6 +297,14 @@ impl WaitingRoom {
             .collect()
     }
 
+    /// Whether `ticket` was let out and has not left yet.
+    pub fn is_admitted(&self, ticket: TicketId) -> bool {
+        matches!(
+            self.visitors.get(&ticket).map(|r| r.state),
+            Some(Visitor::Admitted { .. })
+        )
+    }
+
     /// Whether this room has any record of `ticket` (queued, admitted, or left).
     pub fn knows(&self, ticket: TicketId) -> bool {
         self.visitors.contains_key(&ticket)

@@ -46,7 +46,7 @@ impl Link {
     }
 
     fn on_ack(&mut self, ack: u64) {
-        self.unacked = self.unacked.split_off(&(ack + 1));
+        self.unacked = self.unacked.split_off(&ack.saturating_add(1));
     }
 }
 
@@ -54,6 +54,8 @@ impl Link {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Channels {
     links: BTreeMap<NodeId, Link>,
+    /// Links whose `ack_due` may be set, so acknowledging does not walk every link.
+    ack_due: Vec<NodeId>,
 }
 
 impl Channels {
@@ -98,7 +100,11 @@ impl Channels {
             _ => self.link_for(from),
         };
         link.on_ack(ack);
-        link.ack_due = true;
+        if !link.ack_due {
+            link.ack_due = true;
+            self.ack_due.push(from.id);
+        }
+        let link = self.links.get_mut(&from.id).expect("link looked up above");
         if seq <= link.delivered || link.early.contains_key(&seq) {
             return Vec::new();
         }
@@ -162,7 +168,10 @@ impl Channels {
     /// Bare acknowledgements for links that received something and sent nothing since.
     pub fn take_bare_acks(&mut self, me: &Contact) -> Vec<Transmit> {
         let mut out = Vec::new();
-        for link in self.links.values_mut() {
+        for id in std::mem::take(&mut self.ack_due) {
+            let Some(link) = self.links.get_mut(&id) else {
+                continue;
+            };
             if link.ack_due {
                 link.ack_due = false;
                 let body = Body::ChannelAck {
@@ -172,6 +181,13 @@ impl Channels {
             }
         }
         out
+    }
+
+    /// Whether a link to a `live` peer waits for an acknowledgement.
+    pub fn any_unacked(&self, live: impl Fn(NodeId) -> bool) -> bool {
+        self.links
+            .values()
+            .any(|l| !l.unacked.is_empty() && live(l.peer.id))
     }
 
     /// Forgets links to peers that are not `live`, oldest ids first, beyond `limit` links.
@@ -187,6 +203,7 @@ impl Channels {
     /// Forgets every link.
     pub fn clear(&mut self) {
         self.links.clear();
+        self.ack_due.clear();
     }
 
     /// The contact behind the link to `id`.
@@ -226,7 +243,7 @@ mod tests {
         Contact {
             id: NodeId(id),
             incarnation: inc,
-            addr: format!("n{id}"),
+            addr: format!("n{id}").into(),
         }
     }
 

@@ -31,7 +31,7 @@ impl Node {
         let to = Contact {
             id: NodeId(0),
             incarnation: 0,
-            addr,
+            addr: addr.into(),
         };
         let body = Body::JoinRequest {
             contact: self.me.clone(),
@@ -47,7 +47,7 @@ impl Node {
         if let Some(existing) = self.membership.members.get(&contact.id) {
             if existing.incarnation == contact.incarnation {
                 // Our answer was lost, or is on its way: say it again.
-                let m = Body::Tree(self.membership.clone());
+                let m = Body::Tree(Box::new(self.membership.clone()));
                 self.send_raw(&contact, m);
                 return;
             }
@@ -79,7 +79,7 @@ impl Node {
         let me = self.me.id;
         let targets: Vec<Contact> = m.members.values().filter(|c| c.id != me).cloned().collect();
         for c in targets {
-            self.send_raw(&c, Body::Tree(m.clone()));
+            self.send_raw(&c, Body::Tree(Box::new(m.clone())));
         }
     }
 
@@ -89,11 +89,11 @@ impl Node {
         if !self.is_member() {
             return;
         }
-        let mine = self.membership.view();
+        let mine = self.view;
         let behind = view.version < mine.version;
         let conflicting = view.version == mine.version && view.digest != mine.digest;
         if behind || conflicting {
-            self.send_raw(peer, Body::Tree(self.membership.clone()));
+            self.send_raw(peer, Body::Tree(Box::new(self.membership.clone())));
         }
     }
 
@@ -120,7 +120,7 @@ impl Node {
                 } else if m.version < self.membership.version
                     && let Some(c) = self.membership.members.get(&from).cloned()
                 {
-                    self.send_raw(&c, Body::Tree(self.membership.clone()));
+                    self.send_raw(&c, Body::Tree(Box::new(self.membership.clone())));
                 }
             }
             Phase::Member => {
@@ -153,12 +153,13 @@ impl Node {
                 .get(&me)
                 .is_some_and(|&gone| gone >= self.me.incarnation);
             if removed_me && self.is_member() {
-                let seeds = m.members.values().map(|c| c.addr.clone()).collect();
+                let seeds = m.members.values().map(|c| c.addr.to_string()).collect();
                 self.rejoin(now, seeds);
             }
             return;
         }
         let old = std::mem::replace(&mut self.membership, m);
+        self.view = self.membership.view();
         let same = |a: &Membership, c: &Contact| {
             a.members
                 .get(&c.id)
@@ -201,20 +202,23 @@ impl Node {
     pub(crate) fn rejoin(&mut self, now: Time, mut seeds: Vec<String>) {
         self.emit(Event::Rejoining);
         let old = std::mem::take(&mut self.membership);
+        self.view = self.membership.view();
         for c in old.members.into_values() {
             self.remember_former(c);
         }
         // The first seeds are the best bets; any former member may be alive too.
         for c in self.formers.values() {
-            if !seeds.contains(&c.addr) {
-                seeds.push(c.addr.clone());
+            if !seeds.iter().any(|s| **s == *c.addr) {
+                seeds.push(c.addr.to_string());
             }
         }
-        seeds.retain(|a| *a != self.me.addr);
+        seeds.retain(|a| **a != *self.me.addr);
         self.me.incarnation += 1;
         self.channels.clear();
         self.qpid = Default::default();
         self.tag.round = None;
+        // Another cluster's decisions do not apply to the queue we are joining.
+        self.tag.ranges.clear();
         self.phase = Phase::Joining {
             seeds,
             next: 0,
@@ -246,10 +250,10 @@ impl Node {
         if self.membership.contains(from.id) {
             if version > self.membership.version {
                 // A cluster mate moved on without us: we were declared dead.
-                self.rejoin(now, vec![from.addr.clone()]);
+                self.rejoin(now, vec![from.addr.to_string()]);
             } else {
                 // It is behind: show it our membership.
-                self.send_raw(from, Body::Tree(self.membership.clone()));
+                self.send_raw(from, Body::Tree(Box::new(self.membership.clone())));
             }
             return;
         }
@@ -267,7 +271,7 @@ impl Node {
             ) {
                 self.broadcast_membership(&next);
             }
-            self.rejoin(now, vec![from.addr.clone()]);
+            self.rejoin(now, vec![from.addr.to_string()]);
         }
     }
 }

@@ -107,7 +107,7 @@ impl Membership {
         next.members.insert(id, contact);
         next.attach(id, max_degree);
         next.reconnect(max_degree);
-        next.version = self.version + 1;
+        next.version = self.version.saturating_add(1);
         next
     }
 
@@ -121,7 +121,7 @@ impl Membership {
         let mut next = self.clone();
         next.drop_node(id, member.incarnation);
         next.reconnect(max_degree);
-        next.version = self.version + 1;
+        next.version = self.version.saturating_add(1);
         Some(next)
     }
 
@@ -150,7 +150,7 @@ impl Membership {
             }
         }
         let mut next = Membership {
-            version: self.version.max(other.version) + 1,
+            version: self.version.max(other.version).saturating_add(1),
             members: BTreeMap::new(),
             edges: BTreeSet::new(),
             removed,
@@ -317,7 +317,7 @@ mod tests {
         Contact {
             id: NodeId(id),
             incarnation: 1,
-            addr: format!("n{id}"),
+            addr: format!("n{id}").into(),
         }
     }
 

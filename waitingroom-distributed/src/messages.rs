@@ -1,6 +1,8 @@
 //! Everything nodes say to each other. All types are serde types so any transport can carry
 //! them; the node never looks at how they travel.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, QueueKey, Time};
 
@@ -15,8 +17,8 @@ pub struct Contact {
     /// Changes every time the process restarts or rejoins, so messages meant for (or sent by) an
     /// earlier life of the node are told apart.
     pub incarnation: u64,
-    /// Transport address.
-    pub addr: String,
+    /// Transport address (shared: it is copied into every message).
+    pub addr: Arc<str>,
 }
 
 /// A message on the wire, with who sent it to whom.
@@ -70,7 +72,7 @@ pub enum Body {
     },
     /// A membership and spanning tree: broadcast on every change, and sent to any node whose
     /// view is older (it is idempotent, so losing or repeating it is harmless).
-    Tree(Membership),
+    Tree(Box<Membership>),
     /// SWIM indirect probe: please ping `target` for me.
     PingReq {
         /// Who to ping.
@@ -152,11 +154,11 @@ pub enum ChannelMsg {
         /// The round.
         stamp: Stamp,
         /// The counts, or None if the round is aborted (membership change in progress).
-        counts: Option<Counts>,
+        counts: Option<Box<Counts>>,
     },
     /// TAG result, flooded down the tree after a completed count: the cluster-wide picture,
     /// and in range admission the set of visitors to let out.
-    CountResult(CountResult),
+    CountResult(Box<CountResult>),
 }
 
 /// A QPID weight: the smallest queue key on one side of a link, or empty.
@@ -217,6 +219,8 @@ pub struct CountRequest {
     /// How many of its smallest eligible keys each subtree reports (range admission with a
     /// limited number of free places); 0 when not needed.
     pub select: u32,
+    /// The root's latest decided ranges, spread so that every node knows every decision.
+    pub ranges: Vec<AdmitRange>,
 }
 
 /// Sent down the tree when a count completes.
@@ -226,6 +230,9 @@ pub struct CountResult {
     pub summary: Summary,
     /// Range admission: every node lets out its visitors in this range, in key order.
     pub admit: Option<AdmitRange>,
+    /// The root's previous ranges, so a node that missed one (a crash cut the flood short)
+    /// still lets out what was decided, attributed to the round that decided it.
+    pub earlier: Vec<AdmitRange>,
 }
 
 /// "Let out every visitor who joined before `cutoff` and whose key is at most `max_key`": the
@@ -238,6 +245,8 @@ pub struct AdmitRange {
     pub max_key: Option<QueueKey>,
     /// Membership version of the round.
     pub version: u64,
+    /// When the round decided it (its interval boundary).
+    pub decided_at: Time,
 }
 
 /// What a subtree reports in a count.
@@ -255,20 +264,28 @@ pub struct Counts {
     pub nodes: u64,
     /// The subtree's smallest eligible keys, ascending, at most the round's `select`.
     pub smallest: Vec<QueueKey>,
+    /// The latest decided ranges known in the subtree (a new root may have missed some).
+    pub ranges: Vec<AdmitRange>,
 }
 
 impl Counts {
     /// Adds another subtree's counts to these.
     pub fn add(&mut self, other: &Counts) {
-        self.on_site += other.on_site;
-        self.queued += other.queued;
-        self.admitted_total += other.admitted_total;
-        self.nodes += other.nodes;
+        // Saturating: these come from peers, and a wrong count must not crash a node.
+        self.on_site = self.on_site.saturating_add(other.on_site);
+        self.queued = self.queued.saturating_add(other.queued);
+        self.admitted_total = self.admitted_total.saturating_add(other.admitted_total);
+        self.nodes = self.nodes.saturating_add(other.nodes);
         if self.below.len() < other.below.len() {
             self.below.resize(other.below.len(), 0);
         }
         for (a, b) in self.below.iter_mut().zip(&other.below) {
-            *a += b;
+            *a = a.saturating_add(*b);
+        }
+        for r in &other.ranges {
+            if !self.ranges.iter().any(|k| k.decided_at == r.decided_at) {
+                self.ranges.push(*r);
+            }
         }
     }
 

@@ -25,7 +25,7 @@ use crate::tag::Tag;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     /// The transport address of the receiver.
-    pub to_addr: String,
+    pub to_addr: std::sync::Arc<str>,
     /// The message.
     pub envelope: Envelope,
 }
@@ -104,6 +104,8 @@ pub struct Node {
     pub(crate) room: WaitingRoom,
     pub(crate) phase: Phase,
     pub(crate) membership: Membership,
+    /// `membership.view()`, kept because every probe carries it.
+    pub(crate) view: crate::messages::View,
     pub(crate) qpid: Qpid,
     pub(crate) tag: Tag,
     pub(crate) swim: Swim,
@@ -116,6 +118,7 @@ pub struct Node {
     /// Channel messages for a membership version not applied yet, replayed once it is.
     pub(crate) future: Vec<(NodeId, ChannelMsg)>,
     pub(crate) admitted_total: u64,
+    retransmit_armed: bool,
     timers: BTreeSet<(Time, Timer)>,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -137,7 +140,7 @@ impl Node {
         let me = Contact {
             id: cfg.id,
             incarnation: cfg.incarnation,
-            addr: cfg.addr.clone(),
+            addr: cfg.addr.as_str().into(),
         };
         Ok(Node {
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
@@ -145,6 +148,7 @@ impl Node {
             room,
             phase: Phase::Idle,
             membership: Membership::default(),
+            view: Membership::default().view(),
             qpid: Qpid::default(),
             tag: Tag::default(),
             swim: Swim::default(),
@@ -153,6 +157,7 @@ impl Node {
             seed_addrs: Vec::new(),
             future: Vec::new(),
             admitted_total: 0,
+            retransmit_armed: false,
             timers: BTreeSet::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -215,7 +220,7 @@ impl Node {
         self.arm(next_boundary(now, interval), Timer::Evict);
         self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
         self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
-        self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+        self.retransmit_armed = false;
         self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
         self.tag.last_round_seen = now;
     }
@@ -281,7 +286,7 @@ impl Node {
                 target,
                 view,
             } => self.on_ping_ack(now, &from, nonce, target, view),
-            Body::Tree(m) => self.on_tree(now, from.id, m),
+            Body::Tree(m) => self.on_tree(now, from.id, *m),
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),
             Body::NotMember { cluster, version } => {
@@ -309,7 +314,7 @@ impl Node {
             }
             Timer::ProbeTimeout(nonce) => self.on_probe_timeout(now, nonce),
             Timer::Retransmit => {
-                self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+                self.retransmit_armed = false;
                 self.check_settling(now);
                 let members = &self.membership.members;
                 let joining = matches!(self.phase, Phase::Joining { .. });
@@ -319,7 +324,11 @@ impl Node {
                     self.channels
                         .due_for_resend(now, &self.me, self.cfg.retransmit_ms, live);
                 self.channels.prune(LINKS_LIMIT, live);
+                let waiting = self.channels.any_unacked(live);
                 self.out.extend(resend);
+                if waiting || self.qpid.settling {
+                    self.arm_retransmit(now);
+                }
             }
             Timer::JoinRetry => self.send_join_request(now),
             Timer::FormerProbe => {
@@ -345,6 +354,16 @@ impl Node {
     pub(crate) fn send(&mut self, now: Time, to: &Contact, msg: ChannelMsg) {
         let t = self.channels.send(now, &self.me, to, msg);
         self.out.push_back(t);
+        self.arm_retransmit(now);
+    }
+
+    /// The retransmission timer runs only while something waits for an acknowledgement (or the
+    /// node is settling): an idle cluster has no timer events for it.
+    pub(crate) fn arm_retransmit(&mut self, now: Time) {
+        if !self.retransmit_armed {
+            self.retransmit_armed = true;
+            self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
+        }
     }
 
     /// Sends `msg` on the reliable channel to member `to`, if it is one.
@@ -373,8 +392,8 @@ impl Node {
             | ChannelMsg::WeightQuery { version } => Some(*version),
             ChannelMsg::DeleteMin { admit } => Some(admit.version),
             ChannelMsg::CountRequest(r) => Some(r.version),
-            ChannelMsg::CountResult(r) => Some(r.summary.version),
-            ChannelMsg::CountReply { .. } => None,
+            // A result is a decision already taken: it applies whatever changed since.
+            ChannelMsg::CountResult(_) | ChannelMsg::CountReply { .. } => None,
         };
         let joining = matches!(self.phase, Phase::Joining { .. });
         if let Some(v) = version
@@ -406,9 +425,9 @@ impl Node {
             ChannelMsg::DeleteMin { admit } => self.on_delete_min(now, admit),
             ChannelMsg::CountRequest(r) => self.on_count_request(now, from, r),
             ChannelMsg::CountReply { stamp, counts } => {
-                self.on_count_reply(now, from, stamp, counts)
+                self.on_count_reply(now, from, stamp, counts.map(|c| *c))
             }
-            ChannelMsg::CountResult(r) => self.on_count_result(now, from, r),
+            ChannelMsg::CountResult(r) => self.on_count_result(now, from, *r),
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
         }
     }
@@ -525,7 +544,7 @@ impl Node {
         NodeStatus {
             id: self.me.id,
             incarnation: self.me.incarnation,
-            addr: self.me.addr.clone(),
+            addr: self.me.addr.to_string(),
             phase: self.phase.clone(),
             version: self.membership.version,
             members: self.membership.members.values().cloned().collect(),

@@ -120,6 +120,7 @@ impl Node {
         q.parent = Some(self.membership.next_hop(me, lowest));
         q.settling = true;
         q.settling_since = now;
+        self.arm_retransmit(now);
         self.wave_send(now);
         self.try_settle(now);
     }

@@ -22,6 +22,8 @@ pub(crate) struct Swim {
     /// Our nonce of a ping we sent for someone else → (requester, their nonce).
     relays: BTreeMap<u64, (Contact, u64)>,
     nonce: u64,
+    /// A member the transport failed to reach: probed before the round-robin order goes on.
+    urgent: Option<NodeId>,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +41,11 @@ impl Swim {
 
     pub fn forget(&mut self, id: NodeId) {
         self.strikes.remove(&id);
+    }
+
+    /// Probes `id` next.
+    pub fn prioritise(&mut self, id: NodeId) {
+        self.urgent = Some(id);
     }
 }
 
@@ -71,7 +78,7 @@ impl Node {
             return;
         };
         let nonce = self.swim.next_nonce();
-        let view = self.membership.view();
+        let view = self.view;
         self.send_raw(&target, Body::Ping { nonce, view });
         self.arm(now + self.cfg.probe_timeout_ms, Timer::ProbeTimeout(nonce));
         self.swim.probe = Some(Probe {
@@ -82,6 +89,15 @@ impl Node {
     }
 
     fn next_probe_target(&mut self) -> Option<Contact> {
+        if let Some(c) = self
+            .swim
+            .urgent
+            .take()
+            .and_then(|id| self.membership.members.get(&id))
+            .filter(|c| c.id != self.me.id)
+        {
+            return Some(c.clone());
+        }
         for _ in 0..2 {
             while self.swim.next < self.swim.order.len() {
                 let id = self.swim.order[self.swim.next];
@@ -136,7 +152,7 @@ impl Node {
         let body = Body::PingAck {
             nonce,
             target: self.me.id,
-            view: self.membership.view(),
+            view: self.view,
         };
         self.send_raw(from, body);
         if view.version > 0 {
@@ -189,7 +205,7 @@ impl Node {
             self.swim.relays.pop_first();
         }
         self.swim.relays.insert(ours, (from.clone(), nonce));
-        let view = self.membership.view();
+        let view = self.view;
         self.send_raw(&target, Body::Ping { nonce: ours, view });
     }
 
@@ -210,21 +226,20 @@ impl Node {
             return;
         }
         let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
-        let member_addrs: Vec<&String> =
-            self.membership.members.values().map(|c| &c.addr).collect();
+        let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
         candidates.extend(
             self.seed_addrs
                 .iter()
-                .filter(|a| !member_addrs.contains(a) && **a != self.me.addr)
+                .filter(|a| !member_addrs.contains(&a.as_str()) && a.as_str() != &*self.me.addr)
                 .map(|addr| Contact {
                     id: NodeId(0),
                     incarnation: 0,
-                    addr: addr.clone(),
+                    addr: addr.as_str().into(),
                 }),
         );
         if let Some(c) = candidates.choose(&mut self.rng).cloned() {
             let nonce = self.swim.next_nonce();
-            let view = self.membership.view();
+            let view = self.view;
             self.send_raw(&c, Body::Ping { nonce, view });
         }
     }

@@ -37,7 +37,15 @@ pub(crate) struct Tag {
     pub budget: u64,
     /// Root only: admitted total and time at the previous completed round, and the smoothed rate.
     pub rate: Rate,
+    /// The latest ranges decided (range admission), oldest first.
+    pub ranges: Vec<AdmitRange>,
 }
+
+/// Ranges kept: a visitor re-queued after their node died is let out at once if their key falls
+/// in one of these (the cluster already decided to let them in).
+const RANGES_KEPT: usize = 8;
+/// Ranges passed on with each result.
+const RANGES_SENT: usize = 3;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Rate {
@@ -86,7 +94,7 @@ impl Node {
             // tangled. Rebuilding the tree makes every node re-pick its parent.
             self.tag.last_round_seen = now;
             let mut refreshed = self.membership.clone();
-            refreshed.version += 1;
+            refreshed.version = refreshed.version.saturating_add(1);
             self.emit(Event::TreeRepaired);
             self.commit_membership(now, refreshed);
             return;
@@ -135,6 +143,7 @@ impl Node {
             version: self.membership.version,
             bounds: bounds.clone(),
             select,
+            ranges: self.recent_ranges(),
         };
         for &n in &waiting {
             self.send_to(now, n, ChannelMsg::CountRequest(request.clone()));
@@ -159,6 +168,7 @@ impl Node {
             admitted_total: self.admitted_total,
             nodes: 1,
             smallest: self.room.smallest_before(cutoff, select as usize),
+            ranges: self.recent_ranges(),
         }
     }
 
@@ -179,8 +189,15 @@ impl Node {
             self.send_to(now, from, reply);
             return;
         }
+        self.merge_ranges(now, r.ranges.into_iter());
         let neighbours: Vec<NodeId> = self.qpid.weights.keys().copied().collect();
         self.start_round(now, r.stamp, Some(from), r.bounds, r.select, &neighbours);
+    }
+
+    /// The latest decided ranges this node knows, oldest first.
+    fn recent_ranges(&self) -> Vec<AdmitRange> {
+        let skip = self.tag.ranges.len().saturating_sub(RANGES_SENT);
+        self.tag.ranges[skip..].to_vec()
     }
 
     pub(crate) fn on_count_reply(
@@ -233,7 +250,7 @@ impl Node {
             Some(up) => {
                 let reply = ChannelMsg::CountReply {
                     stamp: round.stamp,
-                    counts: Some(round.acc),
+                    counts: Some(Box::new(round.acc)),
                 };
                 self.send_to(now, up, reply);
             }
@@ -283,10 +300,13 @@ impl Node {
                 cutoff,
                 max_key,
                 version,
+                decided_at: round.stamp.time,
             });
+        self.merge_ranges(now, counts.ranges.iter().copied());
         let result = CountResult {
             summary,
             admit: range,
+            earlier: self.recent_ranges(),
         };
         self.on_count_result(now, self.me.id, result);
         if admit > 0 {
@@ -311,6 +331,16 @@ impl Node {
     /// straight-through places, let out this node's part of the range, pass it on.
     pub(crate) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
         let me = self.me.id;
+        let seen = self
+            .tag
+            .summary
+            .as_ref()
+            .is_some_and(|s| s.stamp >= r.summary.stamp);
+        if seen {
+            // A copy that came another way (the tree changed under the flood), or an old one.
+            self.merge_ranges(now, r.earlier.into_iter().chain(r.admit));
+            return;
+        }
         let neighbours: Vec<NodeId> = self
             .qpid
             .weights
@@ -319,7 +349,7 @@ impl Node {
             .filter(|&n| n != from)
             .collect();
         for n in neighbours {
-            self.send_to(now, n, ChannelMsg::CountResult(r.clone()));
+            self.send_to(now, n, ChannelMsg::CountResult(Box::new(r.clone())));
         }
         let members: Vec<NodeId> = self.membership.members.keys().copied().collect();
         let n = members.len().max(1) as u64;
@@ -327,29 +357,62 @@ impl Node {
         let free = r.summary.free_places;
         self.tag.budget = free / n + u64::from(index < free % n);
         self.tag.own_below.retain(|(s, _)| *s >= r.summary.stamp);
-        if let Some(range) = r.admit {
-            let decided_at = r.summary.stamp.time;
+        self.tag.summary = Some(r.summary);
+        self.merge_ranges(now, r.earlier.into_iter().chain(r.admit));
+    }
+
+    fn merge_ranges(&mut self, now: Time, ranges: impl Iterator<Item = AdmitRange>) {
+        for range in ranges {
+            if !self
+                .tag
+                .ranges
+                .iter()
+                .any(|k| k.decided_at == range.decided_at)
+            {
+                self.tag.ranges.push(range);
+            }
+        }
+        self.tag.ranges.sort_by_key(|r| r.decided_at);
+        let excess = self.tag.ranges.len().saturating_sub(RANGES_KEPT);
+        self.tag.ranges.drain(..excess);
+        self.admit_decided(now);
+    }
+
+    /// Lets out every local visitor whose key falls in a decided range, attributed to the round
+    /// that decided it: this node's share of the latest round, and anyone re-queued here (their
+    /// node died) or cut off from a result that the cluster had already decided to let in.
+    pub(crate) fn admit_decided(&mut self, now: Time) {
+        let mut admitted = false;
+        for i in 0..self.tag.ranges.len() {
+            let range = self.tag.ranges[i];
             while let Some(k) = self.room.head() {
                 if k.join_time >= range.cutoff || range.max_key.is_some_and(|m| k > m) {
                     break;
                 }
-                self.admit_head(now, decided_at);
+                self.admit_head(now, range.decided_at);
+                admitted = true;
             }
+        }
+        if admitted {
             self.local_queue_changed(now);
         }
-        self.tag.summary = Some(r.summary);
     }
 
-    /// Estimated number of visitors ahead of `key` in the whole cluster.
-    pub(crate) fn visitors_ahead(&self, key: &waitingroom_core::QueueKey) -> u64 {
-        let local = self.room.rank(key);
+    /// Estimated number of visitors ahead of `key` in the whole cluster: exactly those queued
+    /// here, plus the other nodes' share of the last count's histogram (less their share of
+    /// that round's admissions), plus, for the part of the queue that joined after the last
+    /// count, as many again per other member as joined here (balancers spread visitors evenly).
+    /// The part after the count errs high rather than low: the visitor is never shown a larger
+    /// number later, so an estimate that starts low would stay wrong.
+    pub(crate) fn visitors_ahead(&self, key: &waitingroom_core::QueueKey, local: u64) -> u64 {
         let Some(s) = &self.tag.summary else {
             return local;
         };
         let Some((_, own)) = self.tag.own_below.iter().find(|(st, _)| *st == s.stamp) else {
             return local;
         };
-        let t = key.join_time;
+        let cutoff = s.stamp.time;
+        let t = key.join_time.min(cutoff);
         let global = interpolate(&s.bounds, &s.below, t);
         let mine = interpolate(&s.bounds, own, t).min(global);
         let others = global - mine;
@@ -359,7 +422,15 @@ impl Node {
         } else {
             (u128::from(s.admitted.min(global)) * u128::from(others) / u128::from(global)) as u64
         };
-        local + others.saturating_sub(others_gone)
+        let recent_here = if key.join_time >= cutoff {
+            local.saturating_sub(self.room.queued_before(cutoff))
+        } else {
+            0
+        };
+        let other_members = (self.membership.members.len() as u64).saturating_sub(1);
+        local
+            .saturating_add(others.saturating_sub(others_gone))
+            .saturating_add(recent_here.saturating_mul(other_members))
     }
 }
 

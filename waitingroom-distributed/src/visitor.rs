@@ -9,7 +9,7 @@ use thiserror::Error;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket, Time};
 
 use crate::messages::Contact;
-use crate::node::Node;
+use crate::node::{Node, Phase};
 
 /// Why a node refused a visitor operation.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -41,14 +41,22 @@ impl Node {
             self.tag.budget -= 1;
         }
         let answer = self.room.join_as(now, straight_through);
+        if straight_through {
+            self.admitted_total += 1;
+            let key = answer.ticket.key_on(self.me.id);
+            self.emit(crate::node::Event::Admitted {
+                key,
+                at: now,
+                decided_at: now,
+            });
+        }
         self.local_queue_changed(now);
-        Ok(self.with_cluster_position(answer, None))
+        Ok(self.with_cluster_position(now, answer, None))
     }
 
     /// A visitor checks in. Answers [`VisitorError::Elsewhere`] when another live member holds
     /// their ticket.
     pub fn check_in(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
-        self.ready()?;
         self.route(ticket)?;
         self.check_in_here(now, ticket)
     }
@@ -56,23 +64,35 @@ impl Node {
     /// A visitor checks in here whatever node holds the ticket: used when the owner could not
     /// be reached. The visitor is queued here under their original join time.
     pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
-        self.ready()?;
+        self.ready_for(ticket)?;
+        let requeued = !self.room.knows(ticket.id);
+        // Without the shown position, the engine's answer is the plain local rank.
         let shown = ticket.previous_position;
-        let answer = self.room.check_in(now, ticket)?;
+        let unclamped = Ticket {
+            previous_position: None,
+            ..ticket.clone()
+        };
+        let mut answer = self.room.check_in(now, &unclamped)?;
         self.local_queue_changed(now);
-        Ok(self.with_cluster_position(answer, shown))
+        if requeued && matches!(answer.status, CheckInStatus::Queued { .. }) {
+            // Their node is gone; the cluster may already have decided to let them in.
+            self.admit_decided(now);
+            if self.room.is_admitted(ticket.id) {
+                answer = self.room.check_in(now, &answer.ticket)?;
+            }
+        }
+        Ok(self.with_cluster_position(now, answer, shown))
     }
 
     /// An admitted visitor exchanges their ticket for a pass.
     pub fn leave(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
-        self.ready()?;
         self.route(ticket)?;
         self.leave_here(now, ticket)
     }
 
     /// Like [`Node::leave`], whatever node holds the ticket.
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
-        self.ready()?;
+        self.ready_for(ticket)?;
         Ok(self.room.leave(now, ticket)?)
     }
 
@@ -86,12 +106,37 @@ impl Node {
         Ok(self.room.validate_pass(now, pass)?)
     }
 
-    /// The live member that holds `ticket`, when it is not this node.
+    /// The transport could not deliver to `addr` (connection refused, timeout): probe that
+    /// member next instead of waiting for its turn in the round-robin order.
+    pub fn report_unreachable(&mut self, addr: &str) {
+        if let Some(c) = self.membership.members.values().find(|c| &*c.addr == addr) {
+            let id = c.id;
+            self.swim.prioritise(id);
+        }
+    }
+
+    /// The node that holds `ticket`, when it is not this one: a member, or a former member
+    /// that may still be alive (removed by mistake, or cut off by a partition) and must be
+    /// asked before the visitor is queued a second time.
     pub fn owner_of(&self, ticket: &Ticket) -> Option<&Contact> {
         if ticket.node == self.me.id || self.room.knows(ticket.id) {
             return None;
         }
-        self.membership.members.get(&ticket.node)
+        self.membership
+            .members
+            .get(&ticket.node)
+            .or_else(|| self.formers.get(&ticket.node))
+    }
+
+    /// A node serves the visitors it knows even while it rejoins the cluster; anyone else
+    /// needs it to be a member.
+    fn ready_for(&self, ticket: &Ticket) -> Result<(), VisitorError> {
+        let alive = matches!(self.phase, Phase::Member | Phase::Joining { .. });
+        if alive && self.room.knows(ticket.id) {
+            Ok(())
+        } else {
+            self.ready()
+        }
     }
 
     fn route(&self, ticket: &Ticket) -> Result<(), VisitorError> {
@@ -111,10 +156,10 @@ impl Node {
 
     /// Replaces the engine's local position by the cluster-wide estimate (never above what the
     /// visitor was shown before) and the ETA by one from the cluster's admission rate.
-    fn with_cluster_position(&self, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
-        if let CheckInStatus::Queued { .. } = answer.status {
+    fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
+        if let CheckInStatus::Queued { position: local } = answer.status {
             let key = answer.ticket.key_on(self.me.id);
-            let estimate = self.visitors_ahead(&key) + 1;
+            let estimate = self.visitors_ahead(&key, local.saturating_sub(1)) + 1;
             let position = shown.map_or(estimate, |p| p.min(estimate)).max(1);
             answer.status = CheckInStatus::Queued { position };
             answer.ticket.previous_position = Some(position);
@@ -124,7 +169,26 @@ impl Node {
                 .as_ref()
                 .filter(|s| s.rate_milli_per_s > 0)
                 .map(|s| position.saturating_mul(1_000_000) / s.rate_milli_per_s);
+            if let Some(soon) = self.refresh_soon(now, &answer.ticket, position) {
+                answer.ticket.next_refresh = answer.ticket.next_refresh.min(soon);
+            }
         }
         answer
+    }
+
+    /// A visitor likely to be let out at the next eviction is told to check in right after it
+    /// rather than a whole refresh interval later: admission reaches them sooner, and the rest of
+    /// the queue keeps its slow pace. The delay after the boundary leaves the count time to
+    /// finish, spread by ticket id so such check-ins do not all arrive at once.
+    fn refresh_soon(&self, now: Time, ticket: &Ticket, position: u64) -> Option<Time> {
+        let s = self.tag.summary.as_ref()?;
+        let everyone = self.cfg.settings.is_unlimited();
+        if !everyone && position > s.admitted.max(1) {
+            return None;
+        }
+        let interval = self.cfg.settings.eviction_interval_ms;
+        let spread = (interval / 4).max(1);
+        let boundary = crate::node::next_boundary(now, interval);
+        Some(boundary + spread + ticket.id.0 % spread)
     }
 }

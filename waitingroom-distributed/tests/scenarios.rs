@@ -429,3 +429,81 @@ mod random_operations {
         }
     }
 }
+
+#[test]
+fn positions_are_cluster_wide_and_never_rise() {
+    // Three places, long passes: the queue stays long.
+    let settings = Settings {
+        target_on_site: 3,
+        pass_expiry_ms: 60_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(5, settings, AdmissionMode::Range, 12);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..50 {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[i % ids.len()]);
+        net.run_for(7);
+    }
+    // One count round later every node knows the cluster's histogram.
+    crowd.run(&mut net, 1_100);
+    let waiting: Vec<usize> = (0..50).filter(|&i| !crowd.admitted[i]).collect();
+    assert_eq!(waiting.len(), 47);
+    let mut last = 0;
+    for (rank, &i) in waiting.iter().enumerate() {
+        let t = crowd.tickets[i].clone();
+        let c = net.with(t.node, |n, now| n.check_in(now, &t)).unwrap();
+        if let CheckInStatus::Queued { position } = c.status {
+            let truth = rank as u64 + 1;
+            // Local rank times node count would be off by up to 4x; the histogram keeps the
+            // estimate within a bucket's worth of visitors.
+            assert!(
+                position.abs_diff(truth) <= 8,
+                "visitor {i}: shown {position}, true {truth}"
+            );
+            assert!(position >= last.min(position));
+            last = position;
+        }
+    }
+}
+
+#[test]
+fn a_check_in_elsewhere_is_sent_to_the_owner_while_it_lives() {
+    let (mut net, crowd) = crowded(3, 6, AdmissionMode::Range, 13);
+    let t = crowd.tickets[0].clone();
+    let other = net.ids().into_iter().find(|&id| id != t.node).unwrap();
+    match net.with(other, |n, now| n.check_in(now, &t)) {
+        Err(waitingroom_distributed::VisitorError::Elsewhere(owner)) => {
+            assert_eq!(owner.id, t.node)
+        }
+        other => panic!("expected a redirect to the owner, got {other:?}"),
+    }
+    // Nothing was queued at the other node.
+    let queued: u64 = net.live().iter().map(|n| n.room().queued()).sum();
+    assert_eq!(queued, 6);
+}
+
+#[test]
+fn straight_through_admission_only_while_nobody_waits() {
+    let settings = Settings {
+        target_on_site: 10,
+        pass_expiry_ms: 60_000,
+        admit_straight_through: true,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 14);
+    net.run_for(2_500);
+    let mut crowd = Crowd::default();
+    for i in 0..30 {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[i % ids.len()]);
+    }
+    // The cluster had 10 free places, split over 3 nodes: at most 10 got in at once.
+    let at_once = crowd.admitted.iter().filter(|a| **a).count();
+    assert!(at_once > 0 && at_once <= 10, "{at_once}");
+    crowd.run(&mut net, 5_000);
+    // The rest wait: the site is full and passes last a minute.
+    let total = crowd.admitted.iter().filter(|a| **a).count();
+    assert!(total <= 10, "{total}");
+}

@@ -1,1 +1,205 @@
-fn main() {}
+//! `waitingroom-node`: run a node, make a cluster key, start a local demo, or benchmark.
+#![forbid(unsafe_code)]
+
+mod bench;
+mod demo;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use waitingroom_http::config::{self, Options};
+use waitingroom_http::crypto::{Crypto, PassVerifier};
+use waitingroom_http::origin::{self, Origin};
+use waitingroom_http::server;
+
+/// A fair, distributed virtual waiting room node.
+///
+/// N identical nodes behind any load balancer form one first-in-first-out queue. Settings come
+/// from flags, then WAITINGROOM_* environment variables, then the --config TOML file (keys are
+/// the flag names with underscores), then defaults.
+#[derive(Debug, Parser)]
+#[command(name = "waitingroom-node", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one node (join a cluster through --peers, or start a new one).
+    Run(Box<RunArgs>),
+    /// Write a new cluster signing key (PKCS#8 PEM) and print its public JWK.
+    Keygen(KeygenArgs),
+    /// Start a local cluster of nodes plus a demo origin site; Ctrl-C stops them all.
+    Demo(demo::DemoArgs),
+    /// Run the demo origin site (checks the pass cookie offline with the cluster's JWKS).
+    Origin(OriginArgs),
+    /// Measure how many check-ins per second one node serves, with p50/p99 latency.
+    BenchCheckin(bench::BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// TOML file with settings (keys as the flag names, with underscores).
+    #[arg(long, short, env = "WAITINGROOM_CONFIG", value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    options: Options,
+}
+
+#[derive(Debug, Args)]
+struct KeygenArgs {
+    /// Where to write the private key (created with mode 0600).
+    #[arg(long, short, value_name = "PATH")]
+    out: PathBuf,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+struct OriginArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8090", value_name = "ADDR")]
+    listen: std::net::SocketAddr,
+    /// Where visitors without a valid pass are sent.
+    #[arg(long, value_name = "URL")]
+    waiting_room_url: String,
+    /// A node's JWKS URL, fetched at start (retried for 30 s).
+    #[arg(long, value_name = "URL")]
+    jwks_url: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Keygen(args) => report(keygen(args)),
+        Command::Demo(args) => report(runtime().and_then(|rt| rt.block_on(demo::run(args)))),
+        Command::Origin(args) => report(runtime().and_then(|rt| rt.block_on(origin(args)))),
+        Command::BenchCheckin(args) => {
+            report(runtime().and_then(|rt| rt.block_on(bench::run(args))))
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("waitingroom-node: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Box<RunArgs>) -> ExitCode {
+    let args = *args;
+    let file = match args.config.as_deref().map(config::read_file).transpose() {
+        Ok(f) => f.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("waitingroom-node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = match config::merge(args.options, file).resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("waitingroom-node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    server::init_logging(cfg.log_format, &cfg.log_level);
+    let result = runtime().and_then(|rt| rt.block_on(server::run(cfg)).map_err(Into::into));
+    report(result)
+}
+
+fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
+    let crypto = Crypto::generate();
+    write_private(&args.out, &crypto.to_pkcs8_pem(), args.force)?;
+    eprintln!(
+        "wrote the cluster key to {}; give every node the same file",
+        args.out.display()
+    );
+    println!("{}", serde_json::to_string_pretty(&crypto.public_jwk())?);
+    Ok(())
+}
+
+/// Writes a secret file readable by its owner only.
+pub(crate) fn write_private(path: &std::path::Path, text: &str, force: bool) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path).with_context(|| {
+        format!(
+            "cannot create {} (use --force to overwrite)",
+            path.display()
+        )
+    })?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+async fn origin(args: OriginArgs) -> anyhow::Result<()> {
+    server::init_logging(config::LogFormat::Text, "info");
+    let verifier = fetch_jwks(&args.jwks_url).await?;
+    let app = origin::router(Arc::new(Origin {
+        verifier,
+        waiting_room_url: args.waiting_room_url,
+    }));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+async fn fetch_jwks(url: &str) -> anyhow::Result<PassVerifier> {
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let attempt = async {
+            let text = client
+                .get(url)
+                .send()
+                .await?
+                .error_for_status()?
+                .text()
+                .await?;
+            anyhow::Ok(PassVerifier::from_jwks_json(&text)?)
+        };
+        match attempt.await {
+            Ok(v) => return Ok(v),
+            Err(e) if std::time::Instant::now() > deadline => {
+                return Err(e).with_context(|| format!("cannot fetch the JWKS from {url}"));
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    }
+}

@@ -627,7 +627,7 @@ impl State {
                     .slots
                     .iter()
                     .filter(|s| s.active())
-                    .map(|s| s.node.contact().addr.clone())
+                    .map(|s| s.node.contact().addr.to_string())
                     .collect();
                 let now = self.now;
                 let slot = self.slots.last_mut().expect("a joining node exists");

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The waiting page tried as a visitor would, in headless Chromium.
+#
+# Starts 3 nodes (one place on the site, passes valid 3 s, everyone queued) and the demo origin,
+# then sends three headless browsers to three different nodes, one after the other:
+#   A - JavaScript off: only the <meta refresh> path moves it on;
+#   B - JavaScript on;  (E - JavaScript on, only there to make C wait longer)
+#   C - JavaScript on; its first page is dumped (the position must show);
+#   D - joins last; its page is screenshot to docs/waiting-page.png.
+# Each browser is then watched through the DevTools HTTP endpoint (/json/list: the page title
+# carries the position) until it lands on the origin, which shows its welcome page (title "Demo
+# shop") only to a valid pass cookie, and redirects anyone else back to the waiting room. C's position must go down on its own on the way.
+#
+# Installs Debian's chromium when missing. Everything it starts is stopped on exit.
+# Usage: scripts/browser-test.sh            (BASE_PORT=18301 by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "installing chromium..." >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+cargo build -q -p waitingroom-http --bin waitingroom-node
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/waitingroom-node"
+
+BASE_PORT=${BASE_PORT:-18301}
+ORIGIN_PORT=$((BASE_PORT + 9))
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$WORK"/*.log; do echo "--- $f" >&2; tail -n 15 "$f" >&2; done
+    exit 1
+}
+
+wait_ok() { # url
+    for _ in $(seq 1 100); do
+        curl -sf -o /dev/null "$1" && return 0
+        sleep 0.1
+    done
+    fail "$1 not ready"
+}
+
+"$BIN" keygen --out "$WORK/key.pem" >/dev/null 2>&1
+ORIGIN="http://127.0.0.1:$ORIGIN_PORT/"
+COMMON=(--key-file "$WORK/key.pem" --target-on-site 1 --pass-expiry-ms 3000
+    --ticket-expiry-ms 6000 --refresh-interval-ms 1000 --eviction-interval-ms 500
+    --admit-straight-through false --origin-url "$ORIGIN" --page-title "You are in the queue")
+NODES=()
+for i in 0 1 2; do
+    port=$((BASE_PORT + i))
+    peers=()
+    [ "$i" -gt 0 ] && peers=(--peers "http://127.0.0.1:$BASE_PORT")
+    "$BIN" run --listen "127.0.0.1:$port" "${COMMON[@]}" "${peers[@]}" \
+        >/dev/null 2>"$WORK/node$i.log" &
+    PIDS+=($!)
+    NODES+=("http://127.0.0.1:$port")
+    wait_ok "http://127.0.0.1:$port/readyz"
+done
+"$BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" --waiting-room-url "${NODES[0]}/" \
+    --jwks-url "${NODES[0]}/.well-known/jwks.json" >/dev/null 2>"$WORK/origin.log" &
+PIDS+=($!)
+wait_ok "${ORIGIN}healthz"
+
+chrome_flags() { # profile-dir
+    echo --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync \
+        --user-data-dir="$1" --window-size=1000,760
+}
+
+browse() { # name node-url debug-port extra-flags...
+    local name=$1 url=$2 port=$3
+    shift 3
+    mkdir -p "$WORK/profile-$name"
+    # shellcheck disable=SC2046
+    chromium $(chrome_flags "$WORK/profile-$name") --remote-debugging-port="$port" "$@" "$url" \
+        >/dev/null 2>"$WORK/chromium-$name.log" &
+    PIDS+=($!)
+}
+
+# title|url of the browser's page, via the DevTools HTTP endpoint.
+page_of() { # debug-port
+    local json
+    json=$(curl -s "http://127.0.0.1:$1/json/list" || true)
+    local title url
+    # Here-strings, not pipes into early-exiting readers: with pipefail a SIGPIPE would fail.
+    title=$(grep -o -m 1 '"title": "[^"]*"' <<<"$json" | cut -d'"' -f4 || true)
+    url=$(grep -o -m 1 '"url": "[^"]*"' <<<"$json" | cut -d'"' -f4 || true)
+    title=${title%%$'\n'*}
+    url=${url%%$'\n'*}
+    printf '%s|%s' "$title" "$url"
+}
+
+wait_queued() { # name debug-port: until its page shows a position in the title
+    for _ in $(seq 1 100); do
+        [[ "$(page_of "$2")" =~ ^[0-9]+\ · ]] && return 0
+        sleep 0.1
+    done
+    fail "browser $1 never showed the waiting page"
+}
+
+DBG_A=$((BASE_PORT + 21)); DBG_B=$((BASE_PORT + 22)); DBG_C=$((BASE_PORT + 23))
+browse A "${NODES[0]}/" "$DBG_A" --blink-settings=scriptEnabled=false
+wait_queued A "$DBG_A"
+browse B "${NODES[1]}/shop/item/42" "$DBG_B"
+wait_queued B "$DBG_B"
+# E: one more visitor ahead of C, so that C has a few places to move up.
+browse E "${NODES[2]}/" $((BASE_PORT + 24))
+wait_queued E $((BASE_PORT + 24))
+
+# C: the position shows on the page (dumped DOM); then the same visitor waits in a browser.
+mkdir -p "$WORK/profile-C" docs
+# shellcheck disable=SC2046
+DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-C") --dump-dom "${NODES[2]}/" 2>/dev/null) \
+    || fail "chromium --dump-dom failed"
+POS=$(grep -o 'id="position">[0-9]*<' <<<"$DOM" | grep -o '[0-9][0-9]*' || true)
+grep -q 'aria-live="polite"' <<<"$DOM" || fail "no aria-live region in the page: ${DOM:0:400}"
+grep -q '<html lang="en">' <<<"$DOM" || fail "no lang on the page"
+[ -n "$POS" ] && [ "$POS" -ge 2 ] || fail "position not shown (or not behind A, B and E): '$POS'"
+echo "C is queued at position $POS (dump-dom)"
+browse C "${NODES[2]}/" "$DBG_C"
+# The screenshot is of a fourth visitor (D), who joins last and is not watched further.
+mkdir -p "$WORK/profile-D"
+# shellcheck disable=SC2046
+timeout 30 chromium $(chrome_flags "$WORK/profile-D") --hide-scrollbars \
+    --screenshot="$ROOT/docs/waiting-page.png" "${NODES[1]}/" >/dev/null 2>&1 \
+    || fail "screenshot failed"
+echo "screenshot: docs/waiting-page.png"
+
+# Watch all three until they land on the origin's welcome page.
+declare -A DONE=()
+SEEN_C=""
+for _ in $(seq 1 120); do
+    for v in A B C; do
+        [ -n "${DONE[$v]:-}" ] && continue
+        port_var="DBG_$v"
+        page=$(page_of "${!port_var}")
+        title=${page%%|*}
+        url=${page#*|}
+        if [ "$v" = C ]; then
+            p=""
+            [[ "$title" =~ ^([0-9]+)\ · ]] && p=${BASH_REMATCH[1]}
+            if [ -n "$p" ] && [ "$p" != "${SEEN_C##* }" ]; then SEEN_C="$SEEN_C $p"; fi
+        fi
+        if [ "$url" = "$ORIGIN" ] && [ "$title" = "Demo shop" ]; then
+            DONE[$v]=1
+            echo "$v landed on the origin with a valid pass"
+        fi
+    done
+    [ "${#DONE[@]}" -eq 3 ] && break
+    sleep 0.5
+done
+[ "${#DONE[@]}" -eq 3 ] || fail "not every browser reached the origin (done: ${!DONE[*]}; C saw positions:$SEEN_C)"
+echo "C's position on the way:$SEEN_C"
+first=$(echo "$SEEN_C" | awk '{print $1}')
+last=$(echo "$SEEN_C" | awk '{print $NF}')
+[ -n "$first" ] && [ "$first" -gt "$last" ] || fail "C's position never moved on by itself:$SEEN_C"
+
+echo "browser test passed"

@@ -1,0 +1,722 @@
+//! Node configuration: one flat set of settings read from a TOML file, `WAITINGROOM_*`
+//! environment variables and command-line flags (flags win, then the environment, then the
+//! file, then the defaults).
+//!
+//! [`Options`] is both the clap argument group and the TOML document, so a setting has the same
+//! name everywhere: flag `--target-on-site`, variable `WAITINGROOM_TARGET_ON_SITE`, file key
+//! `target_on_site`, and its doc comment is its `--help` text.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use thiserror::Error;
+use waitingroom_core::{NodeId, Settings, SettingsError, Time};
+use waitingroom_distributed::{AdmissionMode, NodeConfig};
+
+/// Every setting of `waitingroom-node run`; `None` means "not given here".
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
+    // ---- network and identity ----
+    /// Address to listen on for visitors and peers. Port 0 picks a free port (the chosen
+    /// address is printed on stdout as `listening on http://ADDR`). (default: 127.0.0.1:8080)
+    #[arg(long, env = "WAITINGROOM_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Base URL other nodes use to reach this one. Required when listening on 0.0.0.0 or ::.
+    /// (default: http:// + the listen address)
+    #[arg(long, env = "WAITINGROOM_ADVERTISE", value_name = "URL")]
+    pub advertise: Option<String>,
+    /// This node's id, unique in the cluster and never 0. (default: derived from the
+    /// advertised URL)
+    #[arg(long, env = "WAITINGROOM_NODE_ID", value_name = "ID")]
+    pub node_id: Option<u64>,
+    /// Base URLs of cluster members to join through (comma-separated). Empty: start a new
+    /// cluster. (default: empty)
+    #[arg(
+        long,
+        env = "WAITINGROOM_PEERS",
+        value_name = "URL,...",
+        value_delimiter = ','
+    )]
+    pub peers: Option<Vec<String>>,
+    /// File holding the cluster signing key (PKCS#8 PEM, from `waitingroom-node keygen`);
+    /// every node of a cluster uses the same key. Required.
+    #[arg(long, env = "WAITINGROOM_KEY_FILE", value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+    /// Where admitted visitors are sent: the protected site. (default: /)
+    #[arg(long, env = "WAITINGROOM_ORIGIN_URL", value_name = "URL")]
+    pub origin_url: Option<String>,
+
+    // ---- waiting room ----
+    /// How many visitors may be on the site at once; "unlimited" for no limit. (default: 100)
+    #[arg(long, env = "WAITINGROOM_TARGET_ON_SITE", value_name = "N|unlimited", value_parser = parse_target)]
+    #[serde(default, deserialize_with = "de_target")]
+    pub target_on_site: Option<u64>,
+    /// How often a waiting visitor's client checks in, ms. (default: 2000)
+    #[arg(long, env = "WAITINGROOM_REFRESH_INTERVAL_MS", value_name = "MS")]
+    pub refresh_interval_ms: Option<Time>,
+    /// A ticket not refreshed for this long is refused and its place dropped, ms; must exceed
+    /// refresh_interval_ms. (default: 30000)
+    #[arg(long, env = "WAITINGROOM_TICKET_EXPIRY_MS", value_name = "MS")]
+    pub ticket_expiry_ms: Option<Time>,
+    /// How long a pass stays valid without a refresh, ms; 0: passes expire at once (nobody
+    /// counts as on the site). (default: 600000)
+    #[arg(long, env = "WAITINGROOM_PASS_EXPIRY_MS", value_name = "MS")]
+    pub pass_expiry_ms: Option<Time>,
+    /// How often visitors are let out of the queue, ms; the same on every node. (default: 1000)
+    #[arg(long, env = "WAITINGROOM_EVICTION_INTERVAL_MS", value_name = "MS")]
+    pub eviction_interval_ms: Option<Time>,
+    /// How often expired tickets and passes are swept, ms. (default: 1000)
+    #[arg(long, env = "WAITINGROOM_CLEANUP_INTERVAL_MS", value_name = "MS")]
+    pub cleanup_interval_ms: Option<Time>,
+    /// Admit a joining visitor at once while the site has room and nobody waits (false: queue
+    /// everyone, as in the thesis). (default: true)
+    #[arg(long, env = "WAITINGROOM_ADMIT_STRAIGHT_THROUGH", value_name = "BOOL")]
+    pub admit_straight_through: Option<bool>,
+
+    // ---- protocol ----
+    /// How the root lets visitors out: range (one message per tree edge per round), batched
+    /// (QPID deleteMin in batches) or sequential (one at a time, as in the thesis).
+    /// (default: range)
+    #[arg(long, env = "WAITINGROOM_ADMISSION", value_name = "MODE")]
+    pub admission: Option<Admission>,
+    /// SWIM: how often one member is probed, ms. (default: 500)
+    #[arg(long, env = "WAITINGROOM_PROBE_INTERVAL_MS", value_name = "MS")]
+    pub probe_interval_ms: Option<Time>,
+    /// SWIM: how long to wait for a probe answer before asking others, ms; below
+    /// probe_interval_ms. (default: 200)
+    #[arg(long, env = "WAITINGROOM_PROBE_TIMEOUT_MS", value_name = "MS")]
+    pub probe_timeout_ms: Option<Time>,
+    /// SWIM: members asked to probe indirectly. (default: 3)
+    #[arg(long, env = "WAITINGROOM_INDIRECT_PROBES", value_name = "N")]
+    pub indirect_probes: Option<usize>,
+    /// SWIM: extra failed probe rounds before a member is declared dead. (default: 1)
+    #[arg(long, env = "WAITINGROOM_SUSPECT_ROUNDS", value_name = "N")]
+    pub suspect_rounds: Option<u32>,
+    /// Resend an unacknowledged protocol message after this long, ms. (default: 100)
+    #[arg(long, env = "WAITINGROOM_RETRANSMIT_MS", value_name = "MS")]
+    pub retransmit_ms: Option<Time>,
+    /// A joining node asks again after this long without an answer, ms. (default: 500)
+    #[arg(long, env = "WAITINGROOM_JOIN_RETRY_MS", value_name = "MS")]
+    pub join_retry_ms: Option<Time>,
+    /// A joining node that no seed answers for this long starts a cluster of its own (and
+    /// merges with the others once they can talk), ms. (default: 10000)
+    #[arg(long, env = "WAITINGROOM_JOIN_TIMEOUT_MS", value_name = "MS")]
+    pub join_timeout_ms: Option<Time>,
+    /// Most neighbours a node gets in the spanning tree (at least 2). (default: 4)
+    #[arg(long, env = "WAITINGROOM_MAX_TREE_DEGREE", value_name = "N")]
+    pub max_tree_degree: Option<usize>,
+    /// Range admission: most keys per count reply and per round when places are limited.
+    /// (default: 1024)
+    #[arg(long, env = "WAITINGROOM_SELECT_LIMIT", value_name = "N")]
+    pub select_limit: Option<u32>,
+    /// Rebuild the tree after this many eviction intervals without a count while visitors
+    /// wait (a safety net; at least 2). (default: 10)
+    #[arg(long, env = "WAITINGROOM_WATCHDOG_ROUNDS", value_name = "N")]
+    pub watchdog_rounds: Option<u32>,
+
+    // ---- transport and limits ----
+    /// Largest request body on visitor routes, bytes. (default: 16384)
+    #[arg(long, env = "WAITINGROOM_VISITOR_BODY_LIMIT", value_name = "BYTES")]
+    pub visitor_body_limit: Option<usize>,
+    /// Largest request body on peer routes, bytes. (default: 8388608)
+    #[arg(long, env = "WAITINGROOM_PEER_BODY_LIMIT", value_name = "BYTES")]
+    pub peer_body_limit: Option<usize>,
+    /// Most protocol messages queued for one peer; beyond it the oldest are dropped (the
+    /// protocol resends what matters). (default: 20000)
+    #[arg(long, env = "WAITINGROOM_PEER_QUEUE_LIMIT", value_name = "N")]
+    pub peer_queue_limit: Option<usize>,
+    /// Most protocol messages in one peer request. (default: 1024)
+    #[arg(long, env = "WAITINGROOM_PEER_BATCH_LIMIT", value_name = "N")]
+    pub peer_batch_limit: Option<usize>,
+    /// Timeout of one peer request, ms. (default: 2000)
+    #[arg(long, env = "WAITINGROOM_PEER_TIMEOUT_MS", value_name = "MS")]
+    pub peer_timeout_ms: Option<u64>,
+    /// Timeout of a visitor request forwarded to the node holding the ticket; past it the
+    /// visitor is re-queued here under their original join time, ms. (default: 1000)
+    #[arg(long, env = "WAITINGROOM_FORWARD_TIMEOUT_MS", value_name = "MS")]
+    pub forward_timeout_ms: Option<u64>,
+    /// On SIGTERM, how long to keep delivering the farewell before exiting, ms.
+    /// (default: 2000)
+    #[arg(long, env = "WAITINGROOM_SHUTDOWN_GRACE_MS", value_name = "MS")]
+    pub shutdown_grace_ms: Option<u64>,
+    /// Joins allowed per client per second (burst: the same number); 0 = no limit. The client
+    /// is the peer IP, or the client_ip_header when set. (default: 0)
+    #[arg(long, env = "WAITINGROOM_JOIN_RATE_LIMIT", value_name = "N")]
+    pub join_rate_limit: Option<u32>,
+    /// Header the load balancer sets to the client's address (e.g. x-forwarded-for; its first
+    /// entry is used). Only set it behind a balancer that overwrites it. (default: none)
+    #[arg(long, env = "WAITINGROOM_CLIENT_IP_HEADER", value_name = "NAME")]
+    pub client_ip_header: Option<String>,
+    /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). (default: false)
+    #[arg(long, env = "WAITINGROOM_COOKIE_SECURE", value_name = "BOOL")]
+    pub cookie_secure: Option<bool>,
+
+    // ---- logs and page ----
+    /// Log format: text or json. (default: text)
+    #[arg(long, env = "WAITINGROOM_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, tracing-subscriber syntax (e.g. info, waitingroom=debug). (default: info)
+    #[arg(long, env = "WAITINGROOM_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Waiting page: title and heading. (default: "You are in the queue")
+    #[arg(long, env = "WAITINGROOM_PAGE_TITLE", value_name = "TEXT")]
+    pub page_title: Option<String>,
+    /// Waiting page: the explanation under the heading. (default: a short explanation)
+    #[arg(long, env = "WAITINGROOM_PAGE_TEXT", value_name = "TEXT")]
+    pub page_text: Option<String>,
+    /// Waiting page: background colour (CSS colour). (default: #f7f7f2)
+    #[arg(long, env = "WAITINGROOM_PAGE_BACKGROUND", value_name = "COLOUR")]
+    pub page_background: Option<String>,
+    /// Waiting page: text colour (CSS colour). (default: #1d1d1b)
+    #[arg(long, env = "WAITINGROOM_PAGE_FOREGROUND", value_name = "COLOUR")]
+    pub page_foreground: Option<String>,
+    /// Waiting page: accent colour for the position and the progress bar. (default: #0b5cad)
+    #[arg(long, env = "WAITINGROOM_PAGE_ACCENT", value_name = "COLOUR")]
+    pub page_accent: Option<String>,
+    /// A whole HTML template for the waiting page, with {{placeholders}} (see the README).
+    /// (default: the built-in page)
+    #[arg(long, env = "WAITINGROOM_PAGE_TEMPLATE", value_name = "PATH")]
+    pub page_template: Option<PathBuf>,
+}
+
+/// How the root lets visitors out (see [`AdmissionMode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Admission {
+    /// Range admission.
+    Range,
+    /// Batched deleteMin.
+    Batched,
+    /// One deleteMin at a time.
+    Sequential,
+}
+
+impl From<Admission> for AdmissionMode {
+    fn from(a: Admission) -> Self {
+        match a {
+            Admission::Range => AdmissionMode::Range,
+            Admission::Batched => AdmissionMode::Batched,
+            Admission::Sequential => AdmissionMode::Sequential,
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn parse_target(s: &str) -> Result<u64, String> {
+    if s.eq_ignore_ascii_case("unlimited") {
+        Ok(Settings::UNLIMITED)
+    } else {
+        s.parse()
+            .map_err(|_| "expected a number or \"unlimited\"".to_owned())
+    }
+}
+
+fn de_target<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Target {
+        N(u64),
+        S(String),
+    }
+    match Target::deserialize(d)? {
+        Target::N(n) => Ok(Some(n)),
+        Target::S(s) => parse_target(&s).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Why the configuration was refused. Every variant names the setting or file at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The configuration file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The configuration file is not valid TOML for these settings.
+    #[error("invalid config file {path}: {source}")]
+    ParseFile {
+        /// Path.
+        path: String,
+        /// Cause (names the key).
+        source: Box<toml::de::Error>,
+    },
+    /// A setting's value is refused.
+    #[error(transparent)]
+    Setting(#[from] SettingsError),
+}
+
+/// Visitor-facing look of the waiting page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Branding {
+    /// Title and heading.
+    pub title: String,
+    /// Explanation.
+    pub text: String,
+    /// Background colour.
+    pub background: String,
+    /// Text colour.
+    pub foreground: String,
+    /// Accent colour.
+    pub accent: String,
+    /// Whole-page template, if any (already read).
+    pub template: Option<String>,
+}
+
+/// Transport and abuse limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Visitor body limit, bytes.
+    pub visitor_body: usize,
+    /// Peer body limit, bytes.
+    pub peer_body: usize,
+    /// Per-peer queue bound, messages.
+    pub peer_queue: usize,
+    /// Messages per peer request.
+    pub peer_batch: usize,
+    /// Peer request timeout, ms.
+    pub peer_timeout_ms: u64,
+    /// Forwarded visitor request timeout, ms.
+    pub forward_timeout_ms: u64,
+    /// Shutdown grace, ms.
+    pub shutdown_grace_ms: u64,
+    /// Joins per client per second; 0 = off.
+    pub join_rate_limit: u32,
+    /// Header holding the client address.
+    pub client_ip_header: Option<String>,
+}
+
+/// The resolved configuration of one node.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Advertised URL, if given (else derived from the bound address).
+    pub advertise: Option<String>,
+    /// Node id, if given (else derived from the advertised URL).
+    pub node_id: Option<NodeId>,
+    /// Seeds to join through.
+    pub peers: Vec<String>,
+    /// Cluster key file.
+    pub key_file: PathBuf,
+    /// Where admitted visitors go.
+    pub origin_url: String,
+    /// Waiting room settings.
+    pub settings: Settings,
+    /// Protocol configuration template (id, incarnation, address and seed are filled in at
+    /// start).
+    pub protocol: NodeConfig,
+    /// Limits.
+    pub limits: Limits,
+    /// Secure cookies.
+    pub cookie_secure: bool,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter.
+    pub log_level: String,
+    /// Page look.
+    pub branding: Branding,
+}
+
+/// Reads a TOML config file into [`Options`].
+pub fn read_file(path: &Path) -> Result<Options, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: shown.clone(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::ParseFile {
+        path: shown,
+        source: Box::new(source),
+    })
+}
+
+/// `flags_env` (from clap, already flags-over-environment) over `file`.
+pub fn merge(flags_env: Options, file: Options) -> Options {
+    macro_rules! merge {
+        ($($f:ident),* $(,)?) => { Options { $($f: flags_env.$f.or(file.$f),)* } };
+    }
+    merge!(
+        listen,
+        advertise,
+        node_id,
+        peers,
+        key_file,
+        origin_url,
+        target_on_site,
+        refresh_interval_ms,
+        ticket_expiry_ms,
+        pass_expiry_ms,
+        eviction_interval_ms,
+        cleanup_interval_ms,
+        admit_straight_through,
+        admission,
+        probe_interval_ms,
+        probe_timeout_ms,
+        indirect_probes,
+        suspect_rounds,
+        retransmit_ms,
+        join_retry_ms,
+        join_timeout_ms,
+        max_tree_degree,
+        select_limit,
+        watchdog_rounds,
+        visitor_body_limit,
+        peer_body_limit,
+        peer_queue_limit,
+        peer_batch_limit,
+        peer_timeout_ms,
+        forward_timeout_ms,
+        shutdown_grace_ms,
+        join_rate_limit,
+        client_ip_header,
+        cookie_secure,
+        log_format,
+        log_level,
+        page_title,
+        page_text,
+        page_background,
+        page_foreground,
+        page_accent,
+        page_template,
+    )
+}
+
+impl Options {
+    /// Fills in defaults and checks everything, naming the setting at fault.
+    pub fn resolve(self) -> Result<ServerConfig, ConfigError> {
+        let d = Settings::default();
+        let settings = Settings {
+            target_on_site: self.target_on_site.unwrap_or(d.target_on_site),
+            refresh_interval_ms: self.refresh_interval_ms.unwrap_or(d.refresh_interval_ms),
+            ticket_expiry_ms: self.ticket_expiry_ms.unwrap_or(d.ticket_expiry_ms),
+            pass_expiry_ms: self.pass_expiry_ms.unwrap_or(d.pass_expiry_ms),
+            eviction_interval_ms: self.eviction_interval_ms.unwrap_or(d.eviction_interval_ms),
+            cleanup_interval_ms: self.cleanup_interval_ms.unwrap_or(d.cleanup_interval_ms),
+            admit_straight_through: self
+                .admit_straight_through
+                .unwrap_or(d.admit_straight_through),
+        };
+        // The id, incarnation and address are placeholders until the socket is bound; the
+        // protocol's own validation then names any bad knob.
+        let mut protocol = NodeConfig::new(NodeId(1), 1, "", settings.clone());
+        if let Some(a) = self.admission {
+            protocol.admission = a.into();
+        }
+        macro_rules! knob {
+            ($($f:ident),*) => { $(if let Some(v) = self.$f { protocol.$f = v; })* };
+        }
+        knob!(
+            probe_interval_ms,
+            probe_timeout_ms,
+            indirect_probes,
+            suspect_rounds,
+            retransmit_ms,
+            join_retry_ms,
+            join_timeout_ms,
+            max_tree_degree,
+            select_limit,
+            watchdog_rounds
+        );
+        protocol.validate()?;
+
+        let listen = self
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        if let Some(adv) = &self.advertise {
+            check_url("advertise", adv)?;
+        } else if listen.ip().is_unspecified() {
+            return Err(SettingsError::new(
+                "advertise",
+                "must be set when listen is an unspecified address (0.0.0.0 or ::): peers \
+                 need an address they can reach",
+            )
+            .into());
+        }
+        if self.node_id == Some(0) {
+            return Err(SettingsError::new("node_id", "must not be 0").into());
+        }
+        let peers: Vec<String> = self
+            .peers
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.trim().trim_end_matches('/').to_owned())
+            .filter(|p| !p.is_empty())
+            .collect();
+        for p in &peers {
+            check_url("peers", p)?;
+        }
+        let key_file = self.key_file.ok_or_else(|| {
+            SettingsError::new(
+                "key_file",
+                "is required: create one with `waitingroom-node keygen --out FILE`",
+            )
+        })?;
+        let origin_url = self.origin_url.unwrap_or_else(|| "/".to_owned());
+        if !(origin_url.starts_with('/') || check_url("origin_url", &origin_url).is_ok()) {
+            return Err(SettingsError::new(
+                "origin_url",
+                "must be an http(s) URL or a path starting with /",
+            )
+            .into());
+        }
+        if origin_url.contains(['"', '<', '>', '\n', '\r']) {
+            return Err(SettingsError::new("origin_url", "must not contain quotes or <>").into());
+        }
+
+        let limits = Limits {
+            visitor_body: self.visitor_body_limit.unwrap_or(16 * 1024),
+            peer_body: self.peer_body_limit.unwrap_or(8 * 1024 * 1024),
+            peer_queue: self.peer_queue_limit.unwrap_or(20_000),
+            peer_batch: self.peer_batch_limit.unwrap_or(1024),
+            peer_timeout_ms: self.peer_timeout_ms.unwrap_or(2_000),
+            forward_timeout_ms: self.forward_timeout_ms.unwrap_or(1_000),
+            shutdown_grace_ms: self.shutdown_grace_ms.unwrap_or(2_000),
+            join_rate_limit: self.join_rate_limit.unwrap_or(0),
+            client_ip_header: self
+                .client_ip_header
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty()),
+        };
+        for (field, value) in [
+            ("visitor_body_limit", limits.visitor_body as u64),
+            ("peer_body_limit", limits.peer_body as u64),
+            ("peer_queue_limit", limits.peer_queue as u64),
+            ("peer_batch_limit", limits.peer_batch as u64),
+            ("peer_timeout_ms", limits.peer_timeout_ms),
+            ("forward_timeout_ms", limits.forward_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err(SettingsError::new(field, "must be greater than 0").into());
+            }
+        }
+        if let Some(h) = &limits.client_ip_header
+            && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()
+        {
+            return Err(
+                SettingsError::new("client_ip_header", "is not a valid header name").into(),
+            );
+        }
+
+        let template = match self.page_template {
+            Some(path) => Some(std::fs::read_to_string(&path).map_err(|e| {
+                SettingsError::new(
+                    "page_template",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?),
+            None => None,
+        };
+        let branding = Branding {
+            title: self
+                .page_title
+                .unwrap_or_else(|| "You are in the queue".to_owned()),
+            text: self.page_text.unwrap_or_else(|| {
+                "The site is busy right now. Keep this page open: you keep your place in line \
+                 and will be taken to the site automatically when it is your turn."
+                    .to_owned()
+            }),
+            background: colour("page_background", self.page_background, "#f7f7f2")?,
+            foreground: colour("page_foreground", self.page_foreground, "#1d1d1b")?,
+            accent: colour("page_accent", self.page_accent, "#0b5cad")?,
+            template,
+        };
+        let log_level = self.log_level.unwrap_or_else(|| "info".to_owned());
+        if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
+            return Err(SettingsError::new("log_level", "is not a valid log filter").into());
+        }
+
+        Ok(ServerConfig {
+            listen,
+            advertise: self.advertise.map(|a| a.trim_end_matches('/').to_owned()),
+            node_id: self.node_id.map(NodeId),
+            peers,
+            key_file,
+            origin_url,
+            settings,
+            protocol,
+            limits,
+            cookie_secure: self.cookie_secure.unwrap_or(false),
+            log_format: self.log_format.unwrap_or_default(),
+            log_level,
+            branding,
+        })
+    }
+}
+
+fn check_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
+        _ => Err(SettingsError::new(
+            field,
+            format!("`{url}` is not an http:// or https:// URL"),
+        )),
+    }
+}
+
+/// A CSS colour goes into a `<style>` block: allow only characters colours are written with.
+fn colour(
+    field: &'static str,
+    value: Option<String>,
+    default: &str,
+) -> Result<String, SettingsError> {
+    let v = value.unwrap_or_else(|| default.to_owned());
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "#(),.% -".contains(c));
+    if ok {
+        Ok(v)
+    } else {
+        Err(SettingsError::new(
+            field,
+            "must be a CSS colour such as #0b5cad, rgb(11, 92, 173) or navy",
+        ))
+    }
+}
+
+/// The default node id: a hash of the advertised URL, so a node keeps its id across restarts
+/// without configuration. Kept below 2^53 so JavaScript reads it exactly, and never 0.
+pub fn derive_node_id(advertise: &str) -> NodeId {
+    // FNV-1a: stable across Rust versions and platforms (std's hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in advertise.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let id = h & ((1 << 53) - 1);
+    NodeId(id.max(1))
+}
+
+impl ServerConfig {
+    /// The protocol configuration for this process.
+    pub fn node_config(&self, id: NodeId, incarnation: u64, addr: &str, seed: u64) -> NodeConfig {
+        let mut cfg = self.protocol.clone();
+        cfg.id = id;
+        cfg.incarnation = incarnation;
+        cfg.addr = addr.to_owned();
+        cfg.seed = seed;
+        cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Options {
+        Options {
+            key_file: Some("k.pem".into()),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn defaults_resolve() {
+        let c = base().resolve().unwrap();
+        assert_eq!(c.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.settings, Settings::default());
+        assert!(c.peers.is_empty());
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let flags = Options {
+            target_on_site: Some(5),
+            ..Options::default()
+        };
+        let file: Options =
+            toml::from_str("target_on_site = 7\nrefresh_interval_ms = 900\nkey_file = \"x\"")
+                .unwrap();
+        let m = merge(flags, file).resolve().unwrap();
+        assert_eq!(m.settings.target_on_site, 5);
+        assert_eq!(m.settings.refresh_interval_ms, 900);
+    }
+
+    #[test]
+    fn file_accepts_unlimited_and_refuses_unknown_keys() {
+        let o: Options = toml::from_str("target_on_site = \"unlimited\"").unwrap();
+        assert_eq!(o.target_on_site, Some(Settings::UNLIMITED));
+        let err = toml::from_str::<Options>("target_onsite = 3").unwrap_err();
+        assert!(err.to_string().contains("target_onsite"), "{err}");
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let cases: Vec<(Options, &str)> = vec![
+            (Options::default(), "key_file"),
+            (
+                Options {
+                    ticket_expiry_ms: Some(10),
+                    ..base()
+                },
+                "ticket_expiry_ms",
+            ),
+            (
+                Options {
+                    probe_timeout_ms: Some(900),
+                    ..base()
+                },
+                "probe_timeout_ms",
+            ),
+            (
+                Options {
+                    peers: Some(vec!["ftp://x".into()]),
+                    ..base()
+                },
+                "peers",
+            ),
+            (
+                Options {
+                    listen: Some("0.0.0.0:80".parse().unwrap()),
+                    ..base()
+                },
+                "advertise",
+            ),
+            (
+                Options {
+                    page_accent: Some("red;}</style>".into()),
+                    ..base()
+                },
+                "page_accent",
+            ),
+            (
+                Options {
+                    node_id: Some(0),
+                    ..base()
+                },
+                "node_id",
+            ),
+        ];
+        for (o, field) in cases {
+            let err = o.resolve().unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn derived_ids_are_stable_nonzero_and_js_safe() {
+        let a = derive_node_id("http://127.0.0.1:8081");
+        assert_eq!(a, derive_node_id("http://127.0.0.1:8081"));
+        assert_ne!(a, derive_node_id("http://127.0.0.1:8082"));
+        assert!(a.0 > 0 && a.0 < (1 << 53));
+    }
+}

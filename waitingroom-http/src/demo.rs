@@ -1,0 +1,187 @@
+//! `waitingroom-node demo`: a working local cluster in one command.
+//!
+//! Spawns N copies of this binary with `run` (the first starts the cluster, the others join
+//! through it) and one with `origin`, prints the URLs, and on Ctrl-C sends every child SIGTERM
+//! (they leave the cluster cleanly), then SIGKILL to any that did not stop in time.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use tokio::process::{Child, Command};
+use waitingroom_http::crypto::Crypto;
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Port of the first node; the others follow.
+    #[arg(long, default_value_t = 8081)]
+    base_port: u16,
+    /// Port of the demo origin site.
+    #[arg(long, default_value_t = 8090)]
+    origin_port: u16,
+    /// Directory for the cluster key. [default: a new temporary directory]
+    #[arg(long, value_name = "PATH")]
+    dir: Option<PathBuf>,
+    /// Extra settings passed to every node, after `--` (e.g. `-- --target-on-site 10`).
+    #[arg(last = true)]
+    node_args: Vec<String>,
+}
+
+/// Children, killed (SIGKILL) on drop whatever happens.
+struct Children(Vec<(String, Child)>);
+
+impl Children {
+    /// SIGTERM to every child, then wait up to `grace` before SIGKILL.
+    async fn stop(&mut self, grace: Duration) {
+        for (_, child) in &self.0 {
+            if let Some(pid) = child.id() {
+                // `kill` the command, not libc: this crate forbids unsafe code.
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+            }
+        }
+        let deadline = Instant::now() + grace;
+        for (name, child) in &mut self.0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, child.wait()).await {
+                Ok(Ok(status)) => eprintln!("{name} stopped ({status})"),
+                _ => {
+                    let _ = child.start_kill();
+                    eprintln!("{name} killed");
+                }
+            }
+        }
+    }
+}
+
+fn spawn(name: &str, args: &[String]) -> anyhow::Result<(String, Child)> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::null())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {name}"))?;
+    Ok((name.to_owned(), child))
+}
+
+async fn wait_ready(client: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(r) = client.get(url).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("{url} did not become ready within 15 s")
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    if args.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    let dir = match args.dir {
+        Some(d) => d,
+        None => {
+            let d = std::env::temp_dir().join(format!("waitingroom-demo-{}", std::process::id()));
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("cannot create {}", d.display()))?;
+            d
+        }
+    };
+    let key_file = dir.join("cluster-key.pem");
+    if !key_file.exists() {
+        crate::write_private(&key_file, &Crypto::generate().to_pkcs8_pem(), false)?;
+    }
+    let origin_url = format!("http://127.0.0.1:{}/", args.origin_port);
+    let node_url = |i: u16| format!("http://127.0.0.1:{}", args.base_port + i);
+    let client = reqwest::Client::new();
+    let mut children = Children(Vec::new());
+
+    for i in 0..args.nodes {
+        let mut a: Vec<String> = vec![
+            "run".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", args.base_port + i),
+            "--key-file".into(),
+            key_file.display().to_string(),
+            "--origin-url".into(),
+            origin_url.clone(),
+            // Small numbers so a few browser tabs already queue.
+            "--target-on-site".into(),
+            "3".into(),
+            "--pass-expiry-ms".into(),
+            "30000".into(),
+        ];
+        if i > 0 {
+            a.extend(["--peers".into(), node_url(0)]);
+        }
+        a.extend(args.node_args.iter().cloned());
+        children.0.push(spawn(&format!("node {}", i + 1), &a)?);
+        let ready = format!("{}/readyz", node_url(i));
+        if let Err(e) = wait_ready(&client, &ready).await {
+            children.stop(Duration::from_secs(2)).await;
+            return Err(e);
+        }
+    }
+    children.0.push(spawn(
+        "origin",
+        &[
+            "origin".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", args.origin_port),
+            "--waiting-room-url".into(),
+            format!("{}/", node_url(0)),
+            "--jwks-url".into(),
+            format!("{}/.well-known/jwks.json", node_url(0)),
+        ],
+    )?);
+    if let Err(e) = wait_ready(&client, &format!("{origin_url}healthz")).await {
+        children.stop(Duration::from_secs(2)).await;
+        return Err(e);
+    }
+
+    println!("waitingroom demo is running (key: {})", key_file.display());
+    for i in 0..args.nodes {
+        println!(
+            "  node {}:   {}/   (metrics {0}/metrics, cluster {0}/api/cluster)",
+            i + 1,
+            node_url(i)
+        );
+    }
+    println!("  origin:   {origin_url}  (sends visitors without a pass to node 1)");
+    println!(
+        "open {}/ in a few browser tabs; Ctrl-C stops everything",
+        node_url(0)
+    );
+
+    // Stop on Ctrl-C, or as soon as any child dies on its own.
+    let mut exited = None;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        name = async {
+            loop {
+                for (name, child) in &mut children.0 {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return name.clone();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        } => exited = Some(name),
+    }
+    children.stop(Duration::from_secs(5)).await;
+    match exited {
+        Some(name) => bail!("{name} exited unexpectedly; stopped the others"),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,148 @@
+//! Owns the protocol [`Node`] and its one timer.
+//!
+//! The node is a single-threaded state machine, so it lives behind one `std::sync::Mutex` that
+//! is held only for the duration of one call (never across an `.await`). After every call the
+//! driver drains what the node produced: messages go to the per-peer queues of the
+//! [`Transport`], events to metrics and logs, and if the node's next deadline moved earlier the
+//! timer task is woken. There is no task per visitor: one timer task sleeps until
+//! [`Node::poll_timeout`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use waitingroom_core::Time;
+use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
+
+use crate::metrics::Metrics;
+use crate::peer::Transport;
+
+/// Unix time in milliseconds: the only clock the server reads. The protocol gets it as `now`.
+pub fn now_ms() -> Time {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Time)
+}
+
+/// The node plus everything that must happen after each call into it.
+#[derive(Debug)]
+pub struct Driver {
+    node: Mutex<Node>,
+    /// Woken when the node's next deadline moved earlier than the timer's current target.
+    wake: Notify,
+    /// The deadline the timer task sleeps until (`u64::MAX`: none). Written under the node lock.
+    armed: AtomicU64,
+    transport: Arc<Transport>,
+    metrics: Arc<Metrics>,
+}
+
+impl Driver {
+    /// Wraps a node that has not been started yet.
+    pub fn new(node: Node, transport: Arc<Transport>, metrics: Arc<Metrics>) -> Self {
+        Driver {
+            node: Mutex::new(node),
+            wake: Notify::new(),
+            armed: AtomicU64::new(u64::MAX),
+            transport,
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Node> {
+        // A panic while holding the lock would be a bug in the protocol crate; keep serving
+        // rather than turning every later request into a panic too.
+        self.node.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Calls `f` with the node and the current time, then delivers its outputs.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Node, Time) -> R) -> R {
+        let mut out: Vec<Transmit> = Vec::new();
+        let mut events: Vec<Event> = Vec::new();
+        let unreachable = self.transport.take_unreachable();
+        let r = {
+            let mut node = self.lock();
+            for addr in &unreachable {
+                node.report_unreachable(addr);
+            }
+            let r = f(&mut node, now_ms());
+            while let Some(t) = node.poll_transmit() {
+                out.push(t);
+            }
+            while let Some(e) = node.poll_event() {
+                events.push(e);
+            }
+            let deadline = node.poll_timeout().unwrap_or(u64::MAX);
+            if deadline < self.armed.load(Ordering::Acquire) {
+                self.armed.store(deadline, Ordering::Release);
+                self.wake.notify_one();
+            }
+            r
+        };
+        if !out.is_empty() {
+            self.transport.send_all(out);
+        }
+        for e in events {
+            self.on_event(e);
+        }
+        r
+    }
+
+    /// Reads the node without changing it.
+    pub fn read<R>(&self, f: impl FnOnce(&Node) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// The node's status for operators.
+    pub fn status(&self) -> NodeStatus {
+        self.read(Node::status)
+    }
+
+    /// Runs the node's timer until the process exits: sleeps until the next deadline (or until
+    /// woken because it moved), then fires it.
+    pub async fn run_timer(self: Arc<Self>) {
+        loop {
+            let deadline = {
+                let node = self.lock();
+                let d = node.poll_timeout().unwrap_or(u64::MAX);
+                self.armed.store(d, Ordering::Release);
+                d
+            };
+            let now = now_ms();
+            if deadline <= now {
+                self.with(|node, now| node.handle_timeout(now));
+                continue;
+            }
+            let sleep = Duration::from_millis((deadline - now).min(60_000));
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    fn on_event(&self, e: Event) {
+        match e {
+            Event::Admitted { key, .. } => self.metrics.on_admitted(key.join_time),
+            Event::Joined { version } => tracing::info!(version, "joined the cluster"),
+            Event::Rejoining => tracing::warn!("the cluster dropped this node; rejoining"),
+            Event::MemberAdded(c) => {
+                tracing::info!(id = c.id.0, addr = %c.addr, "member added")
+            }
+            Event::MemberRemoved(c) => {
+                tracing::info!(id = c.id.0, addr = %c.addr, "member removed")
+            }
+            Event::MemberFailed(c) => {
+                tracing::warn!(id = c.id.0, addr = %c.addr, "member failed (no probe answer)")
+            }
+            Event::CountCompleted(s) => tracing::debug!(
+                queued = s.queued,
+                on_site = s.on_site,
+                admitted = s.admitted,
+                members = s.members,
+                "count completed"
+            ),
+            Event::TreeRepaired => tracing::warn!("no count seen for too long: tree rebuilt"),
+        }
+    }
+}

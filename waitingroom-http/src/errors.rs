@@ -1,0 +1,169 @@
+//! The one error type of HTTP handlers: a status, a stable machine-readable code and a message,
+//! sent as `{"error": "...", "code": "..."}`.
+
+use std::borrow::Cow;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use waitingroom_core::EngineError;
+use waitingroom_distributed::VisitorError;
+
+use crate::crypto::{PeerAuthError, TokenError};
+
+/// An error answered to a client.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable code, e.g. `invalid_token`.
+    pub code: Cow<'static, str>,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// Attached to error responses so the request log can say why a request failed.
+#[derive(Debug, Clone)]
+pub struct LoggedError {
+    /// Stable code.
+    pub code: String,
+    /// Explanation.
+    pub message: String,
+}
+
+/// The JSON body of an error.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Human-readable explanation.
+    pub error: String,
+    /// Stable code.
+    pub code: String,
+}
+
+impl ApiError {
+    /// A new error.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: Cow::Borrowed(code),
+            message: message.into(),
+        }
+    }
+
+    /// 400 for a body that is not the JSON expected.
+    pub fn bad_json(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_json", message)
+    }
+
+    /// 400 when no token was given in the body or a cookie.
+    pub fn missing_token(what: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "missing_token",
+            format!("no {what} in the body or cookie"),
+        )
+    }
+
+    /// 503 while the node is not a cluster member.
+    pub fn not_ready() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "this node is not in a cluster yet; try again or another node",
+        )
+    }
+
+    /// An error that another node answered with, relayed as is.
+    pub fn relayed(status: StatusCode, body: &[u8]) -> Self {
+        match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(b) => ApiError {
+                status,
+                code: Cow::Owned(b.code),
+                message: b.error,
+            },
+            Err(_) => Self::new(status, "peer_error", "the node holding this ticket refused"),
+        }
+    }
+
+    /// 404.
+    pub fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    }
+
+    /// Maps a token verification failure of a `what` ("ticket" or "pass").
+    pub fn token(what: &str, e: &TokenError) -> Self {
+        let (code, message) = match e {
+            TokenError::Expired => ("expired_token", format!("the {what} has expired")),
+            other => ("invalid_token", format!("invalid {what}: {other}")),
+        };
+        Self::new(StatusCode::UNAUTHORIZED, code, message)
+    }
+
+    /// 401 for a peer request without a valid cluster signature.
+    pub fn peer_auth(e: &PeerAuthError) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized_peer", e.to_string())
+    }
+}
+
+impl From<VisitorError> for ApiError {
+    fn from(e: VisitorError) -> Self {
+        match e {
+            VisitorError::NotReady => ApiError::not_ready(),
+            // The handlers forward these; reaching here means forwarding was not possible.
+            VisitorError::Elsewhere(c) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "owner_unreachable",
+                format!("the node holding this ticket ({}) did not answer", c.id),
+            ),
+            VisitorError::Engine(e) => e.into(),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let msg = e.to_string();
+        match e {
+            EngineError::TicketExpired => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "expired_token", msg)
+            }
+            EngineError::WrongNode(_) => ApiError::new(StatusCode::CONFLICT, "wrong_node", msg),
+            EngineError::NotYetAdmitted => ApiError::new(StatusCode::CONFLICT, "not_admitted", msg),
+            EngineError::AlreadyLeft => ApiError::new(StatusCode::CONFLICT, "already_left", msg),
+            EngineError::PassExpired => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "expired_token", msg)
+            }
+            EngineError::UnknownPass => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", msg)
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: self.message,
+            code: self.code.into_owned(),
+        };
+        let logged = LoggedError {
+            code: body.code.clone(),
+            message: body.error.clone(),
+        };
+        let mut resp = (self.status, Json(body)).into_response();
+        // The request-logging middleware reads this back to log why the request failed.
+        resp.extensions_mut().insert(logged);
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            || self.status == StatusCode::TOO_MANY_REQUESTS
+        {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        resp
+    }
+}

@@ -1,0 +1,292 @@
+//! Prometheus metrics (`waitingroom_` prefix, `_total` counters, base units), served at
+//! `/metrics` in the OpenMetrics text format.
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use waitingroom_distributed::{Body, ChannelMsg, NodeStatus};
+
+use crate::fairness::Inversions;
+
+/// Label of per-route HTTP metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route template, e.g. `/api/checkin`.
+    pub route: String,
+    /// HTTP method.
+    pub method: String,
+}
+
+/// Label of per-message-type metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    /// Message type, e.g. `update`, `ping`.
+    pub r#type: &'static str,
+}
+
+/// Label of outcome counters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// Outcome, e.g. `queued`, `admitted`, `error`.
+    pub result: &'static str,
+}
+
+/// Every metric of the node.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Visitors let out of the queue by this node.
+    pub admitted: Counter,
+    /// Joins answered.
+    pub joins: Family<ResultLabels, Counter>,
+    /// Check-ins answered.
+    pub checkins: Family<ResultLabels, Counter>,
+    /// Passes handed out.
+    pub leaves: Family<ResultLabels, Counter>,
+    /// Visitor requests forwarded to the node holding the ticket.
+    pub forwards: Family<ResultLabels, Counter>,
+    /// Visitors re-queued here because their node could not be reached.
+    pub requeues: Counter,
+    /// Admission inversions (see `fairness`).
+    pub inversions: Counter,
+    fairness: Mutex<Inversions>,
+    /// Peer messages delivered, by type.
+    pub peer_sent: Family<TypeLabels, Counter>,
+    /// Peer messages received, by type.
+    pub peer_received: Family<TypeLabels, Counter>,
+    /// Peer messages dropped because a peer's queue was full or its request failed.
+    pub peer_dropped: Counter,
+    /// Peer requests that failed (error status or no answer).
+    pub peer_failures: Counter,
+    /// Peer requests refused for lack of a valid cluster signature.
+    pub peer_auth_failures: Counter,
+    /// Joins refused by the rate limit.
+    pub rate_limited: Counter,
+    /// HTTP request latency by route.
+    pub http_latency: Family<RouteLabels, Histogram>,
+    queued: Gauge,
+    on_site: Gauge,
+    members: Gauge,
+    is_root: Gauge,
+    cluster_queued: Gauge,
+    cluster_on_site: Gauge,
+    membership_version: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~3.3 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics, registered.
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("waitingroom");
+        let m = Metrics {
+            admitted: Counter::default(),
+            joins: Family::default(),
+            checkins: Family::default(),
+            leaves: Family::default(),
+            forwards: Family::default(),
+            requeues: Counter::default(),
+            inversions: Counter::default(),
+            fairness: Mutex::new(Inversions::default()),
+            peer_sent: Family::default(),
+            peer_received: Family::default(),
+            peer_dropped: Counter::default(),
+            peer_failures: Counter::default(),
+            peer_auth_failures: Counter::default(),
+            rate_limited: Counter::default(),
+            http_latency: Family::new_with_constructor(latency_histogram),
+            queued: Gauge::default(),
+            on_site: Gauge::default(),
+            members: Gauge::default(),
+            is_root: Gauge::default(),
+            cluster_queued: Gauge::default(),
+            cluster_on_site: Gauge::default(),
+            membership_version: Gauge::default(),
+            registry: Registry::default(),
+        };
+        r.register(
+            "admitted",
+            "Visitors let out of the queue by this node",
+            m.admitted.clone(),
+        );
+        r.register(
+            "joins",
+            "Visitor joins answered, by result",
+            m.joins.clone(),
+        );
+        r.register(
+            "checkins",
+            "Visitor check-ins answered, by result",
+            m.checkins.clone(),
+        );
+        r.register(
+            "leaves",
+            "Tickets exchanged for passes, by result",
+            m.leaves.clone(),
+        );
+        r.register(
+            "forwards",
+            "Visitor requests forwarded to the node holding the ticket, by result",
+            m.forwards.clone(),
+        );
+        r.register(
+            "requeues",
+            "Visitors re-queued here under their original join time because their node did \
+             not answer",
+            m.requeues.clone(),
+        );
+        r.register(
+            "admission_inversions",
+            "Pairs admitted by this node out of join order: for each admission, the visitors \
+             admitted earlier here who joined later (ms resolution, ~17 min window)",
+            m.inversions.clone(),
+        );
+        r.register(
+            "peer_messages_sent",
+            "Protocol messages delivered to peers, by type",
+            m.peer_sent.clone(),
+        );
+        r.register(
+            "peer_messages_received",
+            "Protocol messages received from peers, by type",
+            m.peer_received.clone(),
+        );
+        r.register(
+            "peer_messages_dropped",
+            "Protocol messages dropped: peer queue full or delivery failed (the protocol resends)",
+            m.peer_dropped.clone(),
+        );
+        r.register(
+            "peer_request_failures",
+            "Peer requests that failed",
+            m.peer_failures.clone(),
+        );
+        r.register(
+            "peer_auth_failures",
+            "Peer requests refused for lack of a valid cluster signature",
+            m.peer_auth_failures.clone(),
+        );
+        r.register(
+            "joins_rate_limited",
+            "Joins refused by the per-client rate limit",
+            m.rate_limited.clone(),
+        );
+        r.register_with_unit(
+            "http_request_duration",
+            "HTTP request latency by route",
+            Unit::Seconds,
+            m.http_latency.clone(),
+        );
+        r.register("queued", "Visitors waiting on this node", m.queued.clone());
+        r.register(
+            "on_site",
+            "Visitors on the site through this node",
+            m.on_site.clone(),
+        );
+        r.register(
+            "members",
+            "Cluster members this node knows",
+            m.members.clone(),
+        );
+        r.register(
+            "is_root",
+            "1 when this node is the QPID root",
+            m.is_root.clone(),
+        );
+        r.register(
+            "cluster_queued",
+            "Visitors waiting cluster-wide at the last count this node saw",
+            m.cluster_queued.clone(),
+        );
+        r.register(
+            "cluster_on_site",
+            "Visitors on the site cluster-wide at the last count this node saw",
+            m.cluster_on_site.clone(),
+        );
+        r.register(
+            "membership_version",
+            "Membership version applied",
+            m.membership_version.clone(),
+        );
+        Metrics { registry: r, ..m }
+    }
+
+    /// Records an admission of a visitor who joined at `join_time`.
+    pub fn on_admitted(&self, join_time: u64) {
+        self.admitted.inc();
+        let n = self
+            .fairness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(join_time);
+        self.inversions.inc_by(n);
+    }
+
+    /// Counts one `result` on a family.
+    pub fn count(family: &Family<ResultLabels, Counter>, result: &'static str) {
+        family.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a peer message.
+    pub fn count_type(family: &Family<TypeLabels, Counter>, body: &Body) {
+        family
+            .get_or_create(&TypeLabels {
+                r#type: message_type(body),
+            })
+            .inc();
+    }
+
+    /// Renders the registry after setting the gauges from `status`.
+    pub fn render(&self, status: &NodeStatus) -> String {
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.queued.set(g(status.queued));
+        self.on_site.set(g(status.on_site));
+        self.members.set(g(status.members.len() as u64));
+        self.is_root.set(i64::from(status.is_root));
+        self.membership_version.set(g(status.version));
+        if let Some(s) = &status.summary {
+            self.cluster_queued.set(g(s.queued));
+            self.cluster_on_site.set(g(s.on_site));
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// A short name for a message's type, for metric labels.
+pub fn message_type(body: &Body) -> &'static str {
+    match body {
+        Body::Channel { msg, .. } => match msg {
+            ChannelMsg::Update { .. } => "update",
+            ChannelMsg::WeightQuery { .. } => "weight_query",
+            ChannelMsg::FindRoot { .. } => "find_root",
+            ChannelMsg::DeleteMin { .. } => "delete_min",
+            ChannelMsg::CountRequest(_) => "count_request",
+            ChannelMsg::CountReply { .. } => "count_reply",
+            ChannelMsg::CountResult(_) => "count_result",
+        },
+        Body::ChannelAck { .. } => "ack",
+        Body::Tree(_) => "tree",
+        Body::Ping { .. } => "ping",
+        Body::PingAck { .. } => "ping_ack",
+        Body::PingReq { .. } => "ping_req",
+        Body::JoinRequest { .. } => "join_request",
+        Body::NotMember { .. } => "not_member",
+    }
+}

@@ -1,0 +1,291 @@
+//! The waiting page: what a browser gets from `GET /` (and any unknown page it asks for).
+//!
+//! The server does the work so the page needs no JavaScript: each load joins (no ticket
+//! cookie) or checks in (ticket cookie), and the page reloads itself with a `<meta refresh>`
+//! at the interval the room asks for. When the visitor is admitted the same request exchanges
+//! the ticket for a pass, sets the pass cookie and redirects to the origin. With JavaScript the
+//! page instead polls `/api/checkin` and updates the position in place.
+//!
+//! Templates use `{{placeholder}}` substitution; every value is HTML-escaped. Placeholders:
+//! `title`, `text`, `position`, `eta`, `status` (`queued`, `starting` or `error`),
+//! `refresh_seconds`, `refresh_ms`, `background`, `foreground`, `accent`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+
+use crate::app::App;
+use crate::config::Branding;
+use crate::cookies;
+use crate::errors::ApiError;
+use crate::visitor::VisitorAnswer;
+
+const DEFAULT_TEMPLATE: &str = include_str!("../assets/waiting.html");
+
+/// A waiting page template with its branding.
+#[derive(Debug, Clone)]
+pub struct Page {
+    template: String,
+    branding: Branding,
+}
+
+impl Page {
+    /// The configured template, or the built-in one.
+    pub fn new(branding: &Branding) -> Self {
+        Page {
+            template: branding
+                .template
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned()),
+            branding: branding.clone(),
+        }
+    }
+
+    /// Renders the page.
+    pub fn render(&self, position: &str, eta: &str, status: &str, refresh_ms: u64) -> String {
+        let refresh_ms = refresh_ms.max(500);
+        let b = &self.branding;
+        let values: HashMap<&str, String> = HashMap::from([
+            ("title", b.title.clone()),
+            ("text", b.text.clone()),
+            ("background", b.background.clone()),
+            ("foreground", b.foreground.clone()),
+            ("accent", b.accent.clone()),
+            ("position", position.to_owned()),
+            ("eta", eta.to_owned()),
+            ("status", status.to_owned()),
+            ("refresh_ms", refresh_ms.to_string()),
+            ("refresh_seconds", refresh_ms.div_ceil(1000).to_string()),
+        ]);
+        substitute(&self.template, &values)
+    }
+}
+
+/// Replaces `{{name}}` by the escaped value of `name`; unknown placeholders stay as they are.
+pub fn substitute(template: &str, values: &HashMap<&str, String>) -> String {
+    let mut out = String::with_capacity(template.len() + 256);
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find("}}") {
+            Some(end) => {
+                let name = after[..end].trim();
+                match values.get(name) {
+                    Some(v) => escape_into(&mut out, v),
+                    None => out.push_str(&rest[start..start + 2 + end + 2]),
+                }
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn escape_into(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The wait as a sentence (the page script says the same).
+pub fn eta_text(eta_seconds: Option<u64>) -> String {
+    match eta_seconds {
+        None => "Estimated wait: being measured".to_owned(),
+        Some(s) if s < 60 => "Estimated wait: less than a minute".to_owned(),
+        Some(s) => {
+            let m = (s + 30) / 60;
+            if m < 60 {
+                format!(
+                    "Estimated wait: about {m} minute{}",
+                    if m == 1 { "" } else { "s" }
+                )
+            } else {
+                format!("Estimated wait: about {} h {} min", m / 60, m % 60)
+            }
+        }
+    }
+}
+
+/// Whether a request is a browser asking for a page.
+pub fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"))
+}
+
+/// `GET /`: join or check in, then show the position or send the visitor on.
+pub async fn waiting_page(
+    State(app): State<Arc<App>>,
+    method: Method,
+    client: crate::api::ClientAddr,
+    headers: HeaderMap,
+) -> Response {
+    if method == Method::HEAD {
+        // A monitor's HEAD must not make a visitor.
+        return page_headers(StatusCode::OK, Vec::new(), String::new());
+    }
+    let secure = app.cfg.cookie_secure;
+    if let Some(pass) = cookies::get(&headers, cookies::PASS)
+        && app.verify_pass(pass).is_ok()
+    {
+        return redirect(&app.cfg.origin_url, Vec::new());
+    }
+    let answer = match cookies::get(&headers, cookies::TICKET) {
+        Some(ticket) => match app.check_in(ticket).await {
+            // A ticket that can no longer be used (expired, forged, already exchanged for a
+            // pass that has since expired): start a new visit.
+            Err(e) if e.status == StatusCode::UNAUTHORIZED || e.code == "already_left" => {
+                crate::api::join_limited(&app, &client)
+            }
+            other => other,
+        },
+        None => crate::api::join_limited(&app, &client),
+    };
+    match answer {
+        Ok(a) if a.is_admitted() => match app.leave(&a.ticket).await {
+            Ok(p) => {
+                let max_age = app.cfg.settings.pass_expiry_ms.div_ceil(1000);
+                let set = vec![
+                    cookies::set(cookies::PASS, &p.pass, Some(max_age), secure),
+                    cookies::clear(cookies::TICKET, secure),
+                ];
+                redirect(&app.cfg.origin_url, set)
+            }
+            Err(e) => error_page(&app, &e),
+        },
+        Ok(a) => queued_page(&app, &a),
+        Err(e) => error_page(&app, &e),
+    }
+}
+
+fn queued_page(app: &App, a: &VisitorAnswer) -> Response {
+    let max_age = app.cfg.settings.ticket_expiry_ms.div_ceil(1000);
+    let set = vec![cookies::set(
+        cookies::TICKET,
+        &a.ticket,
+        Some(max_age),
+        app.cfg.cookie_secure,
+    )];
+    let html = app.page.render(
+        &a.position.to_string(),
+        &eta_text(a.eta_seconds),
+        "queued",
+        a.refresh_after_ms,
+    );
+    page_headers(StatusCode::OK, set, html)
+}
+
+fn error_page(app: &App, e: &ApiError) -> Response {
+    let (status, text) = if e.status == StatusCode::SERVICE_UNAVAILABLE {
+        (
+            "starting",
+            "The waiting room is getting ready. This page retries by itself.".to_owned(),
+        )
+    } else if e.status == StatusCode::TOO_MANY_REQUESTS {
+        (
+            "error",
+            "Too many visits from your address; this page retries by itself.".to_owned(),
+        )
+    } else {
+        (
+            "error",
+            format!(
+                "Something went wrong ({}); this page retries by itself.",
+                e.message
+            ),
+        )
+    };
+    tracing::info!(code = %e.code, error = %e.message, "waiting page could not serve the visitor");
+    let html = app.page.render("…", &text, status, 2_000);
+    let mut resp = page_headers(e.status, Vec::new(), html);
+    resp.extensions_mut().insert(crate::errors::LoggedError {
+        code: e.code.to_string(),
+        message: e.message.clone(),
+    });
+    resp
+}
+
+fn page_headers(status: StatusCode, cookies: Vec<HeaderValue>, html: String) -> Response {
+    let mut resp = (status, Html(html)).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::HeaderName::from_static("referrer-policy"),
+        HeaderValue::from_static("no-referrer"),
+    );
+    for c in cookies {
+        h.append(header::SET_COOKIE, c);
+    }
+    resp
+}
+
+fn redirect(to: &str, cookies: Vec<HeaderValue>) -> Response {
+    let mut resp = page_headers(StatusCode::SEE_OTHER, cookies, String::new());
+    if let Ok(v) = HeaderValue::from_str(to) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substitutes_and_escapes() {
+        let v = HashMap::from([("a", "<b>&\"".to_owned())]);
+        assert_eq!(
+            substitute("x{{a}}y{{ a }}{{b}}{{", &v),
+            "x&lt;b&gt;&amp;&quot;y&lt;b&gt;&amp;&quot;{{b}}{{"
+        );
+    }
+
+    #[test]
+    fn default_page_has_no_leftover_placeholders() {
+        let b = Branding {
+            title: "T <1>".into(),
+            text: "x".into(),
+            background: "#fff".into(),
+            foreground: "#000".into(),
+            accent: "navy".into(),
+            template: None,
+        };
+        let html = Page::new(&b).render("7", &eta_text(Some(125)), "queued", 2000);
+        assert!(!html.contains("{{"), "{html}");
+        assert!(html.contains("<html lang=\"en\">"));
+        assert!(html.contains("aria-live=\"polite\""));
+        assert!(html.contains("T &lt;1&gt;"));
+        assert!(html.contains(">7</p>"));
+        assert!(html.contains("about 2 minutes"));
+        assert!(html.contains("content=\"2\""));
+    }
+
+    #[test]
+    fn eta_sentences() {
+        assert!(eta_text(None).contains("measured"));
+        assert!(eta_text(Some(5)).contains("less than a minute"));
+        assert!(eta_text(Some(60)).contains("about 1 minute"));
+        assert!(eta_text(Some(7300)).contains("2 h 2 min"));
+    }
+}

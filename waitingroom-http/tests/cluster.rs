@@ -1,0 +1,883 @@
+//! End-to-end tests: real `waitingroom-node` processes on 127.0.0.1 (ephemeral ports), driven
+//! over HTTP. Intervals are short (eviction 200 ms, probes 300/150 ms) so each test runs in
+//! seconds; every wait is bounded; every process is killed when its guard drops.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use waitingroom_core::{NodeId, Pass, Ticket, TicketId};
+use waitingroom_http::crypto::Crypto;
+
+const BIN: &str = env!("CARGO_BIN_EXE_waitingroom-node");
+
+/// Settings every test node gets: fast timers, everyone queued.
+const FAST: &[&str] = &[
+    "--eviction-interval-ms",
+    "200",
+    "--cleanup-interval-ms",
+    "200",
+    "--refresh-interval-ms",
+    "200",
+    "--ticket-expiry-ms",
+    "5000",
+    "--probe-interval-ms",
+    "300",
+    "--probe-timeout-ms",
+    "150",
+    "--retransmit-ms",
+    "60",
+    "--join-retry-ms",
+    "150",
+    "--admit-straight-through",
+    "false",
+    "--shutdown-grace-ms",
+    "500",
+    "--forward-timeout-ms",
+    "500",
+    "--log-level",
+    "info",
+];
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A running node process; killed (SIGKILL) on drop.
+struct NodeProc {
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory with the cluster key and the node logs; prints the logs if the test failed.
+struct Cluster {
+    dir: PathBuf,
+    key: PathBuf,
+    nodes: Vec<NodeProc>,
+    settings: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        if std::thread::panicking() {
+            for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+                let p = entry.path();
+                if p.extension().is_some_and(|e| e == "log") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                    eprintln!("---- {} (last 40 lines) ----", p.display());
+                    for l in tail.iter().rev() {
+                        eprintln!("{l}");
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Cluster {
+    /// A cluster of `n` nodes with `extra` settings on top of [`FAST`].
+    fn start(name: &str, n: usize, extra: &[&str]) -> Cluster {
+        let dir = std::env::temp_dir().join(format!(
+            "wr-{name}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("key.pem");
+        std::fs::write(&key, Crypto::generate().to_pkcs8_pem()).unwrap();
+        let mut c = Cluster {
+            dir,
+            key,
+            nodes: Vec::new(),
+            settings: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for _ in 0..n {
+            c.add_node();
+        }
+        c
+    }
+
+    /// Starts one more node, joining through the first (or starting the cluster).
+    fn add_node(&mut self) -> usize {
+        let i = self.nodes.len();
+        let log = self.dir.join(format!("node{}.log", i + 1));
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--listen", "127.0.0.1:0", "--key-file"])
+            .arg(&self.key)
+            .args(["--origin-url", "http://127.0.0.1:9/origin"])
+            .args(FAST)
+            .args(&self.settings);
+        if let Some(first) = self.nodes.first() {
+            cmd.args(["--peers", &first.url]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn waitingroom-node");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(url.to_owned());
+                }
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("node printed its address");
+        self.nodes.push(NodeProc { child, url, log });
+        i
+    }
+
+    fn url(&self, i: usize) -> &str {
+        &self.nodes[i].url
+    }
+
+    /// Waits until every node is ready and sees `members` members.
+    async fn settle(&self, members: usize) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        'outer: loop {
+            assert!(
+                Instant::now() < deadline,
+                "cluster did not settle on {members} members"
+            );
+            for n in &self.nodes {
+                let ok = async {
+                    let r = client.get(format!("{}/readyz", n.url)).send().await.ok()?;
+                    if !r.status().is_success() {
+                        return None;
+                    }
+                    let s: Value = client
+                        .get(format!("{}/api/cluster", n.url))
+                        .send()
+                        .await
+                        .ok()?
+                        .json()
+                        .await
+                        .ok()?;
+                    Some(s["members"].as_array()?.len() == members)
+                }
+                .await;
+                if ok != Some(true) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'outer;
+                }
+            }
+            return;
+        }
+    }
+
+    fn crypto(&self) -> Crypto {
+        Crypto::load(&self.key).unwrap()
+    }
+}
+
+/// A client that keeps no cookies (tokens travel in bodies unless a test sets a cookie).
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+async fn post(c: &reqwest::Client, url: &str, body: Value) -> (StatusCode, Value) {
+    let r = c.post(url).json(&body).send().await.unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+async fn join(c: &reqwest::Client, node: &str) -> String {
+    let (s, v) = post(c, &format!("{node}/api/join"), json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "queued", "{v}");
+    assert!(v["position"].as_u64().unwrap() >= 1);
+    assert!(v["refresh_after_ms"].as_u64().is_some());
+    v["ticket"].as_str().unwrap().to_owned()
+}
+
+async fn metric(c: &reqwest::Client, node: &str, name: &str) -> f64 {
+    let text = c
+        .get(format!("{node}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Visitors keep checking in, round robin over `nodes`, and leave (at the next node) as soon as
+/// they are admitted, as a real client would. Returns the visitors' indexes in the order in which
+/// their check-ins first said "admitted", their last tickets and their passes.
+async fn admit_all(
+    c: &reqwest::Client,
+    nodes: &[String],
+    mut tickets: Vec<String>,
+    limit: Duration,
+) -> (Vec<usize>, Vec<String>, Vec<String>) {
+    let deadline = Instant::now() + limit;
+    let mut order = Vec::new();
+    let mut passes = vec![String::new(); tickets.len()];
+    let mut rr = 0;
+    while order.len() < tickets.len() {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {} visitors admitted in {limit:?}",
+            order.len(),
+            tickets.len()
+        );
+        for i in 0..tickets.len() {
+            if order.contains(&i) {
+                continue;
+            }
+            let node = &nodes[rr % nodes.len()];
+            rr += 1;
+            let (s, v) = post(
+                c,
+                &format!("{node}/api/checkin"),
+                json!({ "ticket": tickets[i] }),
+            )
+            .await;
+            if s != StatusCode::OK {
+                // A node that is going away may refuse (503) once; the next one answers.
+                assert!(s.is_server_error(), "check-in {s}: {v}");
+                continue;
+            }
+            tickets[i] = v["ticket"].as_str().unwrap().to_owned();
+            if v["status"] == "admitted" {
+                order.push(i);
+                passes[i] = leave(c, &nodes[rr % nodes.len()], &tickets[i]).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    (order, tickets, passes)
+}
+
+async fn leave(c: &reqwest::Client, node: &str, ticket: &str) -> String {
+    let (s, v) = post(c, &format!("{node}/api/leave"), json!({ "ticket": ticket })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["expires_at_ms"].as_u64().unwrap() > 0);
+    let pass = v["pass"].as_str().unwrap().to_owned();
+    assert_eq!(verify(c, node, &pass).await, StatusCode::NO_CONTENT);
+    pass
+}
+
+async fn verify(c: &reqwest::Client, node: &str, pass: &str) -> StatusCode {
+    c.get(format!("{node}/api/pass/verify"))
+        .bearer_auth(pass)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visitor_flow_across_nodes() {
+    let cl = Cluster::start(
+        "flow",
+        3,
+        &["--target-on-site", "2", "--pass-expiry-ms", "1500"],
+    );
+    cl.settle(3).await;
+    let c = client();
+    let urls: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+
+    // Join at node 1, check in at nodes 2 and 3 (forwarded to node 1).
+    let mut tickets = Vec::new();
+    for _ in 0..4 {
+        tickets.push(join(&c, &urls[0]).await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (order, tickets, passes) =
+        admit_all(&c, &urls[1..], tickets, Duration::from_secs(20)).await;
+    // Two places: visitors let out in the same round may notice in either order.
+    assert!(
+        order[..2].contains(&0) && order[..2].contains(&1),
+        "{order:?}"
+    );
+    assert!(metric(&c, &urls[1], "waitingroom_forwards_total{result=\"ok\"}").await > 0.0);
+
+    // Passes (from leaves at nodes 2 and 3) verify at node 2 and refresh at node 1.
+    let last = *order.last().unwrap();
+    let pass = passes[last].clone();
+    assert_eq!(verify(&c, &urls[1], &pass).await, StatusCode::NO_CONTENT);
+    let (s, v) = post(
+        &c,
+        &format!("{}/api/pass/refresh", urls[0]),
+        json!({ "pass": pass }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        verify(&c, &urls[0], v["pass"].as_str().unwrap()).await,
+        StatusCode::NO_CONTENT
+    );
+
+    // The same ticket never gets a second pass, on any node.
+    for u in &urls {
+        let (s, v) = post(
+            &c,
+            &format!("{u}/api/leave"),
+            json!({ "ticket": tickets[last] }),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        assert_eq!(v["code"], "already_left");
+        let (s, v) = post(
+            &c,
+            &format!("{u}/api/checkin"),
+            json!({ "ticket": tickets[last] }),
+        )
+        .await;
+        assert_eq!(
+            s,
+            StatusCode::CONFLICT,
+            "replayed check-in after leave: {v}"
+        );
+    }
+
+    // Passes expire; refresh of an expired pass is refused.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert_eq!(verify(&c, &urls[1], &pass).await, StatusCode::UNAUTHORIZED);
+    let (s, v) = post(
+        &c,
+        &format!("{}/api/pass/refresh", urls[0]),
+        json!({ "pass": pass }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+
+    // The waiting page: a browser without cookies is queued and gets a ticket cookie; once
+    // admitted, the same page sets the pass cookie and redirects to the origin.
+    let page = c
+        .get(format!("{}/some/page", urls[1]))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let cookie = page
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(cookie.starts_with("wr_ticket=") && cookie.contains("HttpOnly"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("id=\"position\"") && html.contains("http-equiv=\"refresh\""));
+    let ticket_cookie = cookie.split(';').next().unwrap().to_owned();
+    let mut cookie = ticket_cookie;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let location = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the page never sent the visitor on"
+        );
+        let r = c
+            .get(format!("{}/", urls[2]))
+            .header("accept", "text/html")
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::SEE_OTHER {
+            let pass_cookie = r
+                .headers()
+                .get_all("set-cookie")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .find(|v| v.starts_with("wr_pass="))
+                .expect("pass cookie");
+            assert!(pass_cookie.contains("HttpOnly") && pass_cookie.contains("SameSite=Lax"));
+            let pass = pass_cookie.split(';').next().unwrap()["wr_pass=".len()..].to_owned();
+            assert_eq!(verify(&c, &urls[0], &pass).await, StatusCode::NO_CONTENT);
+            break r.headers()["location"].to_str().unwrap().to_owned();
+        }
+        assert_eq!(r.status(), StatusCode::OK);
+        if let Some(v) = r.headers().get("set-cookie") {
+            cookie = v.to_str().unwrap().split(';').next().unwrap().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(location, "http://127.0.0.1:9/origin");
+    assert_eq!(
+        metric(&c, &urls[0], "waitingroom_admission_inversions_total").await,
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_requeues_visitors_in_order() {
+    let mut cl = Cluster::start(
+        "kill",
+        3,
+        &["--target-on-site", "1", "--pass-expiry-ms", "400"],
+    );
+    cl.settle(3).await;
+    let c = client();
+    let urls: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    // Six visitors join at node 3, which then dies before it can let them out.
+    let mut tickets = Vec::new();
+    for _ in 0..6 {
+        tickets.push(join(&c, &urls[2]).await);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let victim = cl.nodes.remove(2);
+    drop(victim); // SIGKILL
+    let started = Instant::now();
+    let survivors = urls[..2].to_vec();
+    let (order, _, passes) = admit_all(&c, &survivors, tickets, Duration::from_secs(30)).await;
+    eprintln!(
+        "all 6 re-queued visitors admitted in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        order,
+        vec![0, 1, 2, 3, 4, 5],
+        "re-queued in their original order"
+    );
+    let requeues = metric(&c, &urls[0], "waitingroom_requeues_total").await
+        + metric(&c, &urls[1], "waitingroom_requeues_total").await;
+    assert!(requeues >= 6.0, "every visitor was re-queued ({requeues})");
+    assert!(passes.iter().all(|p| !p.is_empty()));
+    cl.settle(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_added_while_visitors_wait() {
+    let mut cl = Cluster::start(
+        "add",
+        2,
+        &["--target-on-site", "1", "--pass-expiry-ms", "400"],
+    );
+    cl.settle(2).await;
+    let c = client();
+    let mut tickets = Vec::new();
+    for i in 0..6 {
+        tickets.push(join(&c, cl.url(i % 2)).await);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let added = cl.add_node();
+    let urls: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    // Visitors check in everywhere, the new node included, while it joins.
+    let (order, _, _) = admit_all(&c, &urls, tickets, Duration::from_secs(30)).await;
+    assert_eq!(order, vec![0, 1, 2, 3, 4, 5], "admitted in join order");
+    cl.settle(3).await;
+    // New visitors can join at the new node and get in.
+    let t = join(&c, &urls[added]).await;
+    let (_, _, passes) = admit_all(&c, &urls, vec![t], Duration::from_secs(20)).await;
+    assert_eq!(
+        verify(&c, &urls[0], &passes[0]).await,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_peer_messages_and_passes_are_rejected() {
+    let cl = Cluster::start("forge", 1, &[]);
+    cl.settle(1).await;
+    let c = client();
+    let url = cl.url(0);
+    // A join request from a node that is not in the cluster, which would add a member if it
+    // were accepted.
+    let batch = json!([{
+        "from": {"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"},
+        "to": 0, "to_incarnation": 0,
+        "body": {"JoinRequest": {"contact": {"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"}}}
+    }]);
+    let body = serde_json::to_vec(&batch).unwrap();
+    let now = waitingroom_http::driver::now_ms();
+    let send = |sig: Option<(String, String, String)>| {
+        let mut r = c
+            .post(format!("{url}/peer/messages"))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        if let Some((k, t, s)) = sig {
+            r = r
+                .header("x-waitingroom-kid", k)
+                .header("x-waitingroom-timestamp", t)
+                .header("x-waitingroom-signature", s);
+        }
+        r.send()
+    };
+    let as_headers = |s: waitingroom_http::crypto::PeerSignature| {
+        Some((s.kid, s.timestamp.to_string(), s.signature))
+    };
+    let other = Crypto::generate();
+    let right = cl.crypto();
+    let attempts = [
+        ("unsigned", None),
+        (
+            "other key",
+            as_headers(other.sign_request("POST", "/peer/messages", now, &body)),
+        ),
+        (
+            "signed for another body",
+            as_headers(right.sign_request("POST", "/peer/messages", now, b"[]")),
+        ),
+        (
+            "stale timestamp",
+            as_headers(right.sign_request("POST", "/peer/messages", now - 60_000, &body)),
+        ),
+        (
+            "signed for another path",
+            as_headers(right.sign_request("POST", "/peer/visitor/checkin", now, &body)),
+        ),
+    ];
+    for (what, sig) in attempts {
+        let r = send(sig).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{what}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], "unauthorized_peer", "{what}");
+    }
+    let status: Value = c
+        .get(format!("{url}/api/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        status["members"].as_array().unwrap().len(),
+        1,
+        "nothing changed"
+    );
+    assert_eq!(
+        metric(&c, url, "waitingroom_peer_auth_failures_total").await,
+        5.0
+    );
+    // A forwarded check-in without a signature is refused too.
+    let (s, _) = post(
+        &c,
+        &format!("{url}/peer/visitor/checkin"),
+        json!({"ticket": "x"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // Passes: forged with another key, edited, a ticket instead of a pass, garbage, none.
+    let now = waitingroom_http::driver::now_ms();
+    let pass = Pass {
+        id: TicketId(1),
+        node: NodeId(1),
+        queue_join_time: now - 1000,
+        created_at: now,
+        issued_at: now,
+        expires_at: now + 60_000,
+        eviction_time: now,
+    };
+    let good = right.sign_pass(&pass);
+    assert_eq!(verify(&c, url, &good).await, StatusCode::NO_CONTENT);
+    let forged = other.sign_pass(&pass);
+    let mut parts: Vec<String> = good.split('.').map(str::to_owned).collect();
+    let edited_claims = right.sign_pass(&Pass {
+        expires_at: now + 600_000_000,
+        ..pass.clone()
+    });
+    parts[1] = edited_claims.split('.').nth(1).unwrap().to_owned();
+    let edited = parts.join(".");
+    let ticket = right.sign_ticket(&Ticket {
+        id: TicketId(2),
+        join_time: now,
+        node: NodeId(1),
+        issued_at: now,
+        next_refresh: now,
+        expires_at: now + 60_000,
+        previous_position: None,
+        eviction_time: Some(now),
+    });
+    for (what, token) in [
+        ("other key", forged),
+        ("edited claims", edited),
+        ("ticket as pass", ticket),
+        ("garbage", "a.b.c".to_owned()),
+    ] {
+        assert_eq!(
+            verify(&c, url, &token).await,
+            StatusCode::UNAUTHORIZED,
+            "{what}"
+        );
+        let r = c
+            .get(format!("{url}/api/pass/verify"))
+            .header("cookie", format!("wr_pass={token}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{what} (cookie)");
+    }
+    let r = c
+        .get(format!("{url}/api/pass/verify"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "missing_token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_json_errors() {
+    let cl = Cluster::start("bad", 1, &["--target-on-site", "1"]);
+    cl.settle(1).await;
+    let c = client();
+    let url = cl.url(0);
+    let raw = |path: &str, ctype: &str, body: Vec<u8>| {
+        c.post(format!("{url}{path}"))
+            .header("content-type", ctype.to_owned())
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(&str, &str, Vec<u8>, StatusCode, &str)> = vec![
+        (
+            "/api/checkin",
+            "application/json",
+            b"{".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+        ),
+        (
+            "/api/checkin",
+            "text/plain",
+            b"{}".to_vec(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            "/api/join",
+            "application/json",
+            br#"{"admin":true}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+        ),
+        (
+            "/api/checkin",
+            "application/json",
+            br#"{"ticket":"x","extra":1}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+        ),
+        (
+            "/api/checkin",
+            "application/json",
+            br#"{"ticket":42}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+        ),
+        (
+            "/api/checkin",
+            "application/json",
+            vec![b' '; 16 * 1024 + 100],
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+        ),
+        (
+            "/api/checkin",
+            "application/json",
+            br#"{"ticket":"not.a.token"}"#.to_vec(),
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+        ),
+        (
+            "/api/checkin",
+            "application/json",
+            b"{}".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "missing_token",
+        ),
+        (
+            "/api/leave",
+            "application/json",
+            br#"{"ticket":""}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "missing_token",
+        ),
+        (
+            "/api/pass/refresh",
+            "application/json",
+            br#"{"pass":"x.y.z"}"#.to_vec(),
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+        ),
+    ];
+    for (path, ctype, body, status, code) in cases {
+        let r = raw(path, ctype, body).await.unwrap();
+        assert_eq!(r.status(), status, "{path} {code}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["code"], code, "{path}: {v}");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    // An expired ticket, correctly signed.
+    let now = waitingroom_http::driver::now_ms();
+    let expired = cl.crypto().sign_ticket(&Ticket {
+        id: TicketId(9),
+        join_time: now - 10_000,
+        node: NodeId(1),
+        issued_at: now - 10_000,
+        next_refresh: now - 9_000,
+        expires_at: now - 5_000,
+        previous_position: None,
+        eviction_time: None,
+    });
+    let (s, v) = post(
+        &c,
+        &format!("{url}/api/checkin"),
+        json!({ "ticket": expired }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(v["code"], "expired_token");
+    // Still queued: leave is refused with 409.
+    let t = join(&c, url).await;
+    let (s, v) = post(&c, &format!("{url}/api/leave"), json!({ "ticket": t })).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["code"], "not_admitted");
+    // Wrong methods and unknown routes are JSON too.
+    let r = c.get(format!("{url}/api/join")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let r = c.get(format!("{url}/nope")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "not_found");
+    // The node is still fine.
+    let r = c.get(format!("{url}/livez")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let jwks: Value = c
+        .get(format!("{url}/.well-known/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_leaves_the_cluster_and_exits_zero() {
+    let mut cl = Cluster::start("term", 2, &[]);
+    cl.settle(2).await;
+    let mut leaving = cl.nodes.remove(1);
+    let pid = leaving.child.id().to_string();
+    let t0 = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = loop {
+        if let Some(s) = leaving.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+    let log = std::fs::read_to_string(&leaving.log).unwrap();
+    assert!(log.contains("stopping"), "{log}");
+    // The farewell was heard: the other node knows at once, without failure detection.
+    cl.settle(1).await;
+    eprintln!(
+        "SIGTERM to exit and membership updated in {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn bad_config_is_refused_naming_the_setting() {
+    let dir = std::env::temp_dir().join(format!("wr-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key.pem");
+    std::fs::write(&key, Crypto::generate().to_pkcs8_pem()).unwrap();
+    let toml = dir.join("bad.toml");
+    std::fs::write(&toml, "listen = \"127.0.0.1:0\"\ntarget_onsite = 3\n").unwrap();
+    let key = key.to_str().unwrap();
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["run"], vec![], "key_file"),
+        (
+            vec!["run", "--key-file", key, "--ticket-expiry-ms", "10"],
+            vec![],
+            "ticket_expiry_ms",
+        ),
+        (
+            vec!["run", "--key-file", key],
+            vec![("WAITINGROOM_PROBE_TIMEOUT_MS", "900")],
+            "probe_timeout_ms",
+        ),
+        (
+            vec!["run", "--key-file", key, "--config", toml.to_str().unwrap()],
+            vec![],
+            "target_onsite",
+        ),
+        (
+            vec!["run", "--key-file", key, "--peers", "127.0.0.1:1"],
+            vec![],
+            "peers",
+        ),
+        (
+            vec![
+                "run",
+                "--key-file",
+                "/nonexistent/key.pem",
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            vec![],
+            "/nonexistent/key.pem",
+        ),
+    ];
+    for (args, env, needle) in cases {
+        let out = Command::new(BIN)
+            .args(&args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // Flags win over the environment.
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--key-file",
+            key,
+            "--probe-timeout-ms",
+            "100",
+            "--ticket-expiry-ms",
+            "1",
+        ])
+        .env("WAITINGROOM_PROBE_TIMEOUT_MS", "900")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ticket_expiry_ms"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,330 @@
+//! What a run measured: the ledger of who joined and was admitted when, the ground truth of
+//! who is on the site, and the [`RunReport`] computed from them at the end.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use waitingroom_core::Time;
+use waitingroom_core::kendall::{Ties, kendall_tau, kendall_tau_permutation};
+
+use crate::network::NetStats;
+
+/// Not admitted (yet).
+const NEVER: Time = Time::MAX;
+
+/// Per-visitor record of joining and of the first admission.
+pub struct Ledger {
+    /// Join time as the waiting room recorded it (the fair order's first key).
+    join_time: Vec<Time>,
+    /// Ticket id (the fair order's tie-break).
+    ticket: Vec<u64>,
+    /// When the admission was decided (`NEVER` if not admitted).
+    decided_at: Vec<Time>,
+    /// When the visitor was marked admitted.
+    at: Vec<Time>,
+    /// Orders admissions decided at the same instant.
+    tie_break: Vec<(u64, u64)>,
+    /// Which node process admitted them first.
+    by: Vec<u32>,
+    /// Visitors admitted at least once.
+    pub admitted: u64,
+    /// Admitted again while the node process that first admitted them was still alive.
+    pub double_admissions: u64,
+    /// Admitted again after the node that first admitted them died (expected: they re-queued).
+    pub readmissions: u64,
+    /// Visitors told "admitted" without the waiting room reporting the admission as an event
+    /// (straight-through admission does that).
+    pub silent_admissions: u64,
+    /// Ground truth: admitted and not yet claimed, or holding a valid pass.
+    pub on_site: u64,
+    /// Largest `on_site` seen.
+    pub max_on_site: u64,
+}
+
+impl Ledger {
+    /// An empty ledger for `n` visitors.
+    pub fn new(n: usize) -> Self {
+        Ledger {
+            join_time: vec![0; n],
+            ticket: vec![0; n],
+            decided_at: vec![NEVER; n],
+            at: vec![0; n],
+            tie_break: vec![(0, 0); n],
+            by: vec![0; n],
+            admitted: 0,
+            double_admissions: 0,
+            readmissions: 0,
+            silent_admissions: 0,
+            on_site: 0,
+            max_on_site: 0,
+        }
+    }
+
+    /// Visitor `v` joined at `join_time` with ticket id `ticket`.
+    pub fn joined(&mut self, v: u32, join_time: Time, ticket: u64) {
+        self.join_time[v as usize] = join_time;
+        self.ticket[v as usize] = ticket;
+    }
+
+    /// Whether `v` was admitted at least once.
+    pub fn is_admitted(&self, v: u32) -> bool {
+        self.decided_at[v as usize] != NEVER
+    }
+
+    /// When `v` was first marked admitted, if they were.
+    pub fn admitted_at(&self, v: u32) -> Option<Time> {
+        self.is_admitted(v).then(|| self.at[v as usize])
+    }
+
+    /// Visitor `v` was admitted by node process `by`. `alive` says whether a node process is
+    /// still running. Returns whether this was their first admission.
+    pub fn admit(
+        &mut self,
+        v: u32,
+        decided_at: Time,
+        at: Time,
+        tie_break: (u64, u64),
+        by: u32,
+        alive: impl Fn(u32) -> bool,
+    ) -> bool {
+        let i = v as usize;
+        if self.decided_at[i] != NEVER {
+            if alive(self.by[i]) {
+                self.double_admissions += 1;
+            } else {
+                self.readmissions += 1;
+            }
+            return false;
+        }
+        self.decided_at[i] = decided_at;
+        self.at[i] = at;
+        self.tie_break[i] = tie_break;
+        self.by[i] = by;
+        self.admitted += 1;
+        self.on_site += 1;
+        self.max_on_site = self.max_on_site.max(self.on_site);
+        true
+    }
+
+    /// A place on the site became free (a pass expired, an admission went unclaimed).
+    pub fn place_freed(&mut self) {
+        self.on_site = self.on_site.saturating_sub(1);
+    }
+
+    /// Mean and longest wait, from joining to the first admission, over admitted visitors.
+    pub fn waits(&self) -> (f64, Time) {
+        let (mut sum, mut max, mut n) = (0u128, 0, 0u64);
+        for (i, &d) in self.decided_at.iter().enumerate() {
+            if d != NEVER {
+                let w = self.at[i].saturating_sub(self.join_time[i]);
+                sum += u128::from(w);
+                max = max.max(w);
+                n += 1;
+            }
+        }
+        let mean = if n == 0 { 0.0 } else { sum as f64 / n as f64 };
+        (mean, max)
+    }
+
+    /// Kendall-Tau distances: (strict, thesis). The strict one compares the fair order (join
+    /// time, then ticket id) with the admission sequence (by decision time, then the
+    /// tie-break); the thesis' compares (join ms, admission ms) pairs with one-sided ties
+    /// counted as disagreements.
+    pub fn fairness(&self) -> (f64, f64) {
+        let mut admitted: Vec<u32> = (0..self.decided_at.len() as u32)
+            .filter(|&v| self.decided_at[v as usize] != NEVER)
+            .collect();
+        // Fair rank of each admitted visitor.
+        admitted.sort_unstable_by_key(|&v| (self.join_time[v as usize], self.ticket[v as usize]));
+        let mut rank = vec![0u64; self.decided_at.len()];
+        for (r, &v) in admitted.iter().enumerate() {
+            rank[v as usize] = r as u64;
+        }
+        let thesis: Vec<(u64, u64)> = admitted
+            .iter()
+            .map(|&v| (self.join_time[v as usize], self.at[v as usize]))
+            .collect();
+        admitted.sort_unstable_by_key(|&v| {
+            (
+                self.decided_at[v as usize],
+                self.tie_break[v as usize],
+                rank[v as usize],
+            )
+        });
+        let sequence: Vec<u64> = admitted.iter().map(|&v| rank[v as usize]).collect();
+        (
+            kendall_tau_permutation(&sequence),
+            kendall_tau(&thesis, Ties::CountAsDiscordant),
+        )
+    }
+}
+
+/// Everything one run reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run's seed.
+    pub seed: u64,
+    /// The strategy simulated.
+    pub strategy: String,
+    /// Admission mode (qpid).
+    pub admission: String,
+    /// Nodes at the start.
+    pub nodes: u32,
+    /// Visitors.
+    pub users: u64,
+    /// Target on the site.
+    pub target: String,
+    /// Crashes (and as many additions).
+    pub churn: u32,
+    /// Arrival process.
+    pub arrival: String,
+    /// Normalised Kendall-Tau distance between the fair order and the admission sequence.
+    pub kendall_tau: f64,
+    /// The thesis' Kendall-Tau over (join ms, admission ms) with one-sided ties discordant.
+    pub kendall_tau_thesis: f64,
+    /// Visitors admitted at least once.
+    pub admitted: u64,
+    /// Visitors who kept checking in and never got in (must be 0).
+    pub lost: u64,
+    /// Visitors who gave up waiting.
+    pub abandoned: u64,
+    /// Visitors the waiting room refused (counted in `lost` too).
+    pub refused: u64,
+    /// Tickets admitted again while the node that first admitted them was alive.
+    pub double_admissions: u64,
+    /// Tickets admitted again after the node that first admitted them died.
+    pub readmissions: u64,
+    /// Simulated time from the opening of the arrival window until the last visitor got in.
+    pub sim_time_ms: Time,
+    /// Mean wait from joining to admission, over admitted visitors.
+    pub wait_ms_mean: f64,
+    /// Longest wait from joining to admission.
+    pub wait_ms_max: Time,
+    /// Whether the run hit its time limit first.
+    pub timed_out: bool,
+    /// Largest number on the site (ground truth: admitted and unclaimed, or with a valid pass).
+    pub max_on_site: u64,
+    /// Largest excess of `max_on_site` over the target.
+    pub max_overshoot: u64,
+    /// Messages between nodes.
+    pub messages: u64,
+    /// Messages per admitted visitor.
+    pub messages_per_admitted: f64,
+    /// Invariant checks that failed while the cluster had converged (after recovery).
+    pub invariant_violations: u64,
+    /// Invariant checks that failed while the cluster was still recovering.
+    pub invariant_violations_recovering: u64,
+    /// Invariant checks run (after every `check_every`-th protocol event).
+    pub invariant_checks: u64,
+    /// Of those, checks whose inputs had changed since the previous one and so ran in full
+    /// (the others repeat the previous outcome, which is what they would compute).
+    pub invariant_checks_full: u64,
+    /// The first few violations, with their simulated time.
+    pub violation_samples: Vec<String>,
+    /// Events processed.
+    pub events: u64,
+    /// Visitor operations the waiting room refused, by reason.
+    pub visitor_errors: BTreeMap<String, u64>,
+    /// Protocol events worth knowing about (members failed, tree repairs, rejoins), by kind.
+    pub protocol_events: BTreeMap<String, u64>,
+    /// What the network did.
+    pub network: NetStats,
+    /// Hash of the event trace: equal for equal seeds and configurations.
+    pub trace_hash: String,
+    /// Wall-clock time of the run.
+    pub wall_ms: u64,
+    /// Peak resident memory of the process (VmHWM) at the end, in bytes.
+    pub peak_memory: u64,
+    /// The command that replays this run.
+    pub command: String,
+}
+
+impl RunReport {
+    /// The checks every run must pass: nobody lost, no double admission, no invariant broken
+    /// after recovery. Returns what failed.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.lost > 0 && self.timed_out {
+            out.push(format!(
+                "timed out with {} visitors not let in (a stall, or raise --max-time-ms if \
+                 the room is simply slow)",
+                self.lost
+            ));
+        } else if self.lost > 0 {
+            out.push(format!("{} visitors lost", self.lost));
+        }
+        if self.double_admissions > 0 {
+            out.push(format!("{} double admissions", self.double_admissions));
+        }
+        if self.invariant_violations > 0 {
+            out.push(format!(
+                "{} invariant violations after recovery",
+                self.invariant_violations
+            ));
+        }
+        out
+    }
+}
+
+/// Peak resident memory of this process so far (VmHWM), in bytes; 0 where unavailable.
+pub fn peak_memory() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fairness_of_a_fair_and_an_unfair_ledger() {
+        let mut l = Ledger::new(4);
+        for v in 0..4 {
+            l.joined(v, 10 * u64::from(v), 100 + u64::from(v));
+        }
+        // Admitted together, in key order: strictly fair; the thesis calls every pair a
+        // disagreement (same admission ms, different join ms).
+        for v in 0..4 {
+            l.admit(v, 1_000, 1_000, (10 * u64::from(v), 0), 1, |_| true);
+        }
+        let (kt, thesis) = l.fairness();
+        assert_eq!(kt, 0.0);
+        assert_eq!(thesis, 1.0);
+        assert_eq!(l.max_on_site, 4);
+
+        let mut l = Ledger::new(3);
+        for v in 0..3 {
+            l.joined(v, u64::from(v), 0);
+        }
+        l.admit(2, 1, 1, (0, 0), 1, |_| true);
+        l.admit(0, 2, 2, (0, 0), 1, |_| true);
+        l.admit(1, 3, 3, (0, 0), 1, |_| true);
+        let (kt, thesis) = l.fairness();
+        assert!((kt - 2.0 / 3.0).abs() < 1e-12);
+        assert!((thesis - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_second_admission_is_double_only_while_the_first_node_lives() {
+        let mut l = Ledger::new(2);
+        assert!(l.admit(0, 1, 1, (0, 0), 7, |_| true));
+        assert!(!l.admit(0, 2, 2, (0, 0), 8, |p| p != 7));
+        assert_eq!((l.double_admissions, l.readmissions), (0, 1));
+        assert!(!l.admit(0, 3, 3, (0, 0), 8, |_| true));
+        assert_eq!(l.double_admissions, 1);
+        assert_eq!(l.admitted, 1);
+    }
+
+    #[test]
+    fn peak_memory_is_read() {
+        if std::path::Path::new("/proc/self/status").exists() {
+            assert!(peak_memory() > 0);
+        }
+    }
+}

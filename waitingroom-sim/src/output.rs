@@ -1,0 +1,320 @@
+//! How results are printed: the human-readable run report, sweep and comparison tables
+//! (plain, Markdown, CSV), and the Kendall-Tau-against-churn chart.
+
+use crate::metrics::RunReport;
+use crate::svg;
+use crate::sweep::SweepRow;
+
+/// The report of one run as an aligned table of fields.
+pub fn human_report(r: &RunReport) -> String {
+    let mut lines = vec![
+        format!(
+            "waitingroom-sim: {} ({}), {} nodes, {} visitors ({} arrival), target {}, churn {}, seed {}",
+            r.strategy, r.admission, r.nodes, r.users, r.arrival, r.target, r.churn, r.seed
+        ),
+        String::new(),
+    ];
+    let mut row = |k: &str, v: String| lines.push(format!("  {k:<34} {v}"));
+    row("kendall_tau", format!("{:.3e}", r.kendall_tau));
+    row(
+        "kendall_tau_thesis",
+        format!("{:.3e}", r.kendall_tau_thesis),
+    );
+    row("admitted", r.admitted.to_string());
+    row("lost", r.lost.to_string());
+    row("abandoned", r.abandoned.to_string());
+    row("double_admissions", r.double_admissions.to_string());
+    row("readmissions (first node died)", r.readmissions.to_string());
+    row(
+        "wait_ms mean / max",
+        format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
+    );
+    row(
+        "sim_time_ms",
+        format!(
+            "{}{}",
+            r.sim_time_ms,
+            if r.timed_out { " (timed out)" } else { "" }
+        ),
+    );
+    row("max_on_site", r.max_on_site.to_string());
+    row("max_overshoot", r.max_overshoot.to_string());
+    row("messages", r.messages.to_string());
+    row(
+        "messages_per_admitted",
+        format!("{:.1}", r.messages_per_admitted),
+    );
+    row(
+        "invariant_violations (converged)",
+        r.invariant_violations.to_string(),
+    );
+    row(
+        "invariant_violations (recovering)",
+        r.invariant_violations_recovering.to_string(),
+    );
+    row("invariant_checks", r.invariant_checks.to_string());
+    row("events", r.events.to_string());
+    row("wall_ms", r.wall_ms.to_string());
+    row(
+        "peak_memory",
+        format!("{:.1} MiB", r.peak_memory as f64 / 1_048_576.0),
+    );
+    row("trace_hash", r.trace_hash.clone());
+    let n = &r.network;
+    row(
+        "network",
+        format!(
+            "{} sent, {} lost, {} duplicated, {} reordered, {} cut, {} to dead nodes",
+            n.sent, n.lost, n.duplicated, n.reordered, n.cut, n.to_dead
+        ),
+    );
+    if !r.protocol_events.is_empty() {
+        let ev: Vec<String> = r
+            .protocol_events
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        row("protocol events", ev.join(", "));
+    }
+    if !r.visitor_errors.is_empty() {
+        let ev: Vec<String> = r
+            .visitor_errors
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        row("refused visitor operations", ev.join(", "));
+    }
+    for s in &r.violation_samples {
+        lines.push(format!("  violation: {s}"));
+    }
+    lines.push(format!("  reproduce: {}", r.command));
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
+}
+
+/// Runs `rows` × `seeds`, printing progress, and summarises per row.
+fn opt(v: Option<f64>, fmt: fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), fmt)
+}
+
+fn sci(v: f64) -> String {
+    format!("{v:.2e}")
+}
+
+/// Sweep rows as a table, with the thesis' and the reference figures beside ours.
+pub fn sweep_table(rows: &[SweepRow]) -> String {
+    let mut s = format!(
+        "{:<9} {:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>4} {:>4} {:>5} {:>4} {:>7} {:>7}\n",
+        "target",
+        "users",
+        "churn",
+        "seeds",
+        "kt_mean",
+        "bound",
+        "ref_kt",
+        "kt_thesis",
+        "A.2_kt",
+        "time_ms",
+        "A.2_time",
+        "lost",
+        "inv",
+        "inv_r",
+        "dbl",
+        "msg/adm",
+        "wall_ms"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:<9} {:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9.0} {:>9} | {:>4} {:>4} {:>5} {:>4} {:>7.1} {:>7.1}{}\n",
+            r.target,
+            r.users,
+            r.churn,
+            r.seeds,
+            sci(r.kendall_tau_mean),
+            opt(r.kendall_tau_bound, sci),
+            opt(r.reference_kendall_tau, sci),
+            sci(r.kendall_tau_thesis_mean),
+            opt(r.thesis_a2_kendall_tau, sci),
+            r.sim_time_ms_mean,
+            opt(r.thesis_a2_sim_time_ms, |v| format!("{v:.0}")),
+            r.lost_total,
+            r.invariant_violations_total,
+            r.invariant_violations_recovering_total,
+            r.double_admissions_total,
+            r.messages_per_admitted_mean,
+            r.wall_ms_mean,
+            if r.within_bound() { "" } else { "  ABOVE BOUND" }
+        ));
+    }
+    s
+}
+
+/// Strategies side by side, as a plain or a Markdown table.
+pub fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
+    let head = [
+        "strategy",
+        "kendall_tau",
+        "kendall_tau_thesis",
+        "sim_time_ms",
+        "wait_ms_mean",
+        "wait_ms_max",
+        "lost",
+        "max_overshoot",
+        "msgs/admitted",
+    ];
+    let cells: Vec<[String; 9]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.strategy.clone(),
+                sci(r.kendall_tau_mean),
+                sci(r.kendall_tau_thesis_mean),
+                format!("{:.0}", r.sim_time_ms_mean),
+                format!("{:.0}", r.wait_ms_mean),
+                r.wait_ms_max.to_string(),
+                r.lost_total.to_string(),
+                r.max_overshoot.to_string(),
+                format!("{:.1}", r.messages_per_admitted_mean),
+            ]
+        })
+        .collect();
+    let mut s = String::new();
+    if markdown {
+        s.push_str(&format!("| {} |\n", head.join(" | ")));
+        s.push_str(&format!("|{}\n", "---|".repeat(head.len())));
+        for c in &cells {
+            s.push_str(&format!("| {} |\n", c.join(" | ")));
+        }
+    } else {
+        let widths = [14, 12, 18, 12, 12, 11, 6, 13, 13];
+        for row in std::iter::once(head.map(String::from)).chain(cells) {
+            let line: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    if i == 0 {
+                        format!("{c:<w$}")
+                    } else {
+                        format!("{c:>w$}")
+                    }
+                })
+                .collect();
+            s.push_str(&line.join(" "));
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// Sweep rows as CSV, every field of [`SweepRow`].
+pub fn csv(rows: &[SweepRow]) -> String {
+    let mut s = String::from(
+        "strategy,target,users,churn,seeds,kendall_tau_mean,kendall_tau_max,kendall_tau_thesis_mean,\
+         sim_time_ms_mean,wait_ms_mean,wait_ms_max,lost_total,invariant_violations_total,invariant_violations_recovering_total,\
+         double_admissions_total,timed_out_total,messages_per_admitted_mean,max_overshoot,wall_ms_mean,\
+         thesis_a2_kendall_tau,thesis_a2_sim_time_ms,reference_kendall_tau,kendall_tau_bound\n",
+    );
+    let o = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
+    for r in rows {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.strategy,
+            r.target,
+            r.users,
+            r.churn,
+            r.seeds,
+            r.kendall_tau_mean,
+            r.kendall_tau_max,
+            r.kendall_tau_thesis_mean,
+            r.sim_time_ms_mean,
+            r.wait_ms_mean,
+            r.wait_ms_max,
+            r.lost_total,
+            r.invariant_violations_total,
+            r.invariant_violations_recovering_total,
+            r.double_admissions_total,
+            r.timed_out_total,
+            r.messages_per_admitted_mean,
+            r.max_overshoot,
+            r.wall_ms_mean,
+            o(r.thesis_a2_kendall_tau),
+            o(r.thesis_a2_sim_time_ms),
+            o(r.reference_kendall_tau),
+            o(r.kendall_tau_bound),
+        ));
+    }
+    s
+}
+
+/// Kendall-Tau against churn, one panel per visitor count: ours (strict, solid), the thesis
+/// reference implementation's strict figures (dashed), and in a second row the thesis'
+/// definition, ours against appendix A.2.
+pub fn churn_chart(rows: &[SweepRow]) -> String {
+    const COLORS: [&str; 3] = ["#1f77b4", "#2ca02c", "#d62728"];
+    let mut users: Vec<u64> = rows.iter().map(|r| r.users).collect();
+    users.sort_unstable();
+    users.dedup();
+    let mut targets: Vec<String> = Vec::new();
+    for r in rows {
+        if !targets.contains(&r.target) {
+            targets.push(r.target.clone());
+        }
+    }
+    let series = |u: u64, value: fn(&SweepRow) -> Option<f64>, dashed: bool, tag: &str| {
+        targets
+            .iter()
+            .enumerate()
+            .filter_map(|(k, t)| {
+                let points: Vec<(f64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.users == u && &r.target == t)
+                    .filter_map(|r| value(r).map(|v| (f64::from(r.churn), v)))
+                    .collect();
+                (!points.is_empty()).then(|| svg::Series {
+                    name: format!("target {t}{tag}"),
+                    color: COLORS[k % COLORS.len()].into(),
+                    dashed,
+                    points,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut panels = Vec::new();
+    for &u in &users {
+        let mut s = series(u, |r| Some(r.kendall_tau_mean), false, "");
+        s.extend(series(
+            u,
+            |r| r.reference_kendall_tau,
+            true,
+            " (thesis code)",
+        ));
+        panels.push(svg::Panel {
+            title: format!("{u} visitors: strict Kendall-Tau"),
+            x_label: "nodes added and removed".into(),
+            y_label: "mean Kendall-Tau distance".into(),
+            series: s,
+        });
+    }
+    for &u in &users {
+        let mut s = series(u, |r| Some(r.kendall_tau_thesis_mean), false, "");
+        s.extend(series(
+            u,
+            |r| r.thesis_a2_kendall_tau,
+            true,
+            " (thesis A.2)",
+        ));
+        panels.push(svg::Panel {
+            title: format!("{u} visitors: thesis definition"),
+            x_label: "nodes added and removed".into(),
+            y_label: "mean Kendall-Tau (ties discordant)".into(),
+            series: s,
+        });
+    }
+    svg::render(
+        "Kendall-Tau distance against churn (solid: this simulator; dashed: thesis)",
+        &panels,
+        users.len().max(1),
+    )
+}

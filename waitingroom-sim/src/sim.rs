@@ -1,0 +1,345 @@
+//! The discrete-event loop and the visitors' behaviour, shared by every strategy.
+//!
+//! Simulated time jumps from one event to the next. Visitors arrive, check in every refresh
+//! interval (a little late, by the jitter), leave the queue at the check-in that says they are
+//! admitted, stay on the site while their pass is valid, and may give up. What answers them is
+//! a [`Room`]: the real protocol cluster or one of the baselines.
+
+use std::time::Instant;
+
+use rand_chacha::ChaCha8Rng;
+use waitingroom_core::Time;
+
+use crate::config::{RunConfig, Strategy};
+use crate::metrics::{Ledger, RunReport, peak_memory};
+use crate::scheduler::{Ev, Scheduler};
+use crate::seeds::{self, Stream};
+use crate::strategies;
+use crate::trace::Trace;
+use crate::visitors::{Phase, Visitors};
+
+/// What a waiting room answered a visitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Still queued: come back after the refresh interval.
+    Queued,
+    /// Let out: leave the queue now.
+    Admitted,
+    /// Nobody could serve the request right now (no node ready): try again later.
+    Unavailable,
+    /// The waiting room refused the visitor for good: they lost their place.
+    Refused,
+}
+
+/// A waiting room the simulated visitors go through.
+pub trait Room {
+    /// Sets up (starts nodes, schedules ticks and disturbances) before the first event.
+    fn start(&mut self, ctx: &mut Ctx);
+    /// Visitor `v` arrives.
+    fn join(&mut self, ctx: &mut Ctx, v: u32) -> Reply;
+    /// Visitor `v` checks in (joins if they could not yet).
+    fn check_in(&mut self, ctx: &mut Ctx, v: u32) -> Reply;
+    /// Admitted visitor `v` leaves the queue; returns when their pass expires, None if refused.
+    fn leave(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
+    /// Visitor `v` on the site refreshes their pass; returns its new expiry, None if refused.
+    fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
+    /// When the waiting room asked visitor `v` to check in next, if it said (a real client
+    /// follows the ticket's `next_refresh`); None means one refresh interval from now.
+    fn next_check_in(&self, _v: u32) -> Option<Time> {
+        None
+    }
+    /// An event of the room's own (messages, timers, disturbances, ticks).
+    fn handle(&mut self, ctx: &mut Ctx, ev: Ev);
+    /// Adds the room's own measurements to the report.
+    fn finish(&mut self, ctx: &mut Ctx, report: &mut RunReport);
+}
+
+/// The state every room shares: clock, event queue, visitors, ledger, trace.
+pub struct Ctx {
+    /// The run's configuration.
+    pub cfg: RunConfig,
+    /// Simulated time.
+    pub now: Time,
+    /// When the arrival window opens.
+    pub start: Time,
+    /// Pending events.
+    pub sched: Scheduler,
+    /// Who joined and was admitted when; who is on the site.
+    pub ledger: Ledger,
+    /// The visitors.
+    pub visitors: Visitors,
+    /// Visitor behaviour stream: check-in jitter, load-balancer choices.
+    pub rng: ChaCha8Rng,
+    /// The event trace.
+    pub trace: Trace,
+    /// When each visitor's session ends (only with `session_ms > 0`).
+    session_end: Vec<Time>,
+}
+
+impl Ctx {
+    /// A room admitted visitor `v`; `by` names the node process (for double admissions),
+    /// `alive` tells whether a node process is still running.
+    pub fn admitted(
+        &mut self,
+        v: u32,
+        decided_at: Time,
+        at: Time,
+        tie_break: (u64, u64),
+        by: u32,
+        alive: impl Fn(u32) -> bool,
+    ) {
+        self.trace.note(
+            self.now,
+            "admit",
+            &[u64::from(v), decided_at, at, u64::from(by)],
+        );
+        let first = self.ledger.admit(v, decided_at, at, tie_break, by, alive);
+        let gone = matches!(
+            self.visitors.phase[v as usize],
+            Phase::Abandoned | Phase::Refused
+        );
+        if first && gone {
+            // Nobody comes to claim the place: it is held until the claim window closes.
+            let at = self.now + self.cfg.ticket_expiry_ms;
+            self.sched.at(at, Ev::Visitor(v));
+        }
+    }
+}
+
+/// Runs one simulation.
+pub fn run(cfg: &RunConfig) -> RunReport {
+    run_traced(cfg, Trace::default())
+}
+
+/// Runs one simulation, recording its event trace in `trace`.
+pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
+    let wall = Instant::now();
+    let start = cfg.warmup_ms;
+    let mut arrivals = seeds::rng(cfg.seed, Stream::Arrivals);
+    let visitors = Visitors::generate(cfg, start, &mut arrivals);
+    let n = visitors.len();
+    let mut ctx = Ctx {
+        cfg: cfg.clone(),
+        now: 0,
+        start,
+        sched: Scheduler::default(),
+        ledger: Ledger::new(n),
+        visitors,
+        rng: seeds::rng(cfg.seed, Stream::Visitors),
+        trace,
+        session_end: if cfg.session_ms > 0 {
+            vec![0; n]
+        } else {
+            Vec::new()
+        },
+    };
+    let mut room = strategies::build(cfg);
+    room.start(&mut ctx);
+    if n > 0 {
+        ctx.sched.at(ctx.visitors.arrival[0], Ev::Arrive(0));
+    }
+    let limit = start.saturating_add(cfg.time_limit());
+    let mut events = 0u64;
+    let mut timed_out = false;
+    let mut end = start;
+    while ctx.visitors.unfinished > 0 {
+        let Some((t, ev)) = ctx.sched.pop() else {
+            break;
+        };
+        if t > limit {
+            timed_out = true;
+            ctx.now = limit;
+            break;
+        }
+        ctx.now = t;
+        events += 1;
+        match ev {
+            Ev::Arrive(v) => arrive(&mut ctx, room.as_mut(), v),
+            Ev::Visitor(v) => visitor_step(&mut ctx, room.as_mut(), v),
+            other => room.handle(&mut ctx, other),
+        }
+        end = ctx.now;
+    }
+    if timed_out {
+        end = limit;
+    }
+    let mut report = RunReport {
+        seed: cfg.seed,
+        strategy: cfg.strategy.to_string(),
+        admission: match cfg.strategy {
+            Strategy::Qpid => format!("{:?}", cfg.admission).to_lowercase(),
+            _ => "-".into(),
+        },
+        nodes: cfg.nodes,
+        users: cfg.users,
+        target: cfg.target.to_string(),
+        churn: cfg.churn,
+        arrival: cfg.arrival.name().into(),
+        sim_time_ms: end.saturating_sub(start),
+        timed_out,
+        events,
+        command: cfg.to_command(),
+        ..RunReport::default()
+    };
+    room.finish(&mut ctx, &mut report);
+    let (kt, kt_thesis) = ctx.ledger.fairness();
+    report.kendall_tau = kt;
+    report.kendall_tau_thesis = kt_thesis;
+    (report.wait_ms_mean, report.wait_ms_max) = ctx.ledger.waits();
+    report.admitted = ctx.ledger.admitted;
+    report.double_admissions = ctx.ledger.double_admissions;
+    report.readmissions = ctx.ledger.readmissions;
+    report.max_on_site = ctx.ledger.max_on_site;
+    report.max_overshoot = ctx.ledger.max_on_site.saturating_sub(cfg.target.on_site());
+    for phase in &ctx.visitors.phase {
+        match phase {
+            Phase::Waiting => report.lost += 1,
+            Phase::Refused => {
+                report.lost += 1;
+                report.refused += 1;
+            }
+            Phase::Abandoned => report.abandoned += 1,
+            Phase::Coming | Phase::OnSite | Phase::Done => {}
+        }
+    }
+    report.messages_per_admitted = if report.admitted > 0 {
+        report.messages as f64 / report.admitted as f64
+    } else {
+        0.0
+    };
+    ctx.trace.note(
+        end,
+        "end",
+        &[report.admitted, report.lost, report.messages, events],
+    );
+    ctx.trace.flush();
+    report.trace_hash = ctx.trace.hex();
+    report.wall_ms = wall.elapsed().as_millis() as u64;
+    report.peak_memory = peak_memory();
+    report
+}
+
+fn arrive(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    let next = v as usize + 1;
+    if next < ctx.visitors.len() {
+        ctx.sched
+            .at(ctx.visitors.arrival[next], Ev::Arrive(next as u32));
+    }
+    ctx.visitors.phase[v as usize] = Phase::Waiting;
+    let reply = room.join(ctx, v);
+    ctx.trace
+        .note(ctx.now, "join", &[u64::from(v), reply as u64]);
+    after_reply(ctx, room, v, reply);
+}
+
+fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    let i = v as usize;
+    match ctx.visitors.phase[i] {
+        Phase::Waiting => {
+            if ctx.now >= ctx.visitors.give_up_at[i] {
+                ctx.visitors.phase[i] = Phase::Abandoned;
+                ctx.visitors.unfinished -= 1;
+                ctx.trace.note(ctx.now, "abandon", &[u64::from(v)]);
+                if let Some(at) = ctx.ledger.admitted_at(v) {
+                    // Let in without knowing it: the place stays taken until the claim window
+                    // of the admission closes.
+                    let until = (at + ctx.cfg.ticket_expiry_ms).max(ctx.now);
+                    ctx.sched.at(until, Ev::Visitor(v));
+                }
+                return;
+            }
+            let reply = room.check_in(ctx, v);
+            ctx.trace
+                .note(ctx.now, "check-in", &[u64::from(v), reply as u64]);
+            after_reply(ctx, room, v, reply);
+        }
+        Phase::OnSite => on_site_step(ctx, room, v),
+        // The claim window of an admission nobody came for has closed.
+        Phase::Abandoned | Phase::Refused => ctx.ledger.place_freed(),
+        Phase::Coming | Phase::Done => {}
+    }
+}
+
+fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
+    match reply {
+        Reply::Queued => {
+            let asked = room.next_check_in(v);
+            schedule_check_in(ctx, v, asked);
+        }
+        Reply::Unavailable => schedule_check_in(ctx, v, None),
+        Reply::Admitted => {
+            if !ctx.ledger.is_admitted(v) {
+                // Let in without an admission event (straight through): decided right now.
+                ctx.ledger.silent_admissions += 1;
+                let tb = (ctx.now, u64::from(v));
+                let now = ctx.now;
+                ctx.admitted(v, now, now, tb, 0, |_| true);
+            }
+            match room.leave(ctx, v) {
+                Some(expires) => enter_site(ctx, v, expires),
+                // Could not leave right now (the node just went away): try again soon.
+                None => schedule_check_in(ctx, v, None),
+            }
+        }
+        Reply::Refused => {
+            ctx.visitors.phase[v as usize] = Phase::Refused;
+            ctx.visitors.unfinished -= 1;
+        }
+    }
+}
+
+/// Schedules the visitor's next check-in: when the waiting room asked (`asked`, if in the
+/// future), else one refresh interval from now; late by up to the jitter either way.
+fn schedule_check_in(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
+    let at = Visitors::next_check_in(
+        ctx.now,
+        asked,
+        ctx.cfg.refresh_ms,
+        ctx.cfg.jitter_ms,
+        &mut ctx.rng,
+    );
+    ctx.sched.at(at, Ev::Visitor(v));
+}
+
+fn enter_site(ctx: &mut Ctx, v: u32, expires: Time) {
+    let i = v as usize;
+    ctx.visitors.phase[i] = Phase::OnSite;
+    ctx.visitors.unfinished -= 1;
+    ctx.visitors.pass_expires[i] = expires;
+    if !ctx.session_end.is_empty() {
+        ctx.session_end[i] = ctx.now + ctx.cfg.session_ms;
+    }
+    schedule_on_site(ctx, v);
+}
+
+/// The next thing a visitor on the site does: refresh their pass halfway through its life
+/// while their session lasts, or walk away when it has expired.
+fn schedule_on_site(ctx: &mut Ctx, v: u32) {
+    let i = v as usize;
+    let expires = ctx.visitors.pass_expires[i];
+    if expires <= ctx.now {
+        ctx.ledger.place_freed();
+        ctx.visitors.phase[i] = Phase::Done;
+        return;
+    }
+    let session_end = ctx.session_end.get(i).copied().unwrap_or(0);
+    let refresh_at = ctx.now + (ctx.cfg.pass_expiry_ms / 2).max(1);
+    let at = if session_end > ctx.now && refresh_at < expires {
+        refresh_at.min(session_end)
+    } else {
+        expires
+    };
+    ctx.sched.at(at, Ev::Visitor(v));
+}
+
+fn on_site_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    let i = v as usize;
+    let session_end = ctx.session_end.get(i).copied().unwrap_or(0);
+    if ctx.now < ctx.visitors.pass_expires[i]
+        && ctx.now < session_end
+        && let Some(expires) = room.refresh_pass(ctx, v)
+    {
+        ctx.visitors.pass_expires[i] = expires;
+    }
+    schedule_on_site(ctx, v);
+}

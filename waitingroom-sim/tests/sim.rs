@@ -1,0 +1,201 @@
+//! End-to-end runs of the simulator: determinism, every strategy, faults, and the command line.
+//! Sizes are kept small so the whole file runs in a few seconds in debug builds.
+
+use std::process::Command;
+
+use waitingroom_sim::config::{Disturbance, PartitionKind, Scripted};
+use waitingroom_sim::{Arrival, RunConfig, RunReport, Strategy, Target, run};
+
+/// A short scenario: 8 nodes as in the thesis, 20 s of arrivals.
+fn small(seed: u64) -> RunConfig {
+    RunConfig {
+        seed,
+        users: 200,
+        window_ms: 20_000,
+        target: Target::Limited(20),
+        ..RunConfig::default()
+    }
+}
+
+fn assert_clean(r: &RunReport) {
+    assert_eq!(r.lost, 0, "{r:#?}");
+    assert!(!r.timed_out, "{r:#?}");
+    assert_eq!(r.invariant_violations, 0, "{r:#?}");
+    // Visitors who gave up may have been let in before they left.
+    assert!(r.admitted >= r.users - r.abandoned, "{r:#?}");
+}
+
+#[test]
+fn same_seed_same_trace_and_a_different_seed_differs() {
+    let cfg = RunConfig {
+        churn: 1,
+        loss: 0.02,
+        dup: 0.02,
+        reorder: 0.05,
+        jitter_ms: 50,
+        ..small(42)
+    };
+    let a = run(&cfg);
+    let b = run(&cfg);
+    assert_eq!(a.trace_hash, b.trace_hash);
+    let strip = |r: &RunReport| RunReport {
+        wall_ms: 0,
+        peak_memory: 0,
+        ..r.clone()
+    };
+    assert_eq!(
+        serde_json::to_string(&strip(&a)).unwrap(),
+        serde_json::to_string(&strip(&b)).unwrap()
+    );
+    let c = run(&RunConfig { seed: 43, ..cfg });
+    assert_ne!(a.trace_hash, c.trace_hash);
+}
+
+#[test]
+fn every_strategy_lets_everyone_in() {
+    for strategy in Strategy::ALL {
+        let r = run(&RunConfig {
+            strategy,
+            arrival: Arrival::Flash,
+            ..small(7)
+        });
+        assert_clean(&r);
+        assert!(r.max_overshoot == 0, "{strategy}: {r:#?}");
+        if strategy == Strategy::CentralFifo {
+            assert_eq!(r.kendall_tau, 0.0);
+        }
+        if strategy == Strategy::Qpid {
+            assert!(r.messages > 0);
+        } else {
+            assert_eq!(r.messages, 0);
+        }
+    }
+}
+
+#[test]
+fn the_baselines_are_as_unfair_as_designed() {
+    // A flash crowd larger than the target: visitors wait, so the order matters.
+    let base = RunConfig {
+        users: 600,
+        arrival: Arrival::Flash,
+        target: Target::Limited(10),
+        window_ms: 30_000,
+        ..small(3)
+    };
+    let kt = |strategy| {
+        run(&RunConfig {
+            strategy,
+            ..base.clone()
+        })
+        .kendall_tau
+    };
+    assert_eq!(kt(Strategy::CentralFifo), 0.0);
+    assert!(kt(Strategy::Buckets) > 0.01);
+    assert!(kt(Strategy::RandomSample) > 0.0);
+}
+
+#[test]
+fn crashes_and_additions_lose_nobody() {
+    let r = run(&RunConfig {
+        churn: 3,
+        restarts: 1,
+        ..small(11)
+    });
+    assert_clean(&r);
+    assert_eq!(r.double_admissions, 0, "{r:#?}");
+    assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
+}
+
+#[test]
+fn a_lossy_duplicating_reordering_network_loses_nobody() {
+    let r = run(&RunConfig {
+        loss: 0.1,
+        dup: 0.1,
+        reorder: 0.2,
+        latency: "pareto:5:1.5:400".parse().unwrap(),
+        ..small(5)
+    });
+    assert_clean(&r);
+    assert!(r.network.lost > 0 && r.network.duplicated > 0 && r.network.reordered > 0);
+}
+
+#[test]
+fn a_partition_that_heals_loses_nobody() {
+    for kind in [PartitionKind::Isolate, PartitionKind::Split] {
+        let r = run(&RunConfig {
+            script: vec![Scripted {
+                at: 5_000,
+                what: Disturbance::Partition(kind),
+            }],
+            partition_ms: 4_000,
+            ..small(9)
+        });
+        assert_clean(&r);
+        assert!(r.network.cut > 0, "{kind:?}");
+    }
+}
+
+#[test]
+fn abandonment_and_sessions_keep_the_site_within_target() {
+    let r = run(&RunConfig {
+        abandon: 0.3,
+        patience_ms: 5_000,
+        session_ms: 3_000,
+        pass_expiry_ms: 2_000,
+        users: 300,
+        ..small(13)
+    });
+    assert_clean(&r);
+    assert!(r.abandoned > 0);
+    assert_eq!(r.max_overshoot, 0, "{r:#?}");
+}
+
+#[test]
+fn the_command_line_prints_one_json_object_and_refuses_bad_input() {
+    let bin = env!("CARGO_BIN_EXE_waitingroom-sim");
+    let out = Command::new(bin)
+        .args([
+            "run",
+            "--users",
+            "50",
+            "--window-ms",
+            "5000",
+            "--nodes",
+            "3",
+            "--seed",
+            "4",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "seed",
+        "strategy",
+        "nodes",
+        "users",
+        "kendall_tau",
+        "kendall_tau_thesis",
+        "admitted",
+        "lost",
+        "sim_time_ms",
+        "wall_ms",
+        "messages",
+        "max_on_site",
+        "invariant_violations",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["admitted"], 50);
+    assert_eq!(v["seed"], 4);
+
+    let bad = Command::new(bin)
+        .args(["run", "--loss", "1.5"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("probability"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -20,6 +20,9 @@ mod swim;
 mod tag;
 mod visitor;
 
+#[cfg(test)]
+mod fuzz_regressions;
+
 pub use config::{AdmissionMode, NodeConfig};
 pub use membership::Membership;
 pub use messages::{Body, ChannelMsg, Contact, Envelope, Summary, Weight};

@@ -532,6 +532,13 @@ impl Node {
         self.tag.round.as_ref().map(|r| r.stamp)
     }
 
+    /// How far the node's random source has advanced (in 32-bit words). Its `Debug` form hides
+    /// the generator state, so a state fingerprint built from `Debug` (the exhaustive explorer's)
+    /// needs this to tell apart two nodes that differ only in what they will draw next.
+    pub fn rng_word_pos(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
     /// A serialisable snapshot for operators.
     pub fn status(&self) -> NodeStatus {
         NodeStatus {

@@ -1,0 +1,153 @@
+//! Seed inputs: valid examples of what each target decodes, for libFuzzer to mutate (written to
+//! `fuzz/corpus/<target>/` by `scripts/fuzz-run.sh`) and for the stable tests.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use waitingroom_core::{NodeId, Pass, Ticket, TicketId, sign_pass, sign_ticket};
+
+use crate::peer::templates;
+use crate::tokens::key;
+
+/// The targets, by the names of their binaries.
+pub const TARGETS: [&str; 5] = [
+    "tokens",
+    "cluster_key",
+    "peer_message",
+    "peer_batch",
+    "peer_values",
+];
+
+/// The seed inputs of `target`.
+pub fn seeds(target: &str) -> Vec<Vec<u8>> {
+    match target {
+        "tokens" => tokens(),
+        "cluster_key" => cluster_keys(),
+        "peer_message" => peer_messages(),
+        "peer_batch" => peer_batches(),
+        "peer_values" => peer_values(),
+        _ => Vec::new(),
+    }
+}
+
+const NOW: u64 = 1_700_000_000_000;
+
+fn ticket() -> Ticket {
+    Ticket {
+        id: TicketId(0x0123_4567_89ab_cdef),
+        join_time: NOW - 60_000,
+        node: NodeId(2),
+        issued_at: NOW - 1_000,
+        next_refresh: NOW + 5_000,
+        expires_at: NOW + 30_000,
+        previous_position: Some(12),
+        eviction_time: None,
+    }
+}
+
+fn pass() -> Pass {
+    Pass {
+        id: TicketId(0x0123_4567_89ab_cdef),
+        node: NodeId(2),
+        queue_join_time: NOW - 60_000,
+        created_at: NOW - 1_000,
+        issued_at: NOW - 1_000,
+        expires_at: NOW + 600_000,
+        eviction_time: NOW - 2_000,
+    }
+}
+
+fn with_prefix(mode: u8, rest: &[u8]) -> Vec<u8> {
+    let mut v = vec![mode];
+    v.extend_from_slice(&NOW.to_le_bytes());
+    v.extend_from_slice(rest);
+    v
+}
+
+fn tokens() -> Vec<Vec<u8>> {
+    let (key, _) = key();
+    let mut out = Vec::new();
+    for token in [sign_ticket(key, &ticket()), sign_pass(key, &pass())] {
+        out.push(with_prefix(0, token.as_bytes()));
+        // The same claims, to be re-signed: header and payload split by 0xff.
+        let mut parts = token.split('.');
+        let mut part = || {
+            URL_SAFE_NO_PAD
+                .decode(parts.next().unwrap_or_default())
+                .expect("own tokens are base64url")
+        };
+        let header = part();
+        let payload = part();
+        let mut signed = header;
+        signed.push(0xff);
+        signed.extend_from_slice(&payload);
+        out.push(with_prefix(1, &signed));
+    }
+    out.push(with_prefix(0, b"eyJhbGciOiJub25lIn0.e30."));
+    out.push(with_prefix(
+        1,
+        b"{\"alg\":\"HS256\",\"typ\":\"wr-ticket\"}\xff{\"kind\":\"ticket\"}",
+    ));
+    out
+}
+
+fn cluster_keys() -> Vec<Vec<u8>> {
+    let (key, set) = key();
+    vec![
+        "07".repeat(32).into_bytes(),
+        b"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc".to_vec(),
+        key.to_pkcs8_pem().into_bytes(),
+        set.jwks().to_string().into_bytes(),
+    ]
+}
+
+/// Every envelope the template cluster sent, aimed at each template node with the receiver's
+/// id (the snapshots were taken mid-run, so many of these are exactly the next message the
+/// template expects on that link), and once more re-addressed and from a member.
+fn peer_messages() -> Vec<Vec<u8>> {
+    let t = templates();
+    let mut out = Vec::new();
+    for (i, env) in t.traffic.iter().enumerate() {
+        let json = serde_json::to_vec(env).expect("encodes");
+        for (at, (node, _)) in t.nodes.iter().enumerate() {
+            if node.id() == env.to {
+                out.push([&[at as u8][..], &json].concat());
+            }
+        }
+        let steer = 8 | 16 | (i % 8) as u8 | (((i / 8) % 8) as u8) << 5;
+        out.push([&[steer][..], &json].concat());
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The traffic cut into consecutive batches of a few envelopes.
+fn peer_batches() -> Vec<Vec<u8>> {
+    let traffic = &templates().traffic;
+    traffic
+        .chunks(5)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let mut v = vec![8 | 16 | (i % 8) as u8];
+            v.extend(serde_json::to_vec(chunk).expect("encodes"));
+            v
+        })
+        .collect()
+}
+
+/// One input per envelope of the traffic, every value kept (bytes below 0x80), aimed at the
+/// receiver's template.
+fn peer_values() -> Vec<Vec<u8>> {
+    let t = templates();
+    let mut out = Vec::new();
+    for (i, env) in t.traffic.iter().enumerate() {
+        let at = t
+            .nodes
+            .iter()
+            .position(|(n, _)| n.id() == env.to)
+            .unwrap_or(0);
+        let i = u16::try_from(i).unwrap_or(u16::MAX).to_le_bytes();
+        out.push(vec![at as u8, 0, i[0], i[1]]);
+    }
+    out
+}

@@ -1,0 +1,124 @@
+//! The target bodies on stable Rust: every seed, then deterministic mutations of the seeds (a
+//! poor man's fuzzer, so CI notices a body that no longer builds or a decoder that panics on
+//! something simple). Real fuzzing is `scripts/fuzz-run.sh`.
+
+use crate::seeds::{TARGETS, seeds};
+
+fn body(target: &str) -> fn(&[u8]) {
+    match target {
+        "tokens" => crate::tokens,
+        "cluster_key" => crate::cluster_key,
+        "peer_message" => crate::peer_message,
+        "peer_batch" => crate::peer_batch,
+        "peer_values" => crate::peer_values,
+        _ => unreachable!("unknown target {target}"),
+    }
+}
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One libFuzzer-style mutation: flip a bit, set an interesting byte, insert or delete a run,
+/// overwrite a number-looking run with an extreme value, or splice in another seed.
+fn mutate(rng: &mut Rng, input: &[u8], others: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = input.to_vec();
+    for _ in 0..=rng.below(4) {
+        let at = rng.below(v.len() + 1);
+        let last = at.min(v.len().saturating_sub(1));
+        match rng.below(6) {
+            0 if !v.is_empty() => v[last] ^= 1 << rng.below(8),
+            1 if !v.is_empty() => {
+                let b = [
+                    0, 0xff, b'"', b'{', b'}', b'[', b']', b',', b'-', b'9', b'.',
+                ];
+                v[last] = b[rng.below(b.len())];
+            }
+            2 => {
+                let n = rng.below(8).min(v.len() - at);
+                v.drain(at..at + n);
+            }
+            3 => {
+                let extreme: &[&[u8]] = &[b"18446744073709551615", b"0", b"-1", b"1e400", b"null"];
+                let e = extreme[rng.below(extreme.len())];
+                v.splice(at..at, e.iter().copied());
+            }
+            4 => {
+                let other = &others[rng.below(others.len())];
+                let from = rng.below(other.len());
+                let n = rng.below(other.len() - from + 1);
+                v.splice(at..at, other[from..from + n].iter().copied());
+            }
+            _ => v.truncate(at),
+        }
+    }
+    v
+}
+
+fn run(target: &str, mutations: usize) {
+    let body = body(target);
+    let seeds = seeds(target);
+    assert!(!seeds.is_empty(), "{target} has seeds");
+    for s in &seeds {
+        body(s);
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ target.len() as u64);
+    for _ in 0..mutations {
+        let seed = &seeds[rng.below(seeds.len())];
+        body(&mutate(&mut rng, seed, &seeds));
+    }
+}
+
+#[test]
+fn tokens_survive_mutations() {
+    // Signature checks are slow unoptimised (~10 ms each): fewer here, millions under libFuzzer.
+    run("tokens", 400);
+}
+
+#[test]
+fn cluster_keys_survive_mutations() {
+    run("cluster_key", 3_000);
+}
+
+#[test]
+fn peer_messages_survive_mutations() {
+    run("peer_message", 1_500);
+}
+
+#[test]
+fn peer_batches_survive_mutations() {
+    run("peer_batch", 300);
+}
+
+/// Seeds only: this target's whole point is extreme values in the right places, which finds
+/// the known overflow panics (see the ignored tests in waitingroom-distributed) at once.
+#[test]
+fn peer_values_seeds() {
+    run("peer_values", 0);
+}
+
+/// Writes the seeds to `$WR_FUZZ_CORPUS/<target>/` (used by `scripts/fuzz-run.sh`).
+#[test]
+#[ignore = "writes files; run by scripts/fuzz-run.sh"]
+fn write_seed_corpus() {
+    let dir = std::env::var("WR_FUZZ_CORPUS").expect("WR_FUZZ_CORPUS names a directory");
+    for target in TARGETS {
+        let dir = std::path::Path::new(&dir).join(target);
+        std::fs::create_dir_all(&dir).expect("corpus directory");
+        for (i, s) in seeds(target).iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i:04}")), s).expect("seed written");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Exhaustive interleavings of a small cluster: every order in which in-flight messages can be
+//! delivered, checked for safety in every reachable state.
+//!
+//! ```text
+//! cargo run --release -p waitingroom-distributed --example explore -- --scenario crash
+//! ```
+//! Scenarios: `base`, `crash`, `join`, `lossy`, `anytime` (or `all`). Options override the
+//! scenario: `--visitors N`, `--nodes N`, `--mode range|batched|sequential`, `--timers
+//! quiet|anytime`, `--drops N`, `--dups N`, `--event-rounds N`, `--extra-rounds N`,
+//! `--crash-victim ID`, `--target N`, `--max-states N`, `--max-depth N`, `--all-acks` (interleave bare
+//! acknowledgements too, even without loss), `--quiet-joins` (visitors join only while no
+//! message is in flight), `--to-horizon` (keep going after everything is over). Exits with status 1 on a violation.
+
+#[path = "../tests/explorer/mod.rs"]
+mod explorer;
+
+use explorer::{Config, TimerPolicy};
+use waitingroom_distributed::AdmissionMode;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let number = |name: &str| {
+        value(name).map(|v| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| die(&format!("{name} wants a number, not {v}")))
+        })
+    };
+    let scenario = value("--scenario").unwrap_or_else(|| "base".into());
+    let names: Vec<&str> = if scenario == "all" {
+        vec!["base", "join", "crash", "lossy", "anytime"]
+    } else {
+        vec![scenario.as_str()]
+    };
+    let mut failed = false;
+    for name in names {
+        let mut cfg =
+            Config::scenario(name).unwrap_or_else(|| die(&format!("unknown scenario {name}")));
+        if let Some(n) = number("--visitors") {
+            cfg.visitors = n as usize;
+        }
+        if let Some(n) = number("--nodes") {
+            cfg.nodes = n;
+        }
+        if let Some(n) = number("--drops") {
+            cfg.drops = n as u32;
+        }
+        if let Some(n) = number("--dups") {
+            cfg.dups = n as u32;
+        }
+        if let Some(n) = number("--event-rounds") {
+            cfg.event_rounds = n;
+        }
+        if let Some(n) = number("--extra-rounds") {
+            cfg.extra_rounds = n;
+        }
+        if let Some(n) = number("--crash-victim") {
+            cfg.crash_victim = Some(n);
+        }
+        if let Some(n) = number("--target") {
+            cfg.target = n;
+        }
+        if let Some(n) = number("--max-states") {
+            cfg.max_states = n;
+        }
+        if let Some(n) = number("--max-depth") {
+            cfg.max_depth = n as usize;
+        }
+        cfg.all_acks |= args.iter().any(|a| a == "--all-acks");
+        cfg.quiet_joins |= args.iter().any(|a| a == "--quiet-joins");
+        cfg.to_horizon |= args.iter().any(|a| a == "--to-horizon");
+        if let Some(m) = value("--mode") {
+            cfg.mode = match m.as_str() {
+                "range" => AdmissionMode::Range,
+                "batched" => AdmissionMode::Batched,
+                "sequential" => AdmissionMode::Sequential,
+                _ => die(&format!("unknown mode {m}")),
+            };
+        }
+        if let Some(t) = value("--timers") {
+            cfg.timers = match t.as_str() {
+                "quiet" => TimerPolicy::Quiet,
+                "anytime" => TimerPolicy::Anytime,
+                _ => die(&format!("unknown timer policy {t}")),
+            };
+        }
+        println!("== {name}: {cfg:?}");
+        let report = explorer::explore(&cfg);
+        print!("{report}");
+        failed |= report.violation.is_some();
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("explore: {msg}");
+    std::process::exit(2);
+}

@@ -58,7 +58,8 @@ pub struct CheckIn {
 #[derive(Debug, Clone, Copy)]
 enum Visitor {
     /// In the local queue under the key with this join time, the visitor's ticket id and this
-    /// node; the entry expires `ticket_expiry_ms` after `last_seen`.
+    /// node; the entry is dropped `Settings::queue_entry_ttl_ms` after `last_seen` (the
+    /// visitor keeps their place: checking in again re-queues them under their join time).
     Queued { last_seen: Time, join_time: Time },
     /// Let out, not yet left; holds a place on the site until `claim_by`.
     Admitted { eviction_time: Time, claim_by: Time },
@@ -85,6 +86,7 @@ struct Record {
 pub struct WaitingRoom {
     settings: Settings,
     node: NodeId,
+    node_addr: Option<String>,
     rng: ChaCha8Rng,
     /// The queue's ticket index is `visitors` itself (queued records hold the join time), which
     /// saves a second hash table and its cache misses on every join and admission.
@@ -104,6 +106,7 @@ impl WaitingRoom {
         Ok(WaitingRoom {
             settings,
             node,
+            node_addr: None,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: KeyTree::new(),
             visitors: HashMap::with_hasher(TicketHasher),
@@ -111,6 +114,11 @@ impl WaitingRoom {
             on_site: 0,
             rate: AdmissionRate::default(),
         })
+    }
+
+    /// Tickets from now on say how to reach this node (a cluster member's address).
+    pub fn set_node_addr(&mut self, addr: impl Into<String>) {
+        self.node_addr = Some(addr.into());
     }
 
     /// The settings in force.
@@ -150,6 +158,7 @@ impl WaitingRoom {
             id,
             join_time: now,
             node: self.node,
+            node_addr: self.node_addr.clone(),
             issued_at: now,
             next_refresh: now,
             expires_at: now,
@@ -297,6 +306,22 @@ impl WaitingRoom {
             .collect()
     }
 
+    /// Drops `ticket` from the queue (the visitor is queued elsewhere now). Returns whether it
+    /// was queued here.
+    pub fn forget_queued(&mut self, ticket: TicketId) -> bool {
+        let Some(Visitor::Queued { join_time, .. }) = self.visitors.get(&ticket).map(|r| r.state)
+        else {
+            return false;
+        };
+        self.queue.remove(QueueKey {
+            join_time,
+            ticket,
+            node: self.node,
+        });
+        self.visitors.remove(&ticket);
+        true
+    }
+
     /// Whether `ticket` was let out and has not left yet.
     pub fn is_admitted(&self, ticket: TicketId) -> bool {
         matches!(
@@ -321,13 +346,12 @@ impl WaitingRoom {
                 // A live entry comes later; nothing of this visitor is due yet.
                 continue;
             }
-            let expiry = self.settings.ticket_expiry_ms;
             let next = match state {
                 Visitor::Queued {
                     last_seen,
                     join_time,
                 } => {
-                    if last_seen.saturating_add(expiry) <= now {
+                    if last_seen.saturating_add(self.settings.queue_entry_ttl_ms()) <= now {
                         self.queue.remove(QueueKey {
                             join_time,
                             ticket: id,
@@ -379,7 +403,7 @@ impl WaitingRoom {
     fn deadline(&self, state: &Visitor) -> Time {
         match *state {
             Visitor::Queued { last_seen, .. } => {
-                last_seen.saturating_add(self.settings.ticket_expiry_ms)
+                last_seen.saturating_add(self.settings.queue_entry_ttl_ms())
             }
             Visitor::Admitted { claim_by, .. } => claim_by,
             Visitor::Left {
@@ -467,6 +491,7 @@ impl WaitingRoom {
 
     fn answer(&mut self, now: Time, mut ticket: Ticket) -> CheckIn {
         ticket.node = self.node;
+        ticket.node_addr.clone_from(&self.node_addr);
         ticket.issued_at = now;
         ticket.next_refresh =
             now.saturating_add(refresh_after(self.settings.refresh_interval_ms, ticket.id));
@@ -625,25 +650,29 @@ mod tests {
     }
 
     #[test]
-    fn silent_queued_visitor_is_dropped_and_check_in_postpones_it() {
+    fn silent_queued_visitor_is_dropped_and_keeps_their_place_on_return() {
+        // Refresh every 2 s: an entry not checked in for 6 s is dropped.
         let mut room = room(queued_only());
         let silent = room.join(0);
         let active = room.join(10);
         assert_eq!(active.status, CheckInStatus::Queued { position: 2 });
-        room.check_in(20_000, &active.ticket).unwrap();
-        room.cleanup(29_999);
+        let active = room.check_in(4_000, &active.ticket).unwrap();
+        room.cleanup(5_999);
         assert_eq!(room.queued(), 2);
-        room.cleanup(30_000);
-        assert_eq!(room.queued(), 1);
-        let active = room.check_in(30_001, &active.ticket).unwrap();
+        room.cleanup(6_000);
+        assert_eq!(room.queued(), 1, "the silent visitor's entry is gone");
+        let active = room.check_in(6_001, &active.ticket).unwrap();
         assert_eq!(active.status, CheckInStatus::Queued { position: 1 });
-        room.cleanup(50_000);
-        assert_eq!(room.queued(), 1, "expires 30 s after its last check-in");
-        room.cleanup(60_001);
+        // The silent visitor comes back with a valid ticket: first in line again.
+        let back = room.check_in(7_000, &silent.ticket).unwrap();
+        assert_eq!(back.status, CheckInStatus::Queued { position: 1 });
+        room.cleanup(12_001);
+        assert_eq!(room.queued(), 1, "dropped 6 s after their last check-in");
+        room.cleanup(13_000);
         assert_eq!(room.queued(), 0);
-        // Its ticket had expired too; a valid one would be queued again in its old place.
+        // After the ticket expiry the ticket itself is refused.
         assert_eq!(
-            room.check_in(60_002, &silent.ticket),
+            room.check_in(37_001, &back.ticket),
             Err(EngineError::TicketExpired)
         );
     }
@@ -656,7 +685,10 @@ mod tests {
         assert_eq!(room.evict(1_000), vec![first.ticket.id]);
         assert_eq!(room.on_site(), 1);
         assert!(room.evict(2_000).is_empty());
-        room.check_in(20_000, &second.ticket).unwrap();
+        let mut ticket = second.ticket.clone();
+        for t in (3_000..=31_000).step_by(2_000) {
+            ticket = room.check_in(t, &ticket).unwrap().ticket;
+        }
         room.cleanup(30_999);
         assert_eq!(room.on_site(), 1);
         room.cleanup(31_000);
@@ -795,7 +827,12 @@ mod tests {
         // The refresh interval (1 s), give or take a tenth.
         assert!((1_400..=1_600).contains(&b.ticket.next_refresh));
         assert_eq!(b.ticket.expires_at, 10_500);
-        // `a` stops checking in and expires; `b` moves up.
+        // `a` stops checking in and expires; `b`, checking in, moves up.
+        let mut b = b;
+        for t in (1_500..=9_500).step_by(1_000) {
+            b = room.check_in(t, &b.ticket).unwrap();
+            room.cleanup(t);
+        }
         room.cleanup(10_001);
         assert_eq!(room.queued(), 1);
         let b = room.check_in(10_002, &b.ticket).unwrap();
@@ -892,6 +929,7 @@ mod tests {
             id: TicketId(99),
             join_time: 5,
             node: NodeId(3),
+            node_addr: None,
             issued_at: 5,
             next_refresh: 1_005,
             expires_at: 10_005,

@@ -62,6 +62,16 @@ impl Settings {
         Ok(())
     }
 
+    /// How long a queue entry stays without a check-in: three refresh intervals, at most the
+    /// ticket expiry. A visitor who went quiet (or moved to another node) no longer takes a
+    /// place meant for those present; their ticket still holds their place, so checking in again
+    /// puts them back under their original join time.
+    pub fn queue_entry_ttl_ms(&self) -> Time {
+        self.refresh_interval_ms
+            .saturating_mul(3)
+            .min(self.ticket_expiry_ms)
+    }
+
     /// Whether the target is unlimited.
     pub fn is_unlimited(&self) -> bool {
         self.target_on_site == Self::UNLIMITED

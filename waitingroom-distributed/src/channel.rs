@@ -5,8 +5,15 @@
 //! a findRoot is overtaken by a later update (the pointers can then form a cycle), so here every
 //! protocol message gets a per-link sequence number, the receiver delivers strictly in order
 //! (holding early ones, dropping copies) and acknowledges, and the sender resends what is not
-//! acknowledged. A link belongs to one incarnation of the peer: a restarted peer gets a fresh
-//! link, and messages from or for an older life are dropped.
+//! acknowledged.
+//!
+//! Sending and receiving state are kept apart, and every sending link has an *epoch*: a link
+//! that starts afresh (the peer restarted, or we addressed another life of it) starts a new
+//! epoch at sequence 1, and the receiver, seeing a newer epoch, starts afresh too. A receiver
+//! that has lost its state (it forgot a departed member) and keeps hearing a link in the middle
+//! (the start never comes, even resent) asks the sender to start a new epoch (`resync`), which
+//! resends everything unacknowledged. Both ends therefore always agree on the numbering,
+//! whatever either forgot.
 
 use std::collections::BTreeMap;
 
@@ -23,92 +30,142 @@ const MAX_EARLY: usize = 16_384;
 /// Most messages resent per link per retransmission tick.
 const RESEND_BATCH: usize = 512;
 
+/// Our side of sending to one peer.
 #[derive(Debug, Clone)]
-struct Link {
+struct Outgoing {
     peer: Contact,
+    epoch: u64,
     last_seq: u64,
     unacked: BTreeMap<u64, (ChannelMsg, Time)>,
+}
+
+/// Our side of receiving from one peer (one incarnation of it).
+#[derive(Debug, Clone)]
+struct Incoming {
+    peer: Contact,
+    epoch: u64,
     delivered: u64,
     early: BTreeMap<u64, ChannelMsg>,
     ack_due: bool,
-}
-
-impl Link {
-    fn new(peer: Contact) -> Self {
-        Link {
-            peer,
-            last_seq: 0,
-            unacked: BTreeMap::new(),
-            delivered: 0,
-            early: BTreeMap::new(),
-            ack_due: false,
-        }
-    }
-
-    fn on_ack(&mut self, ack: u64) {
-        self.unacked = self.unacked.split_off(&ack.saturating_add(1));
-    }
+    /// Since when nothing was delivered on this epoch while later messages wait.
+    gap_since: Option<Time>,
 }
 
 /// All links of one node.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Channels {
-    links: BTreeMap<NodeId, Link>,
-    /// Links whose `ack_due` may be set, so acknowledging does not walk every link.
+    out: BTreeMap<NodeId, Outgoing>,
+    inc: BTreeMap<NodeId, Incoming>,
+    /// Epochs handed out so far (each new sending link takes the next).
+    epochs: u64,
+    /// Peers owed an acknowledgement, so acknowledging does not walk every link.
     ack_due: Vec<NodeId>,
 }
 
 impl Channels {
     /// Numbers `msg` for `to` and returns it ready to send.
     pub fn send(&mut self, now: Time, me: &Contact, to: &Contact, msg: ChannelMsg) -> Transmit {
-        let link = self.link_for(to);
+        let fresh = self
+            .out
+            .get(&to.id)
+            .is_none_or(|l| l.peer.incarnation != to.incarnation);
+        if fresh {
+            self.open(to.clone());
+        }
+        let link = self.out.get_mut(&to.id).expect("opened above");
         link.last_seq += 1;
         let seq = link.last_seq;
         if link.unacked.len() >= MAX_UNACKED {
             link.unacked.pop_first();
         }
         link.unacked.insert(seq, (msg.clone(), now));
-        link.ack_due = false;
-        let ack = link.delivered;
-        envelope(me, to, Body::Channel { seq, ack, msg })
+        let epoch = link.epoch;
+        let (ack_epoch, ack) = self.take_ack(to.id);
+        envelope(
+            me,
+            to,
+            Body::Channel {
+                epoch,
+                seq,
+                ack_epoch,
+                ack,
+                msg,
+            },
+        )
     }
 
-    fn link_for(&mut self, to: &Contact) -> &mut Link {
-        let fresh = self
-            .links
-            .get(&to.id)
-            .is_none_or(|l| l.peer.incarnation != to.incarnation);
-        if fresh {
-            self.links.insert(to.id, Link::new(to.clone()));
+    /// Starts a new epoch to `peer`, keeping what it had not acknowledged, renumbered from 1.
+    fn open(&mut self, peer: Contact) {
+        self.epochs += 1;
+        let pending: Vec<(ChannelMsg, Time)> = match self.out.remove(&peer.id) {
+            Some(old) if old.peer.incarnation == peer.incarnation => {
+                old.unacked.into_values().collect()
+            }
+            _ => Vec::new(),
+        };
+        let unacked: BTreeMap<u64, (ChannelMsg, Time)> = pending
+            .into_iter()
+            .enumerate()
+            .map(|(i, (m, _))| (i as u64 + 1, (m, 0)))
+            .collect();
+        let link = Outgoing {
+            peer: peer.clone(),
+            epoch: self.epochs,
+            last_seq: unacked.len() as u64,
+            unacked,
+        };
+        self.out.insert(peer.id, link);
+    }
+
+    /// The acknowledgement to piggyback to `peer`: (its epoch, highest delivered).
+    fn take_ack(&mut self, peer: NodeId) -> (u64, u64) {
+        match self.inc.get_mut(&peer) {
+            Some(i) => {
+                i.ack_due = false;
+                (i.epoch, i.delivered)
+            }
+            None => (0, 0),
         }
-        self.links.get_mut(&to.id).expect("link inserted above")
     }
 
     /// Takes in one channel message; returns the messages now deliverable, in order.
     pub fn receive(
         &mut self,
+        now: Time,
         from: &Contact,
+        epoch: u64,
         seq: u64,
-        ack: u64,
+        (ack_epoch, ack): (u64, u64),
         msg: ChannelMsg,
     ) -> Vec<ChannelMsg> {
-        let link = match self.links.get(&from.id) {
-            Some(l) if l.peer.incarnation > from.incarnation => return Vec::new(),
-            Some(l) if l.peer.incarnation == from.incarnation => {
-                self.links.get_mut(&from.id).expect("checked above")
+        self.on_ack(from, ack_epoch, ack);
+        let known = self
+            .inc
+            .get(&from.id)
+            .map(|i| (i.peer.incarnation, i.epoch));
+        match known {
+            Some((inc, _)) if inc > from.incarnation => return Vec::new(),
+            Some((inc, e)) if inc == from.incarnation && e > epoch => return Vec::new(),
+            Some((inc, e)) if inc == from.incarnation && e == epoch => {}
+            // A new life of the peer, or a new epoch of its link: start counting afresh.
+            _ => {
+                let fresh = Incoming {
+                    peer: from.clone(),
+                    epoch,
+                    delivered: 0,
+                    early: BTreeMap::new(),
+                    ack_due: false,
+                    gap_since: None,
+                };
+                self.inc.insert(from.id, fresh);
             }
-            _ => self.link_for(from),
-        };
-        link.on_ack(ack);
+        }
+        let link = self.inc.get_mut(&from.id).expect("inserted above");
         if !link.ack_due {
             link.ack_due = true;
             self.ack_due.push(from.id);
         }
-        let link = self.links.get_mut(&from.id).expect("link looked up above");
-        if seq <= link.delivered || link.early.contains_key(&seq) {
-            return Vec::new();
-        }
-        if link.early.len() >= MAX_EARLY {
+        if seq <= link.delivered || link.early.contains_key(&seq) || link.early.len() >= MAX_EARLY {
             return Vec::new();
         }
         link.early.insert(seq, msg);
@@ -117,15 +174,34 @@ impl Channels {
             link.delivered += 1;
             ready.push(m);
         }
+        // Nothing delivered on this epoch yet and a gap at the start: either the first
+        // messages are late, or we forgot this link while the peer went on.
+        if link.delivered == 0 && !link.early.is_empty() {
+            link.gap_since.get_or_insert(now);
+        } else {
+            link.gap_since = None;
+        }
         ready
     }
 
-    /// Takes in an acknowledgement.
-    pub fn on_ack(&mut self, from: &Contact, ack: u64) {
-        if let Some(link) = self.links.get_mut(&from.id)
+    /// Takes in an acknowledgement of our epoch `epoch` to `from`.
+    pub fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) {
+        if let Some(link) = self.out.get_mut(&from.id)
             && link.peer.incarnation == from.incarnation
+            && link.epoch == epoch
         {
-            link.on_ack(ack);
+            link.unacked = link.unacked.split_off(&ack.saturating_add(1));
+        }
+    }
+
+    /// The peer lost track of our link to it: start a new epoch (resending what is pending).
+    pub fn on_resync(&mut self, from: &Contact, epoch: u64) {
+        if let Some(link) = self.out.get(&from.id)
+            && link.peer.incarnation == from.incarnation
+            && link.epoch == epoch
+        {
+            let peer = link.peer.clone();
+            self.open(peer);
         }
     }
 
@@ -140,8 +216,11 @@ impl Channels {
         live: impl Fn(NodeId) -> bool,
     ) -> Vec<Transmit> {
         let mut out = Vec::new();
-        for link in self.links.values_mut().filter(|l| live(l.peer.id)) {
-            let ack = link.delivered;
+        for link in self.out.values_mut().filter(|l| live(l.peer.id)) {
+            let (ack_epoch, ack) = match self.inc.get_mut(&link.peer.id) {
+                Some(i) => (i.epoch, i.delivered),
+                None => (0, 0),
+            };
             let mut resent = 0;
             for (&seq, (msg, sent)) in link.unacked.iter_mut() {
                 if resent == RESEND_BATCH {
@@ -151,31 +230,33 @@ impl Channels {
                     *sent = now;
                     resent += 1;
                     let body = Body::Channel {
+                        epoch: link.epoch,
                         seq,
+                        ack_epoch,
                         ack,
                         msg: msg.clone(),
                     };
                     out.push(envelope(me, &link.peer, body));
                 }
             }
-            if resent > 0 {
-                link.ack_due = false;
-            }
         }
         out
     }
 
-    /// Bare acknowledgements for links that received something and sent nothing since.
+    /// Bare acknowledgements (and resync requests) for links that received something and sent
+    /// nothing since.
     pub fn take_bare_acks(&mut self, me: &Contact) -> Vec<Transmit> {
         let mut out = Vec::new();
         for id in std::mem::take(&mut self.ack_due) {
-            let Some(link) = self.links.get_mut(&id) else {
+            let Some(link) = self.inc.get_mut(&id) else {
                 continue;
             };
             if link.ack_due {
                 link.ack_due = false;
                 let body = Body::ChannelAck {
+                    epoch: link.epoch,
                     ack: link.delivered,
+                    resync: false,
                 };
                 out.push(envelope(me, &link.peer, body));
             }
@@ -183,42 +264,77 @@ impl Channels {
         out
     }
 
+    /// Resync requests for links whose start has been missing for `patience`: the sender would
+    /// have resent it by now, so it must consider it delivered (we forgot the link).
+    pub fn resync_requests(&mut self, now: Time, me: &Contact, patience: Time) -> Vec<Transmit> {
+        let mut out = Vec::new();
+        for link in self.inc.values_mut() {
+            if let Some(since) = link.gap_since
+                && since + patience <= now
+            {
+                link.gap_since = Some(now);
+                let body = Body::ChannelAck {
+                    epoch: link.epoch,
+                    ack: link.delivered,
+                    resync: true,
+                };
+                out.push(envelope(me, &link.peer, body));
+            }
+        }
+        out
+    }
+
+    /// Whether some link waits for its start (see [`Channels::resync_requests`]).
+    pub fn any_gap(&self) -> bool {
+        self.inc.values().any(|l| l.gap_since.is_some())
+    }
+
     /// Whether a link to a `live` peer waits for an acknowledgement.
     pub fn any_unacked(&self, live: impl Fn(NodeId) -> bool) -> bool {
-        self.links
+        self.out
             .values()
             .any(|l| !l.unacked.is_empty() && live(l.peer.id))
     }
 
-    /// Forgets links to peers that are not `live`, oldest ids first, beyond `limit` links.
+    /// Forgets links to peers that are not `live`, smallest ids first, beyond `limit` links.
     pub fn prune(&mut self, limit: usize, live: impl Fn(NodeId) -> bool) {
-        while self.links.len() > limit {
-            let Some(id) = self.links.keys().copied().find(|&id| !live(id)) else {
-                return;
+        while self.out.len() > limit {
+            let Some(id) = self.out.keys().copied().find(|&id| !live(id)) else {
+                break;
             };
-            self.links.remove(&id);
+            self.out.remove(&id);
+        }
+        while self.inc.len() > limit {
+            let Some(id) = self.inc.keys().copied().find(|&id| !live(id)) else {
+                break;
+            };
+            self.inc.remove(&id);
         }
     }
 
     /// Forgets every link.
     pub fn clear(&mut self) {
-        self.links.clear();
+        self.out.clear();
+        self.inc.clear();
         self.ack_due.clear();
     }
 
-    /// The contact behind the link to `id`.
+    /// The contact behind the link to or from `id`.
     pub fn contact_of(&self, id: NodeId) -> Option<Contact> {
-        self.links.get(&id).map(|l| l.peer.clone())
+        self.out
+            .get(&id)
+            .map(|l| l.peer.clone())
+            .or_else(|| self.inc.get(&id).map(|l| l.peer.clone()))
     }
 
     /// Whether nothing sent is waiting for an acknowledgement.
     pub fn is_drained(&self) -> bool {
-        self.links.values().all(|l| l.unacked.is_empty())
+        self.out.values().all(|l| l.unacked.is_empty())
     }
 
     /// Messages waiting for an acknowledgement, over all links.
     pub fn unacked(&self) -> usize {
-        self.links.values().map(|l| l.unacked.len()).sum()
+        self.out.values().map(|l| l.unacked.len()).sum()
     }
 }
 
@@ -254,9 +370,23 @@ mod tests {
         }
     }
 
-    fn seq_of(t: &Transmit) -> u64 {
+    /// Feeds a transmitted channel message to `rx`.
+    fn deliver(rx: &mut Channels, t: &Transmit) -> Vec<ChannelMsg> {
+        match t.envelope.body.clone() {
+            Body::Channel {
+                epoch,
+                seq,
+                ack_epoch,
+                ack,
+                msg,
+            } => rx.receive(0, &t.envelope.from, epoch, seq, (ack_epoch, ack), msg),
+            _ => panic!("not a channel message"),
+        }
+    }
+
+    fn seq_of(t: &Transmit) -> (u64, u64) {
         match t.envelope.body {
-            Body::Channel { seq, .. } => seq,
+            Body::Channel { epoch, seq, .. } => (epoch, seq),
             _ => panic!("not a channel message"),
         }
     }
@@ -268,18 +398,18 @@ mod tests {
         let mut rx = Channels::default();
         let sent: Vec<_> = (1..=5).map(|i| tx.send(0, &a, &b, msg(i))).collect();
         let mut got = Vec::new();
-        for i in [2usize, 0, 0, 4, 1, 3, 2] {
-            let t = &sent[i];
-            if let Body::Channel { seq, ack, msg } = t.envelope.body.clone() {
-                got.extend(rx.receive(&a, seq, ack, msg));
-            }
+        for i in [0usize, 2, 0, 4, 1, 3, 2] {
+            got.extend(deliver(&mut rx, &sent[i]));
         }
         assert_eq!(got, (1..=5).map(msg).collect::<Vec<_>>());
         let acks = rx.take_bare_acks(&b);
         assert_eq!(acks.len(), 1);
-        assert_eq!(acks[0].envelope.body, Body::ChannelAck { ack: 5 });
+        let Body::ChannelAck { epoch, ack, resync } = acks[0].envelope.body else {
+            panic!("an ack")
+        };
+        assert_eq!((ack, resync), (5, false));
         assert_eq!(tx.unacked(), 5);
-        tx.on_ack(&b, 5);
+        tx.on_ack(&b, epoch, 5);
         assert!(tx.is_drained());
     }
 
@@ -293,7 +423,7 @@ mod tests {
         let again = tx.due_for_resend(100, &a, 100, |_| true);
         assert_eq!(again.len(), 1);
         assert_eq!(seq_of(&again[0]), seq_of(&first));
-        tx.on_ack(&b, 1);
+        tx.on_ack(&b, seq_of(&first).0, 1);
         assert!(tx.due_for_resend(1_000, &a, 100, |_| true).is_empty());
     }
 
@@ -301,16 +431,68 @@ mod tests {
     fn a_new_incarnation_gets_a_fresh_link_and_old_messages_are_dropped() {
         let (a, b) = (c(1, 1), c(2, 1));
         let a2 = c(1, 2);
+        let mut a_tx = Channels::default();
+        let mut a2_tx = Channels::default();
         let mut rx = Channels::default();
-        assert_eq!(rx.receive(&a, 1, 0, msg(1)).len(), 1);
+        let old = a_tx.send(0, &a, &b, msg(1));
+        let old2 = a_tx.send(0, &a, &b, msg(2));
+        assert_eq!(deliver(&mut rx, &old), vec![msg(1)]);
         // a restarts: its sequence numbers start again.
-        assert_eq!(rx.receive(&a2, 1, 0, msg(2)), vec![msg(2)]);
+        let new = a2_tx.send(0, &a2, &b, msg(3));
+        assert_eq!(deliver(&mut rx, &new), vec![msg(3)]);
         // A late message from the old life is ignored.
-        assert!(rx.receive(&a, 2, 0, msg(3)).is_empty());
+        assert!(deliver(&mut rx, &old2).is_empty());
+    }
+
+    #[test]
+    fn addressing_another_life_of_the_peer_starts_a_new_epoch_the_receiver_follows() {
+        let (a, b) = (c(1, 1), c(2, 1));
+        let b_stale = c(2, 0);
         let mut tx = Channels::default();
-        tx.send(0, &b, &a, msg(1));
-        let t = tx.send(0, &b, &a2, msg(2));
-        assert_eq!(seq_of(&t), 1);
-        assert_eq!(t.envelope.to_incarnation, 2);
+        let mut rx = Channels::default();
+        for i in 1..=3 {
+            let t = tx.send(0, &a, &b, msg(i));
+            deliver(&mut rx, &t);
+        }
+        // A send meant for an older life of b (dropped on the way) resets our link ...
+        tx.send(0, &a, &b_stale, msg(99));
+        // ... so back to b we count from 1 in a new epoch, and b starts counting afresh.
+        let t = tx.send(0, &a, &b, msg(4));
+        assert_eq!(seq_of(&t).1, 1);
+        assert_eq!(deliver(&mut rx, &t), vec![msg(4)]);
+    }
+
+    #[test]
+    fn a_receiver_that_forgot_the_link_asks_for_a_new_epoch() {
+        let (a, b) = (c(1, 1), c(2, 1));
+        let mut tx = Channels::default();
+        let mut rx = Channels::default();
+        for i in 1..=3 {
+            let t = tx.send(0, &a, &b, msg(i));
+            deliver(&mut rx, &t);
+        }
+        let acks = rx.take_bare_acks(&b);
+        let Body::ChannelAck { epoch, ack, .. } = acks[0].envelope.body else {
+            panic!("an ack")
+        };
+        tx.on_ack(&b, epoch, ack);
+        // b forgets everything (say it dropped a departed member); a goes on at 4.
+        rx.clear();
+        let t = tx.send(0, &a, &b, msg(4));
+        assert!(deliver(&mut rx, &t).is_empty());
+        // A reordered start gets its time to arrive ...
+        assert!(rx.resync_requests(100, &b, 300).is_empty());
+        // ... then the receiver asks for a new epoch.
+        let asks = rx.resync_requests(300, &b, 300);
+        let Body::ChannelAck { epoch, resync, .. } = asks[0].envelope.body else {
+            panic!("an ack")
+        };
+        assert!(resync);
+        tx.on_resync(&b, epoch);
+        // The pending message goes again, renumbered in a new epoch, and gets through.
+        let again = tx.due_for_resend(100, &a, 100, |_| true);
+        assert_eq!(again.len(), 1);
+        assert_eq!(seq_of(&again[0]).1, 1);
+        assert_eq!(deliver(&mut rx, &again[0]), vec![msg(4)]);
     }
 }

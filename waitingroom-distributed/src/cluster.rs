@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use waitingroom_core::{NodeId, Time};
 
 use crate::membership::Membership;
-use crate::messages::{Body, ClusterRank, Contact, View};
+use crate::messages::{Body, ChannelMsg, ClusterRank, Contact, View};
 use crate::node::{Event, Node, Phase, Timer};
 
 impl Node {
@@ -185,6 +185,9 @@ impl Node {
         }
         for c in added {
             self.formers.remove(&c.id);
+            for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
+                self.send(now, &c, ChannelMsg::Forget { ticket });
+            }
             self.emit(Event::MemberAdded(c));
         }
         let neighbours: BTreeSet<NodeId> = self.membership.neighbours(me).into_iter().collect();

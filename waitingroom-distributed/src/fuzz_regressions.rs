@@ -76,7 +76,7 @@ fn an_ack_of_u64_max_from_a_stranger() {
     n.start_cluster(0);
     let env: Envelope = serde_json::from_str(
         r#"{"from":{"id":2,"incarnation":1,"addr":"n2"},"to":1,"to_incarnation":1,
-            "body":{"Channel":{"seq":1,"ack":18446744073709551615,
+            "body":{"Channel":{"epoch":1,"seq":1,"ack_epoch":1,"ack":18446744073709551615,
             "msg":{"Update":{"weight":"Empty","version":1}}}}}"#,
     )
     .expect("well-typed");

@@ -38,20 +38,29 @@ pub struct Envelope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Body {
     /// Protocol traffic on the reliable, ordered per-link channel. `seq` numbers this link's
-    /// messages (the thesis' per-link counter, generalised: stale and duplicate copies are
-    /// dropped and gaps are waited for); `ack` acknowledges the reverse direction.
+    /// messages within its `epoch` (the thesis' per-link counter, generalised: stale and
+    /// duplicate copies are dropped and gaps are waited for); `ack` acknowledges the reverse
+    /// direction's epoch `ack_epoch`.
     Channel {
-        /// Sequence number on the link from sender to receiver, starting at 1.
+        /// The sending link's epoch: a link started afresh has a newer one.
+        epoch: u64,
+        /// Sequence number within the epoch, starting at 1.
         seq: u64,
-        /// Highest sequence number received in order from the receiver.
+        /// The epoch of the receiver's link that `ack` refers to.
+        ack_epoch: u64,
+        /// Highest sequence number received in order on that epoch.
         ack: u64,
         /// The protocol message.
         msg: ChannelMsg,
     },
     /// A bare acknowledgement when there is nothing to piggyback it on.
     ChannelAck {
-        /// Highest sequence number received in order from the receiver.
+        /// The epoch of the receiver's link acknowledged.
+        epoch: u64,
+        /// Highest sequence number received in order on it.
         ack: u64,
+        /// The sender lost track of this link (it hears it in the middle): start a new epoch.
+        resync: bool,
     },
     /// SWIM probe. Carries the sender's view of the membership, so that probes also spread
     /// membership changes (anti-entropy): whoever sees an older view sends its tree.
@@ -146,6 +155,12 @@ pub enum ChannelMsg {
     DeleteMin {
         /// How many to admit, and below which join time.
         admit: Admission,
+    },
+    /// "This visitor is queued with me now": sent to the node that held them before they were
+    /// re-queued (it was unreachable then), so the old entry is not let in a second time.
+    Forget {
+        /// The visitor's ticket id.
+        ticket: waitingroom_core::TicketId,
     },
     /// TAG: please count your subtree.
     CountRequest(CountRequest),

@@ -112,6 +112,9 @@ pub struct Node {
     pub(crate) channels: Channels,
     /// Members we lost, probed now and then so that a healed partition merges.
     pub(crate) formers: BTreeMap<NodeId, Contact>,
+    /// Visitors re-queued here whose previous node was unreachable, to be told to it once it is
+    /// a member again (by node, bounded).
+    pub(crate) forgets: BTreeMap<NodeId, Vec<waitingroom_core::TicketId>>,
     /// Every seed address this node was given or learned; those not in the cluster are probed
     /// like former members, so that clusters that formed apart find each other.
     pub(crate) seed_addrs: Vec<String>,
@@ -136,7 +139,8 @@ impl Node {
     /// [`Node::join_cluster`].
     pub fn new(cfg: NodeConfig) -> Result<Node, SettingsError> {
         cfg.validate()?;
-        let room = WaitingRoom::new(cfg.settings.clone(), cfg.id, cfg.seed ^ 0x5eed)?;
+        let mut room = WaitingRoom::new(cfg.settings.clone(), cfg.id, cfg.seed ^ 0x5eed)?;
+        room.set_node_addr(cfg.addr.clone());
         let me = Contact {
             id: cfg.id,
             incarnation: cfg.incarnation,
@@ -155,6 +159,7 @@ impl Node {
             channels: Channels::default(),
             formers: BTreeMap::new(),
             seed_addrs: Vec::new(),
+            forgets: BTreeMap::new(),
             future: Vec::new(),
             admitted_total: 0,
             retransmit_armed: false,
@@ -259,9 +264,10 @@ impl Node {
         if self.phase == Phase::Stopped {
             // Still take acknowledgements, so the farewell broadcast can drain.
             match env.body {
-                Body::Channel { ack, .. } | Body::ChannelAck { ack } => {
-                    self.channels.on_ack(&env.from, ack)
+                Body::Channel { ack_epoch, ack, .. } => {
+                    self.channels.on_ack(&env.from, ack_epoch, ack)
                 }
+                Body::ChannelAck { epoch, ack, .. } => self.channels.on_ack(&env.from, epoch, ack),
                 _ => {}
             }
             return;
@@ -274,12 +280,30 @@ impl Node {
         }
         let from = env.from;
         match env.body {
-            Body::Channel { seq, ack, msg } => {
-                for msg in self.channels.receive(&from, seq, ack, msg) {
+            Body::Channel {
+                epoch,
+                seq,
+                ack_epoch,
+                ack,
+                msg,
+            } => {
+                let ready = self
+                    .channels
+                    .receive(now, &from, epoch, seq, (ack_epoch, ack), msg);
+                if self.channels.any_gap() {
+                    self.arm_retransmit(now);
+                }
+                for msg in ready {
                     self.on_channel_msg(now, from.id, msg);
                 }
             }
-            Body::ChannelAck { ack } => self.channels.on_ack(&from, ack),
+            Body::ChannelAck { epoch, ack, resync } => {
+                self.channels.on_ack(&from, epoch, ack);
+                if resync {
+                    self.channels.on_resync(&from, epoch);
+                    self.arm_retransmit(now);
+                }
+            }
             Body::Ping { nonce, view } => self.on_ping(now, &from, nonce, view),
             Body::PingAck {
                 nonce,
@@ -324,8 +348,12 @@ impl Node {
                     self.channels
                         .due_for_resend(now, &self.me, self.cfg.retransmit_ms, live);
                 self.channels.prune(LINKS_LIMIT, live);
-                let waiting = self.channels.any_unacked(live);
+                let waiting = self.channels.any_unacked(live) || self.channels.any_gap();
                 self.out.extend(resend);
+                let asks = self
+                    .channels
+                    .resync_requests(now, &self.me, 3 * self.cfg.retransmit_ms);
+                self.out.extend(asks);
                 if waiting || self.qpid.settling {
                     self.arm_retransmit(now);
                 }
@@ -393,7 +421,9 @@ impl Node {
             ChannelMsg::DeleteMin { admit } => Some(admit.version),
             ChannelMsg::CountRequest(r) => Some(r.version),
             // A result is a decision already taken: it applies whatever changed since.
-            ChannelMsg::CountResult(_) | ChannelMsg::CountReply { .. } => None,
+            ChannelMsg::CountResult(_)
+            | ChannelMsg::CountReply { .. }
+            | ChannelMsg::Forget { .. } => None,
         };
         let joining = matches!(self.phase, Phase::Joining { .. });
         if let Some(v) = version
@@ -404,6 +434,13 @@ impl Node {
             // it): keep it until we apply that version.
             if self.future.len() < FUTURE_LIMIT {
                 self.future.push((from, msg));
+            }
+            return;
+        }
+        if let ChannelMsg::Forget { ticket } = msg {
+            // Only touches this node's own queue: honoured in any phase, from anyone on a link.
+            if self.room.forget_queued(ticket) {
+                self.local_queue_changed(now);
             }
             return;
         }
@@ -429,6 +466,7 @@ impl Node {
             }
             ChannelMsg::CountResult(r) => self.on_count_result(now, from, *r),
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
+            ChannelMsg::Forget { .. } => {}
         }
     }
 

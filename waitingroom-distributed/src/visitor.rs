@@ -6,10 +6,14 @@
 //! under their original join time and keeps their place.
 
 use thiserror::Error;
-use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket, Time};
+use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket, TicketId, Time};
 
+use crate::messages::ChannelMsg;
 use crate::messages::Contact;
 use crate::node::{Node, Phase};
+
+/// Most re-queued visitors remembered for nodes that are away.
+const FORGETS_LIMIT: usize = 65_536;
 
 /// Why a node refused a visitor operation.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -74,6 +78,9 @@ impl Node {
         };
         let mut answer = self.room.check_in(now, &unclamped)?;
         self.local_queue_changed(now);
+        if requeued && ticket.node != self.me.id {
+            self.forget_elsewhere(now, ticket.node, ticket.id);
+        }
         if requeued && matches!(answer.status, CheckInStatus::Queued { .. }) {
             // Their node is gone; the cluster may already have decided to let them in.
             self.admit_decided(now);
@@ -106,6 +113,19 @@ impl Node {
         Ok(self.room.validate_pass(now, pass)?)
     }
 
+    /// Tells `node` (the visitor's previous node) to drop its entry: now if it is a member, or
+    /// once it is one again.
+    fn forget_elsewhere(&mut self, now: Time, node: NodeId, ticket: TicketId) {
+        if self.membership.contains(node) {
+            self.send_to(now, node, ChannelMsg::Forget { ticket });
+            return;
+        }
+        let pending: usize = self.forgets.values().map(Vec::len).sum();
+        if pending < FORGETS_LIMIT {
+            self.forgets.entry(node).or_default().push(ticket);
+        }
+    }
+
     /// The transport could not deliver to `addr` (connection refused, timeout): probe that
     /// member next instead of waiting for its turn in the round-robin order.
     pub fn report_unreachable(&mut self, addr: &str) {
@@ -118,14 +138,25 @@ impl Node {
     /// The node that holds `ticket`, when it is not this one: a member, or a former member
     /// that may still be alive (removed by mistake, or cut off by a partition) and must be
     /// asked before the visitor is queued a second time.
-    pub fn owner_of(&self, ticket: &Ticket) -> Option<&Contact> {
+    pub fn owner_of(&self, ticket: &Ticket) -> Option<Contact> {
         if ticket.node == self.me.id || self.room.knows(ticket.id) {
             return None;
         }
-        self.membership
+        let known = self
+            .membership
             .members
             .get(&ticket.node)
             .or_else(|| self.formers.get(&ticket.node))
+            .cloned();
+        // A node this one never heard of (it was on the other side of a partition, or this
+        // node restarted since): the ticket says where it lives.
+        known.or_else(|| {
+            ticket.node_addr.as_ref().map(|addr| Contact {
+                id: ticket.node,
+                incarnation: 0,
+                addr: addr.as_str().into(),
+            })
+        })
     }
 
     /// A node serves the visitors it knows even while it rejoins the cluster; anyone else
@@ -141,7 +172,7 @@ impl Node {
 
     fn route(&self, ticket: &Ticket) -> Result<(), VisitorError> {
         match self.owner_of(ticket) {
-            Some(owner) => Err(VisitorError::Elsewhere(owner.clone())),
+            Some(owner) => Err(VisitorError::Elsewhere(owner)),
             None => Ok(()),
         }
     }

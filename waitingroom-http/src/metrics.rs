@@ -280,6 +280,7 @@ pub fn message_type(body: &Body) -> &'static str {
             ChannelMsg::CountRequest(_) => "count_request",
             ChannelMsg::CountReply { .. } => "count_reply",
             ChannelMsg::CountResult(_) => "count_result",
+            ChannelMsg::Forget { .. } => "forget",
         },
         Body::ChannelAck { .. } => "ack",
         Body::Tree(_) => "tree",

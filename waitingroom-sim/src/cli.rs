@@ -116,6 +116,7 @@ impl From<PartitionArg> for PartitionKind {
 enum PresetArg {
     Thesis,
     Chaos,
+    Mixed,
 }
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -462,6 +463,7 @@ fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
     let preset = match cmd.preset {
         PresetArg::Thesis => Preset::Thesis,
         PresetArg::Chaos => Preset::Chaos,
+        PresetArg::Mixed => Preset::Mixed,
     };
     let rows = sweep::preset_rows(preset, &base);
     let jobs = jobs(cmd.jobs);

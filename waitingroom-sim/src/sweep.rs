@@ -22,6 +22,9 @@ pub enum Preset {
     /// 500 visitors through 8 nodes, 5% loss, 5% duplication, 5% reordering and one partition
     /// that heals.
     Chaos,
+    /// Chaos plus membership churn: two crashes, two node additions and a crash-and-restart on
+    /// top of the lossy, duplicating, reordering network and a healed partition.
+    Mixed,
 }
 
 /// One row of a sweep: one configuration over many seeds.
@@ -110,6 +113,18 @@ pub fn preset_rows(preset: Preset, base: &RunConfig) -> Vec<RunConfig> {
             reorder: 0.05,
             partitions: 1,
             partition_kind: PartitionKind::Random,
+            ..thesis_base(base)
+        }],
+        Preset::Mixed => vec![RunConfig {
+            users: 500,
+            target: Target::Limited(100),
+            loss: 0.05,
+            dup: 0.05,
+            reorder: 0.05,
+            partitions: 1,
+            partition_kind: PartitionKind::Random,
+            churn: 2,
+            restarts: 1,
             ..thesis_base(base)
         }],
     }

@@ -135,7 +135,7 @@ fn is_probe(body: &Body) -> bool {
 fn body_code(body: &Body) -> u64 {
     match body {
         Body::Channel { seq, .. } => 1 + (seq << 4),
-        Body::ChannelAck { ack } => 2 + (ack << 4),
+        Body::ChannelAck { ack, .. } => 2 + (ack << 4),
         Body::Ping { .. } => 3,
         Body::PingAck { .. } => 4,
         Body::PingReq { .. } => 5,

@@ -36,7 +36,6 @@ fn ticket() -> Ticket {
         id: TicketId(0x0123_4567_89ab_cdef),
         join_time: NOW - 60_000,
         node: NodeId(2),
-        node_addr: None,
         issued_at: NOW - 1_000,
         next_refresh: NOW + 5_000,
         expires_at: NOW + 30_000,

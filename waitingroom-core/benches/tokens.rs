@@ -14,7 +14,6 @@ fn tokens(c: &mut Criterion) {
         id: TicketId(0x0123_4567_89ab_cdef),
         join_time: NOW - 100_500,
         node: NodeId(3),
-        node_addr: None,
         issued_at: NOW,
         next_refresh: NOW + 30_000,
         expires_at: NOW + 600_000,

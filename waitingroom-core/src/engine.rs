@@ -86,7 +86,6 @@ struct Record {
 pub struct WaitingRoom {
     settings: Settings,
     node: NodeId,
-    node_addr: Option<String>,
     rng: ChaCha8Rng,
     /// The queue's ticket index is `visitors` itself (queued records hold the join time), which
     /// saves a second hash table and its cache misses on every join and admission.
@@ -106,7 +105,6 @@ impl WaitingRoom {
         Ok(WaitingRoom {
             settings,
             node,
-            node_addr: None,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: KeyTree::new(),
             visitors: HashMap::with_hasher(TicketHasher),
@@ -114,11 +112,6 @@ impl WaitingRoom {
             on_site: 0,
             rate: AdmissionRate::default(),
         })
-    }
-
-    /// Tickets from now on say how to reach this node (a cluster member's address).
-    pub fn set_node_addr(&mut self, addr: impl Into<String>) {
-        self.node_addr = Some(addr.into());
     }
 
     /// The settings in force.
@@ -158,7 +151,6 @@ impl WaitingRoom {
             id,
             join_time: now,
             node: self.node,
-            node_addr: self.node_addr.clone(),
             issued_at: now,
             next_refresh: now,
             expires_at: now,
@@ -491,7 +483,6 @@ impl WaitingRoom {
 
     fn answer(&mut self, now: Time, mut ticket: Ticket) -> CheckIn {
         ticket.node = self.node;
-        ticket.node_addr.clone_from(&self.node_addr);
         ticket.issued_at = now;
         ticket.next_refresh =
             now.saturating_add(refresh_after(self.settings.refresh_interval_ms, ticket.id));
@@ -929,7 +920,6 @@ mod tests {
             id: TicketId(99),
             join_time: 5,
             node: NodeId(3),
-            node_addr: None,
             issued_at: 5,
             next_refresh: 1_005,
             expires_at: 10_005,

@@ -166,13 +166,11 @@ struct TicketClaims {
     id: TicketId,
     join_time: Time,
     node: NodeId,
-    // `deserialize_with` makes serde require the field even though it is an `Option`: the
-    // signer always writes it, so its absence means a token this crate did not produce.
-    #[serde(deserialize_with = "Option::deserialize")]
-    node_addr: Option<String>,
     issued_at: Time,
     next_refresh: Time,
     expires_at: Time,
+    // `deserialize_with` makes serde require the field even though it is an `Option`: the
+    // signer always writes it, so its absence means a token this crate did not produce.
     #[serde(deserialize_with = "Option::deserialize")]
     previous_position: Option<u64>,
     #[serde(deserialize_with = "Option::deserialize")]
@@ -190,7 +188,6 @@ impl TicketClaims {
             id: t.id,
             join_time: t.join_time,
             node: t.node,
-            node_addr: t.node_addr.clone(),
             issued_at: t.issued_at,
             next_refresh: t.next_refresh,
             expires_at: t.expires_at,
@@ -211,7 +208,6 @@ impl TicketClaims {
             id: self.id,
             join_time: self.join_time,
             node: self.node,
-            node_addr: self.node_addr,
             issued_at: self.issued_at,
             next_refresh: self.next_refresh,
             expires_at: self.expires_at,
@@ -503,7 +499,6 @@ mod tests {
             id: TicketId(0x0123_4567_89ab_cdef),
             join_time: NOW - 100_500,
             node: NodeId(3),
-            node_addr: None,
             issued_at: NOW,
             next_refresh: NOW + 30_000,
             expires_at: NOW + 600_000,

@@ -90,9 +90,6 @@ pub struct Ticket {
     pub join_time: Time,
     /// The node where the ticket was last refreshed (and where the visitor is queued).
     pub node: NodeId,
-    /// How to reach that node, when it is one of a cluster: any node can then ask it about
-    /// this visitor, even one that never knew it.
-    pub node_addr: Option<String>,
     /// When this ticket was issued.
     pub issued_at: Time,
     /// When the visitor's client should check in next. Earlier is allowed.

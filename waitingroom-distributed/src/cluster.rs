@@ -55,12 +55,7 @@ impl Node {
                 return;
             }
         }
-        if self
-            .membership
-            .removed
-            .get(&contact.id)
-            .is_some_and(|&gone| gone >= contact.incarnation)
-        {
+        if self.membership.is_gone(contact.id, contact.incarnation) {
             return;
         }
         let next = self
@@ -127,10 +122,7 @@ impl Node {
                 // A membership without us: either our cluster removed us (a newer version that
                 // says so), or it is another cluster (after a partition), which the partition
                 // merge handles, not this.
-                let removed_me = m
-                    .removed
-                    .get(&self.me.id)
-                    .is_some_and(|&gone| gone >= self.me.incarnation);
+                let removed_me = m.is_gone(self.me.id, self.me.incarnation);
                 if removed_me && m.version > self.membership.version {
                     self.apply_membership(now, m);
                 }
@@ -148,10 +140,7 @@ impl Node {
             .get(&me)
             .is_some_and(|c| c.incarnation == self.me.incarnation);
         if !includes_me {
-            let removed_me = m
-                .removed
-                .get(&me)
-                .is_some_and(|&gone| gone >= self.me.incarnation);
+            let removed_me = m.is_gone(me, self.me.incarnation);
             if removed_me && self.is_member() {
                 let seeds = m.members.values().map(|c| c.addr.to_string()).collect();
                 self.rejoin(now, seeds);

@@ -21,9 +21,10 @@ pub struct Membership {
     pub members: BTreeMap<NodeId, Contact>,
     /// Tree edges, each stored once as (smaller id, larger id).
     pub edges: BTreeSet<(NodeId, NodeId)>,
-    /// Incarnations known to be gone (failed, left or replaced): such a node may come back
-    /// only with a higher incarnation.
-    pub removed: BTreeMap<NodeId, u64>,
+    /// Lives known to be gone (failed, left or replaced), with where they lived: such a node
+    /// may come back only with a higher incarnation, and its address lets any node ask it about
+    /// the visitors it held.
+    pub removed: BTreeMap<NodeId, Contact>,
 }
 
 fn edge(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
@@ -98,9 +99,8 @@ impl Membership {
     /// version. `max_degree` bounds how many neighbours a node gets where possible.
     pub fn with_added(&self, contact: Contact, max_degree: usize) -> Membership {
         let mut next = self.clone();
-        if let Some(old) = next.members.get(&contact.id) {
-            let old_inc = old.incarnation;
-            next.drop_node(contact.id, old_inc);
+        if let Some(old) = next.members.get(&contact.id).cloned() {
+            next.drop_node(old);
         }
         next.removed.remove(&contact.id);
         let id = contact.id;
@@ -118,8 +118,9 @@ impl Membership {
         if member.incarnation > incarnation {
             return None;
         }
+        let member = member.clone();
         let mut next = self.clone();
-        next.drop_node(id, member.incarnation);
+        next.drop_node(member);
         next.reconnect(max_degree);
         next.version = self.version.saturating_add(1);
         Some(next)
@@ -130,15 +131,17 @@ impl Membership {
     /// node that sees the conflict computes the same result.
     pub fn merged(&self, other: &Membership, max_degree: usize) -> Membership {
         let mut removed = self.removed.clone();
-        for (&id, &inc) in &other.removed {
-            let e = removed.entry(id).or_insert(inc);
-            *e = (*e).max(inc);
+        for (&id, c) in &other.removed {
+            let e = removed.entry(id).or_insert_with(|| c.clone());
+            if c.incarnation > e.incarnation {
+                *e = c.clone();
+            }
         }
         let mut members: BTreeMap<NodeId, Contact> = BTreeMap::new();
         for c in self.members.values().chain(other.members.values()) {
             if removed
                 .get(&c.id)
-                .is_some_and(|&gone| gone >= c.incarnation)
+                .is_some_and(|gone| gone.incarnation >= c.incarnation)
             {
                 continue;
             }
@@ -162,11 +165,23 @@ impl Membership {
         next
     }
 
-    fn drop_node(&mut self, id: NodeId, incarnation: u64) {
+    fn drop_node(&mut self, gone: Contact) {
+        let id = gone.id;
         self.members.remove(&id);
         self.edges.retain(|&(a, b)| a != id && b != id);
-        let e = self.removed.entry(id).or_insert(incarnation);
-        *e = (*e).max(incarnation);
+        match self.removed.get(&id) {
+            Some(known) if known.incarnation >= gone.incarnation => {}
+            _ => {
+                self.removed.insert(id, gone);
+            }
+        }
+    }
+
+    /// Whether `id`'s life `incarnation` is known to be gone.
+    pub fn is_gone(&self, id: NodeId, incarnation: u64) -> bool {
+        self.removed
+            .get(&id)
+            .is_some_and(|gone| gone.incarnation >= incarnation)
     }
 
     /// Connects the (edgeless) node `id` to the best node of the rest of the tree.
@@ -353,7 +368,7 @@ mod tests {
             assert_eq!(a, b);
             assert!(a.is_spanning_tree());
             assert!(!a.contains(NodeId(id)));
-            assert_eq!(a.removed.get(&NodeId(id)), Some(&1));
+            assert_eq!(a.removed.get(&NodeId(id)), Some(&c(id)));
         }
         assert!(m.with_removed(NodeId(99), 1, 4).is_none());
         // A newer incarnation is not removed by news about an older one.

@@ -139,8 +139,7 @@ impl Node {
     /// [`Node::join_cluster`].
     pub fn new(cfg: NodeConfig) -> Result<Node, SettingsError> {
         cfg.validate()?;
-        let mut room = WaitingRoom::new(cfg.settings.clone(), cfg.id, cfg.seed ^ 0x5eed)?;
-        room.set_node_addr(cfg.addr.clone());
+        let room = WaitingRoom::new(cfg.settings.clone(), cfg.id, cfg.seed ^ 0x5eed)?;
         let me = Contact {
             id: cfg.id,
             incarnation: cfg.incarnation,

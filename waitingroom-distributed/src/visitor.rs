@@ -142,21 +142,14 @@ impl Node {
         if ticket.node == self.me.id || self.room.knows(ticket.id) {
             return None;
         }
-        let known = self
-            .membership
+        // A member; or a node we saw leave; or one the cluster removed before we joined (we may
+        // have restarted since, or it was on the other side of a partition).
+        self.membership
             .members
             .get(&ticket.node)
             .or_else(|| self.formers.get(&ticket.node))
-            .cloned();
-        // A node this one never heard of (it was on the other side of a partition, or this
-        // node restarted since): the ticket says where it lives.
-        known.or_else(|| {
-            ticket.node_addr.as_ref().map(|addr| Contact {
-                id: ticket.node,
-                incarnation: 0,
-                addr: addr.as_str().into(),
-            })
-        })
+            .or_else(|| self.membership.removed.get(&ticket.node))
+            .cloned()
     }
 
     /// A node serves the visitors it knows even while it rejoins the cluster; anyone else

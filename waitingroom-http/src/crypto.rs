@@ -278,7 +278,6 @@ mod tests {
             id: TicketId(7),
             join_time: now,
             node: NodeId(1),
-            node_addr: None,
             issued_at: now,
             next_refresh: now + 1000,
             expires_at: now + 10_000,

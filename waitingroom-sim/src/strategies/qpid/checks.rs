@@ -58,8 +58,8 @@ fn always_inputs(n: &Node, full: bool, out: &mut Vec<u64>) {
     for (a, b) in &m.edges {
         out.extend([a.0, b.0]);
     }
-    for (id, inc) in &m.removed {
-        out.extend([id.0, *inc]);
+    for (id, gone) in &m.removed {
+        out.extend([id.0, gone.incarnation]);
     }
 }
 

@@ -16,7 +16,7 @@ secs=${1:-120}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(tokens cluster_key peer_message peer_batch peer_values)
+    targets=(tokens cluster_key peer_message peer_batch peer_values visitor_request)
 fi
 target_dir=${FUZZ_TARGET_DIR:-fuzz/target}
 
@@ -30,6 +30,7 @@ for t in "${targets[@]}"; do
     case $t in
         peer_*) dict=fuzz/dict/peer.dict ;;
         tokens) dict=fuzz/dict/tokens.dict ;;
+        visitor_request) dict=fuzz/dict/visitor.dict ;;
         *) dict=fuzz/dict/keys.dict ;;
     esac
     cargo +nightly fuzz run -s none --target-dir "$target_dir" "$t" -- \

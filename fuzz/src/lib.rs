@@ -6,18 +6,20 @@
 //! those in CI). A body panics only on a bug: every decoder must refuse bad input with an error,
 //! and a [`Node`](waitingroom_distributed::Node) must survive any well-typed peer message.
 //!
-//! Missing: visitor request bodies, which belong to the HTTP crate; it does not expose its body
-//! types yet.
+//! Visitor requests go whole (method, path, headers, body) to the server's real router, in
+//! process: [`visitor_request`].
 #![forbid(unsafe_code)]
 
 mod keys;
 mod peer;
 pub mod seeds;
 mod tokens;
+mod visitor;
 
 pub use keys::cluster_key;
 pub use peer::{peer_batch, peer_message, peer_values};
 pub use tokens::tokens;
+pub use visitor::visitor_request;
 
 #[cfg(test)]
 mod tests;

@@ -9,12 +9,13 @@ use crate::peer::templates;
 use crate::tokens::key;
 
 /// The targets, by the names of their binaries.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "tokens",
     "cluster_key",
     "peer_message",
     "peer_batch",
     "peer_values",
+    "visitor_request",
 ];
 
 /// The seed inputs of `target`.
@@ -25,6 +26,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "peer_message" => peer_messages(),
         "peer_batch" => peer_batches(),
         "peer_values" => peer_values(),
+        "visitor_request" => visitor_requests(),
         _ => Vec::new(),
     }
 }
@@ -148,6 +150,155 @@ fn peer_values() -> Vec<Vec<u8>> {
             .unwrap_or(0);
         let i = u16::try_from(i).unwrap_or(u16::MAX).to_le_bytes();
         out.push(vec![at as u8, 0, i[0], i[1]]);
+    }
+    out
+}
+
+/// One `visitor_request` input: the flags byte, then the requests.
+fn session(flags: u8, requests: &[&str]) -> Vec<u8> {
+    let mut v = vec![flags];
+    for (i, r) in requests.iter().enumerate() {
+        if i > 0 {
+            v.push(crate::visitor::REQUEST_SEPARATOR);
+        }
+        v.extend_from_slice(r.as_bytes());
+    }
+    v
+}
+
+/// Sessions a visitor, a browser, a gate, an operator, an abuser and a peer would have.
+fn visitor_requests() -> Vec<Vec<u8>> {
+    const JSON: &str = "content-type: application/json";
+    let post = |path: &str, body: &str| format!("POST {path}\n{JSON}\n\n{body}");
+    let signed = |path: &str, body: &str| format!("POST {path}\n{JSON}\nx-fuzz-sign: 1\n\n{body}");
+    let straight = 1;
+    let mut out = vec![
+        // The whole visit, then the abuses: replay, pass as ticket, ticket as pass.
+        session(
+            straight,
+            &[
+                &post("/api/join", "{}"),
+                &post("/api/checkin", r#"{"ticket":"$T"}"#),
+                &post("/api/leave", r#"{"ticket":"$T"}"#),
+                "GET /api/pass/verify\nauthorization: Bearer $P\n\n",
+                &post("/api/pass/refresh", r#"{"pass":"$P"}"#),
+                &post("/api/leave", r#"{"ticket":"$0"}"#),
+                &post("/api/checkin", r#"{"ticket":"$P"}"#),
+                "GET /api/pass/verify\ncookie: wr_pass=$T\n\n",
+            ],
+        ),
+        // The same with cookies.
+        session(
+            straight,
+            &[
+                "POST /api/join\n\n",
+                "POST /api/checkin\ncookie: wr_ticket=$T\n\n",
+                "POST /api/leave\ncookie: a=b; wr_ticket=\"$T\"\n\n",
+                "POST /api/pass/refresh\ncookie: wr_pass=$P\n\n",
+                "HEAD /api/pass/verify\ncookie: wr_pass=$P\n\n",
+                "GET /api/pass/verify\nauthorization: Bearer \n\n",
+            ],
+        ),
+        // A browser on the waiting page.
+        session(
+            straight,
+            &[
+                "GET /\naccept: text/html\n\n",
+                "GET /some/page?x=1\naccept: text/html,*/*\ncookie: wr_ticket=$T\n\n",
+                "HEAD /\naccept: text/html\n\n",
+                "GET /\naccept: text/html\ncookie: wr_pass=$P\n\n",
+                "GET /\naccept: text/html\ncookie: wr_ticket=$P\n\n",
+            ],
+        ),
+        // Everyone queued (nobody is let out).
+        session(
+            0,
+            &[
+                &post("/api/join", ""),
+                &post("/api/checkin", r#"{"ticket":"$T"}"#),
+                &post("/api/leave", r#"{"ticket":"$T"}"#),
+                "GET /\naccept: text/html\ncookie: wr_ticket=$T\n\n",
+            ],
+        ),
+        // One place on the site: the second visitor waits.
+        session(
+            straight | 2,
+            &[
+                &post("/api/join", "{}"),
+                &post("/api/join", "{}"),
+                &post("/api/leave", r#"{"ticket":"$0"}"#),
+                &post("/api/leave", r#"{"ticket":"$T"}"#),
+            ],
+        ),
+        // Junk on small body limits.
+        session(
+            16,
+            &[
+                "GET /api/join\n\n",
+                "POST /nope\n\n",
+                "DELETE /api/checkin\n\n",
+                "POST /api/checkin\ncontent-type: text/plain\n\n{}",
+                &post("/api/checkin", r#"{"ticket":42}"#),
+                &post("/api/join", r#"{"admin":true}"#),
+                &post("/api/checkin", &format!("{}{{}}", " ".repeat(100))),
+                "POST /api/leave\ncontent-type: application/json; charset=utf-8\n\n{\"ticket\":\"\"}",
+            ],
+        ),
+        // A flood from one client behind a balancer, and spoofed forwarding headers.
+        session(
+            straight | 4 | 8,
+            &[
+                "POST /api/join\nx-forwarded-for: 198.51.100.7\n\n",
+                "POST /api/join\nx-forwarded-for: 198.51.100.7\n\n",
+                "POST /api/join\nx-forwarded-for: 198.51.100.7\n\n",
+                "POST /api/join\nx-forwarded-for: 10.0.0.1, 198.51.100.7\n\n",
+                "POST /api/join\nx-forwarded-for: 10.0.0.1\nx-forwarded-for: 198.51.100.7\n\n",
+                "POST /api/join\nx-fuzz-client: 2\n\n",
+                "GET /\naccept: text/html\nx-forwarded-for: 198.51.100.7\n\n",
+            ],
+        ),
+        // An operator.
+        session(
+            straight,
+            &[
+                "GET /livez\n\n",
+                "GET /readyz\n\n",
+                "GET /metrics\n\n",
+                "GET /api/cluster\n\n",
+                "GET /.well-known/jwks.json\n\n",
+                "OPTIONS /metrics\n\n",
+            ],
+        ),
+        // A peer forwarding a visitor's check-in and leave, and requests that are not signed.
+        session(
+            straight,
+            &[
+                &post("/api/join", "{}"),
+                &signed(
+                    "/peer/visitor/batch",
+                    r#"[{"op":"checkin","claims":$C},{"op":"leave","claims":$C}]"#,
+                ),
+                &signed("/peer/visitor/checkin", r#"{"claims":$C}"#),
+                &signed("/peer/visitor/leave", r#"{"ticket":"$T"}"#),
+                &post("/peer/messages", "[]"),
+                &post("/peer/visitor/batch", r#"[{"op":"leave","claims":$C}]"#),
+            ],
+        ),
+        // A node asking to join.
+        session(
+            straight,
+            &[&signed(
+                "/peer/messages",
+                r#"[{"from":{"id":4242,"incarnation":1,"addr":"http://127.0.0.1:9"},"to":0,"to_incarnation":0,"body":{"JoinRequest":{"contact":{"id":4242,"incarnation":1,"addr":"http://127.0.0.1:9"}}}}]"#,
+            )],
+        ),
+    ];
+    // Real protocol traffic, signed, in small batches (the node is id 1, incarnation 1, as is
+    // the template cluster's first node).
+    let traffic = &templates().traffic;
+    for chunk in traffic.chunks(4).take(6) {
+        let batch = serde_json::to_string(chunk).expect("encodes");
+        out.push(session(straight, &[&signed("/peer/messages", &batch)]));
     }
     out
 }

@@ -11,6 +11,7 @@ fn body(target: &str) -> fn(&[u8]) {
         "peer_message" => crate::peer_message,
         "peer_batch" => crate::peer_batch,
         "peer_values" => crate::peer_values,
+        "visitor_request" => crate::visitor_request,
         _ => unreachable!("unknown target {target}"),
     }
 }
@@ -107,6 +108,11 @@ fn peer_batches_survive_mutations() {
 #[test]
 fn peer_values_seeds() {
     run("peer_values", 0);
+}
+
+#[test]
+fn visitor_requests_survive_mutations() {
+    run("visitor_request", 600);
 }
 
 /// Writes the seeds to `$WR_FUZZ_CORPUS/<target>/` (used by `scripts/fuzz-run.sh`).

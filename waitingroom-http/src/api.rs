@@ -116,10 +116,42 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// Who is asking, for the join rate limit: the configured header's first entry (set by the
-/// balancer) or the TCP peer address.
-#[derive(Debug, Clone)]
+/// Who is asking, for the join rate limit: the last entry of the last `client_ip_header`
+/// line (what the balancer in front of the node wrote), or the TCP peer address.
+///
+/// The *last* entry, because balancers that do not overwrite the header append to it (nginx's
+/// `$proxy_add_x_forwarded_for`) or add a line after the client's own (HAProxy's `option
+/// forwardfor`): everything before the balancer's entry is whatever the client sent, and keying
+/// on it would let one client rotate fake addresses past the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientAddr(pub String);
+
+impl ClientAddr {
+    /// Longest key kept, bytes. A textual IPv6 address is at most 45; the bound keeps the rate
+    /// limiter's table small whatever a client puts in the header.
+    pub const MAX_LEN: usize = 64;
+
+    /// The client of a request with these headers and this TCP peer, keyed as configured.
+    pub fn from_parts(
+        headers: &HeaderMap,
+        peer: Option<SocketAddr>,
+        client_ip_header: Option<&str>,
+    ) -> Self {
+        if let Some(name) = client_ip_header
+            && let Some(v) = headers
+                .get_all(name)
+                .iter()
+                .next_back()
+                .and_then(|v| v.to_str().ok())
+            && let Some(last) = v.rsplit(',').map(str::trim).find(|s| !s.is_empty())
+        {
+            // The header is visible ASCII (`to_str`), so any byte index is a char boundary.
+            let key = &last[..last.len().min(Self::MAX_LEN)];
+            return ClientAddr(key.to_owned());
+        }
+        ClientAddr(peer.map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string()))
+    }
+}
 
 impl FromRequestParts<Arc<App>> for ClientAddr {
     type Rejection = std::convert::Infallible;
@@ -128,20 +160,15 @@ impl FromRequestParts<Arc<App>> for ClientAddr {
         parts: &mut Parts,
         app: &Arc<App>,
     ) -> Result<Self, Self::Rejection> {
-        if let Some(name) = &app.cfg.limits.client_ip_header
-            && let Some(v) = parts
-                .headers
-                .get(name.as_str())
-                .and_then(|v| v.to_str().ok())
-            && let Some(first) = v.split(',').next().map(str::trim).filter(|s| !s.is_empty())
-        {
-            return Ok(ClientAddr(first.to_owned()));
-        }
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
-            .map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string());
-        Ok(ClientAddr(peer))
+            .map(|c| c.0);
+        Ok(ClientAddr::from_parts(
+            &parts.headers,
+            peer,
+            app.cfg.limits.client_ip_header.as_deref(),
+        ))
     }
 }
 
@@ -158,23 +185,27 @@ pub fn join_limited(app: &App, client: &ClientAddr) -> Result<VisitorAnswer, Api
     app.join()
 }
 
+/// A body that could not be read: 413 `body_too_large` past the route's limit (visitor or peer),
+/// else 400 `bad_body`.
+fn body_rejection(e: BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "request body is larger than allowed",
+        )
+    } else {
+        ApiError::new(e.status(), "bad_body", e.body_text())
+    }
+}
+
 /// Reads an optional JSON body: empty is the default value; anything else must be
 /// `application/json` and match `T` exactly (unknown fields are refused).
 fn json_body<T: DeserializeOwned + Default>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "request body is larger than allowed",
-            )
-        } else {
-            ApiError::new(e.status(), "bad_body", e.body_text())
-        }
-    })?;
+    let body = body.map_err(body_rejection)?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -311,7 +342,7 @@ fn peer_body(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Bytes, ApiError> {
-    let body = body.map_err(|e| ApiError::new(e.status(), "bad_body", e.body_text()))?;
+    let body = body.map_err(body_rejection)?;
     peer::authenticate(&app.crypto, path, headers, &body).map_err(|e| {
         app.metrics.peer_auth_failures.inc();
         ApiError::peer_auth(&e)

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use waitingroom_core::Time;
+use waitingroom_core::{NodeId, SettingsError, Time};
+use waitingroom_distributed::Node;
 
 use crate::config::ServerConfig;
 use crate::crypto::Crypto;
@@ -54,6 +55,47 @@ impl App {
         }
     }
 
+    /// Builds the whole state of one node around `node` (a protocol node, started or not):
+    /// metrics, the peer transport (sending with `client`) and the driver. Spawns nothing: the
+    /// caller runs [`Driver::run_timer`] and serves [`crate::api::router`].
+    pub fn assemble(
+        cfg: Arc<ServerConfig>,
+        crypto: Arc<Crypto>,
+        node: Node,
+        client: reqwest::Client,
+    ) -> Arc<Self> {
+        let metrics = Arc::new(Metrics::new());
+        let transport = Arc::new(Transport::new(
+            client,
+            crypto.clone(),
+            cfg.limits.clone(),
+            metrics.clone(),
+        ));
+        let driver = Arc::new(Driver::new(node, transport.clone(), metrics.clone()));
+        Arc::new(App::new(driver, crypto, transport, metrics, cfg))
+    }
+
+    /// A node that has started a cluster of its own, in this process: for in-process tests and
+    /// fuzzing through [`crate::api::router`] (no socket, no signal handling). Its id is
+    /// `cfg.node_id` (default 1), its incarnation 1 and its random seed 0, so runs repeat.
+    /// No timer task runs: without [`Driver::run_timer`] nobody is let out of the queue.
+    pub fn single_node(
+        cfg: ServerConfig,
+        crypto: Crypto,
+        client: reqwest::Client,
+    ) -> Result<Arc<Self>, SettingsError> {
+        let id = cfg.node_id.unwrap_or(NodeId(1));
+        let addr = cfg
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", cfg.listen));
+        let node = Node::new(cfg.node_config(id, 1, &addr, 0))?;
+        let app = Self::assemble(Arc::new(cfg), Arc::new(crypto), node, client);
+        // A lone member sends nothing when it starts, so this needs no runtime.
+        app.driver.with(|node, now| node.start_cluster(now));
+        Ok(app)
+    }
+
     /// From now on visitor routes answer 503 and `/readyz` fails, so balancers move away.
     pub fn begin_stopping(&self) {
         self.stopping.store(true, Ordering::Release);
@@ -66,6 +108,9 @@ impl App {
 }
 
 /// A token bucket per client: `rate` per second, bursts of `rate`. 0 disables it.
+///
+/// Each node keeps its own buckets: behind a balancer spreading one client over N nodes, that
+/// client gets up to N times the rate.
 ///
 /// Memory is bounded: when the table grows past [`RateLimiter::MAX_CLIENTS`] every client whose
 /// bucket is full again is forgotten (a full bucket is the same as no entry).

@@ -146,8 +146,9 @@ pub struct Options {
     /// is the peer IP, or the client_ip_header when set. (default: 0)
     #[arg(long, env = "WAITINGROOM_JOIN_RATE_LIMIT", value_name = "N")]
     pub join_rate_limit: Option<u32>,
-    /// Header the load balancer sets to the client's address (e.g. x-forwarded-for; its first
-    /// entry is used). Only set it behind a balancer that overwrites it. (default: none)
+    /// Header the load balancer sets to the client's address (e.g. x-forwarded-for). Its last
+    /// entry, the one the balancer wrote, is the client. Only set it when nodes are reachable
+    /// through the balancer alone. (default: none)
     #[arg(long, env = "WAITINGROOM_CLIENT_IP_HEADER", value_name = "NAME")]
     pub client_ip_header: Option<String>,
     /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). (default: false)

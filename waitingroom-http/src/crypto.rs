@@ -219,7 +219,7 @@ impl Crypto {
 const PEER_MAC_LABEL: &str = "waitingroom peer request hmac-sha256";
 
 /// HMAC-SHA256 (RFC 2104) with a key of at most 64 bytes.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     debug_assert!(key.len() <= 64);
     let mut ipad = [0x36u8; 64];
     let mut opad = [0x5cu8; 64];

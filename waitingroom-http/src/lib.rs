@@ -25,3 +25,6 @@ pub mod page;
 pub mod peer;
 pub mod server;
 pub mod visitor;
+
+#[cfg(test)]
+mod abuse_tests;

@@ -408,3 +408,61 @@ pub fn authenticate(
         now_ms(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(peer_queue: usize) -> Limits {
+        let mut l = crate::config::Options {
+            key_file: Some("unused".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .expect("defaults resolve")
+        .limits;
+        l.peer_queue = peer_queue;
+        l
+    }
+
+    fn envelope(to: u64) -> Envelope {
+        let contact = serde_json::json!({"id": 7, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+        serde_json::from_value(serde_json::json!({
+            "from": contact, "to": to, "to_incarnation": 0,
+            "body": {"JoinRequest": {"contact": contact}}
+        }))
+        .expect("an envelope")
+    }
+
+    /// A peer that does not keep up costs at most `peer_queue_limit` messages of memory: the
+    /// oldest are dropped (and counted), the newest kept.
+    #[tokio::test]
+    async fn queue_per_peer_is_bounded_and_drops_the_oldest() {
+        let metrics = Arc::new(Metrics::new());
+        let t = Arc::new(Transport::new(
+            Transport::build_client(),
+            Arc::new(Crypto::generate()),
+            limits(3),
+            metrics.clone(),
+        ));
+        let addr: Arc<str> = Arc::from("http://127.0.0.1:9");
+        // The sender task is spawned but, on this one-thread runtime, cannot run before the
+        // queue is inspected (nothing here awaits).
+        t.send_all(
+            (0..10)
+                .map(|to| Transmit {
+                    to_addr: addr.clone(),
+                    envelope: envelope(to),
+                })
+                .collect(),
+        );
+        let peers = t.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let q = peers[&*addr]
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let kept: Vec<u64> = q.iter().map(|e| e.to.0).collect();
+        assert_eq!(kept, [7, 8, 9]);
+        assert_eq!(metrics.peer_dropped.get(), 7);
+    }
+}

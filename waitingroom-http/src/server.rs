@@ -13,8 +13,7 @@ use waitingroom_distributed::Node;
 use crate::app::App;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::{Crypto, LoadKeyError};
-use crate::driver::{Driver, now_ms};
-use crate::metrics::Metrics;
+use crate::driver::now_ms;
 use crate::peer::Transport;
 
 /// Why a node could not start.
@@ -78,21 +77,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let node = Node::new(cfg.node_config(id, incarnation, &advertise, rand::random()))?;
 
     let cfg = Arc::new(cfg);
-    let metrics = Arc::new(Metrics::new());
-    let transport = Arc::new(Transport::new(
-        Transport::build_client(),
-        crypto.clone(),
-        cfg.limits.clone(),
-        metrics.clone(),
-    ));
-    let driver = Arc::new(Driver::new(node, transport.clone(), metrics.clone()));
-    let app = Arc::new(App::new(
-        driver.clone(),
-        crypto,
-        transport,
-        metrics,
-        cfg.clone(),
-    ));
+    let app = App::assemble(cfg.clone(), crypto, node, Transport::build_client());
+    let driver = app.driver.clone();
 
     let seeds: Vec<String> = cfg
         .peers

@@ -1,0 +1,733 @@
+//! Abuse at the HTTP level, in-process: the real [`router`] of a single-node cluster driven
+//! with `tower::ServiceExt::oneshot` (no socket, no child process), except the header-limit
+//! test, which needs hyper's parser and so a real listener on 127.0.0.1.
+//!
+//! One test per abuse case: forged, replayed and confused tokens; body, header and peer-batch
+//! limits; the per-client join limit; and that a flood of joins from one client does not push
+//! honest visitors back further than the flooder's allowance.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tower::ServiceExt as _;
+use waitingroom_core::{ClusterKey, NodeId, Pass, Ticket, TicketId};
+
+use crate::api::{ClientAddr, router};
+use crate::app::App;
+use crate::config::Options;
+use crate::crypto::Crypto;
+use crate::driver::now_ms;
+use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
+
+/// Fast timers; everything else as an operator gets it unless a test says otherwise.
+fn options() -> Options {
+    Options {
+        key_file: Some("unused: the key is given in-process".into()),
+        eviction_interval_ms: Some(20),
+        cleanup_interval_ms: Some(20),
+        refresh_interval_ms: Some(50),
+        ticket_expiry_ms: Some(10_000),
+        ..Options::default()
+    }
+}
+
+/// One node and its router.
+struct TestNode {
+    app: Arc<App>,
+    router: Router,
+}
+
+/// A response, read whole.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// Asserts an error answer: the status, and a JSON `{"error","code"}` body with this code.
+    #[track_caller]
+    fn assert_error(&self, status: StatusCode, code: &str) {
+        let v = self.json();
+        assert_eq!(self.status, status, "{v}");
+        assert_eq!(v["code"], code, "{v}");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    }
+}
+
+impl TestNode {
+    /// A started single-node cluster; with `timer`, its timer task runs on the test's runtime
+    /// (so visitors get admitted), else nobody is ever let out and positions stay put.
+    fn start(options: Options, timer: bool) -> TestNode {
+        let cfg = options.resolve().expect("valid test options");
+        let app = App::single_node(cfg, Crypto::generate(), Transport::build_client())
+            .expect("valid protocol settings");
+        if timer {
+            tokio::spawn(app.driver.clone().run_timer());
+        }
+        TestNode {
+            router: router(app.clone()),
+            app,
+        }
+    }
+
+    async fn send(&self, req: Request<Body>) -> Reply {
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .unwrap_or_else(|e| match e {});
+        let (parts, body) = resp.into_parts();
+        let body = axum::body::to_bytes(body, 1 << 20)
+            .await
+            .expect("readable response body");
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Reply {
+        self.send(post(path, body)).await
+    }
+
+    /// A ticket that has been let in (joins, then checks in until admitted).
+    async fn admitted_ticket(&self) -> String {
+        let r = self.post("/api/join", json!({})).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+        let mut ticket = r.json()["ticket"].as_str().expect("ticket").to_owned();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = self.post("/api/checkin", json!({ "ticket": ticket })).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+            let v = r.json();
+            ticket = v["ticket"].as_str().expect("ticket").to_owned();
+            if v["status"] == "admitted" {
+                return ticket;
+            }
+            assert!(Instant::now() < deadline, "never admitted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// An admitted ticket, exchanged for a pass.
+    async fn ticket_and_pass(&self) -> (String, String) {
+        let ticket = self.admitted_ticket().await;
+        let r = self.post("/api/leave", json!({ "ticket": ticket })).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+        let pass = r.json()["pass"].as_str().expect("pass").to_owned();
+        (ticket, pass)
+    }
+
+    /// `GET /api/pass/verify` with the token as a bearer token.
+    async fn verify(&self, token: &str) -> Reply {
+        let req = Request::get("/api/pass/verify")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("request");
+        self.send(req).await
+    }
+
+    /// The pass must be refused the same way at the gate and at refresh.
+    async fn assert_pass_refused(&self, token: &str, status: StatusCode, code: &str) {
+        self.verify(token).await.assert_error(status, code);
+        self.post("/api/pass/refresh", json!({ "pass": token }))
+            .await
+            .assert_error(status, code);
+    }
+
+    /// A signed peer request.
+    fn peer_request(&self, path: &str, body: Vec<u8>) -> Request<Body> {
+        signed(&self.app.crypto, path, body)
+    }
+
+    fn members(&self) -> usize {
+        self.app.driver.status().members.len()
+    }
+}
+
+fn post(path: &str, body: Value) -> Request<Body> {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request")
+}
+
+/// The request as if it came over TCP from `ip`.
+fn from(mut req: Request<Body>, ip: [u8; 4]) -> Request<Body> {
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((ip, 40_000))));
+    req
+}
+
+fn signed(crypto: &Crypto, path: &str, body: Vec<u8>) -> Request<Body> {
+    let sig = crypto.sign_request("POST", path, now_ms(), &body);
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(crate::crypto::HEADER_KID, sig.kid)
+        .header(crate::crypto::HEADER_TIMESTAMP, sig.timestamp.to_string())
+        .header(crate::crypto::HEADER_SIGNATURE, sig.signature)
+        .body(Body::from(body))
+        .expect("request")
+}
+
+fn a_pass(now: u64) -> Pass {
+    Pass {
+        id: TicketId(0x0bad_cafe),
+        node: NodeId(1),
+        queue_join_time: now - 5_000,
+        created_at: now - 1_000,
+        issued_at: now - 1_000,
+        expires_at: now + 600_000,
+        eviction_time: now - 2_000,
+    }
+}
+
+/// The parts of a compact JWS.
+fn parts(token: &str) -> [String; 3] {
+    let mut it = token.split('.').map(str::to_owned);
+    let mut next = || it.next().expect("three parts");
+    [next(), next(), next()]
+}
+
+fn b64(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+// ---- token abuse ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn replayed_ticket_after_leave_is_refused_at_checkin() {
+    let n = TestNode::start(options(), true);
+    let (ticket, _) = n.ticket_and_pass().await;
+    n.post("/api/checkin", json!({ "ticket": ticket }))
+        .await
+        .assert_error(StatusCode::CONFLICT, "already_left");
+}
+
+#[tokio::test]
+async fn replayed_ticket_after_leave_is_refused_at_leave() {
+    let n = TestNode::start(options(), true);
+    let (ticket, _) = n.ticket_and_pass().await;
+    // One pass per ticket, from the body or from the cookie alike.
+    n.post("/api/leave", json!({ "ticket": ticket }))
+        .await
+        .assert_error(StatusCode::CONFLICT, "already_left");
+    let req = Request::post("/api/leave")
+        .header(header::COOKIE, format!("wr_ticket={ticket}"))
+        .body(Body::empty())
+        .expect("request");
+    n.send(req)
+        .await
+        .assert_error(StatusCode::CONFLICT, "already_left");
+}
+
+#[tokio::test]
+async fn ticket_presented_as_pass_is_refused() {
+    let n = TestNode::start(options(), true);
+    // An admitted ticket: the most a visitor could hope to pass off as a pass.
+    let ticket = n.admitted_ticket().await;
+    n.assert_pass_refused(&ticket, StatusCode::UNAUTHORIZED, "invalid_token")
+        .await;
+    let req = Request::get("/api/pass/verify")
+        .header(header::COOKIE, format!("wr_pass={ticket}"))
+        .body(Body::empty())
+        .expect("request");
+    n.send(req)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "invalid_token");
+}
+
+#[tokio::test]
+async fn pass_presented_as_ticket_is_refused() {
+    let n = TestNode::start(options(), true);
+    let (_, pass) = n.ticket_and_pass().await;
+    for path in ["/api/checkin", "/api/leave"] {
+        n.post(path, json!({ "ticket": pass }))
+            .await
+            .assert_error(StatusCode::UNAUTHORIZED, "invalid_token");
+    }
+}
+
+#[tokio::test]
+async fn pass_from_another_cluster_key_is_refused() {
+    let n = TestNode::start(options(), false);
+    let pass = a_pass(now_ms());
+    // Sanity: the same claims signed with this cluster's key are a valid pass.
+    assert_eq!(
+        n.verify(&n.app.crypto.sign_pass(&pass)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let other = Crypto::generate();
+    n.assert_pass_refused(
+        &other.sign_pass(&pass),
+        StatusCode::UNAUTHORIZED,
+        "invalid_token",
+    )
+    .await;
+    // Another key posing under this cluster's key id: the signature does not verify.
+    let kid = n.app.crypto.jwks()["keys"][0]["kid"]
+        .as_str()
+        .expect("kid")
+        .to_owned();
+    let impostor = Crypto::new(ClusterKey::from_seed([9; 32]).with_kid(kid));
+    n.assert_pass_refused(
+        &impostor.sign_pass(&pass),
+        StatusCode::UNAUTHORIZED,
+        "invalid_token",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn expired_pass_is_refused() {
+    let n = TestNode::start(options(), false);
+    let now = now_ms();
+    let expired = n.app.crypto.sign_pass(&Pass {
+        issued_at: now - 20_000,
+        expires_at: now - 1,
+        ..a_pass(now)
+    });
+    n.assert_pass_refused(&expired, StatusCode::UNAUTHORIZED, "expired_token")
+        .await;
+}
+
+#[tokio::test]
+async fn pass_with_edited_claims_is_refused() {
+    let n = TestNode::start(options(), true);
+    let (_, pass) = n.ticket_and_pass().await;
+    // The visitor's own valid pass, its expiry pushed a year out, the signature kept.
+    let [h, p, s] = parts(&pass);
+    let mut claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(&p).expect("base64url")).expect("JSON");
+    let year = 365 * 24 * 3_600_000u64;
+    let expires = claims["expires_at"].as_u64().expect("expires_at") + year;
+    claims["expires_at"] = json!(expires);
+    claims["exp"] = json!(expires / 1000);
+    let edited = format!("{h}.{}.{s}", b64(claims.to_string().as_bytes()));
+    n.assert_pass_refused(&edited, StatusCode::UNAUTHORIZED, "invalid_token")
+        .await;
+    // The untouched pass is still good: the refusal was for the edit.
+    assert_eq!(n.verify(&pass).await.status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn token_with_alg_none_is_refused() {
+    let n = TestNode::start(options(), false);
+    let now = now_ms();
+    let [_, pass_claims, _] = parts(&n.app.crypto.sign_pass(&a_pass(now)));
+    let unsecured = |typ: &str, claims: &str| {
+        let header = json!({ "alg": "none", "typ": typ }).to_string();
+        // RFC 7519 §6: an unsecured JWT has an empty signature.
+        format!("{}.{claims}.", b64(header.as_bytes()))
+    };
+    n.assert_pass_refused(
+        &unsecured("wr-pass+jwt", &pass_claims),
+        StatusCode::UNAUTHORIZED,
+        "invalid_token",
+    )
+    .await;
+    let ticket = n.app.crypto.sign_ticket(&Ticket {
+        id: TicketId(5),
+        join_time: now,
+        node: NodeId(1),
+        issued_at: now,
+        next_refresh: now + 1_000,
+        expires_at: now + 10_000,
+        previous_position: None,
+        eviction_time: Some(now),
+    });
+    let [_, ticket_claims, _] = parts(&ticket);
+    for path in ["/api/checkin", "/api/leave"] {
+        n.post(
+            path,
+            json!({ "ticket": unsecured("wr-ticket+jwt", &ticket_claims) }),
+        )
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "invalid_token");
+    }
+}
+
+#[tokio::test]
+async fn token_with_alg_hs256_is_refused() {
+    let n = TestNode::start(options(), false);
+    let jwk = &n.app.crypto.jwks()["keys"][0];
+    let kid = jwk["kid"].as_str().expect("kid");
+    // The classic key-confusion forgery: HMAC keyed with the (public) verification key, as a
+    // verifier that let the token pick its algorithm would check it.
+    let public = URL_SAFE_NO_PAD
+        .decode(jwk["x"].as_str().expect("x"))
+        .expect("base64url");
+    let [_, claims, _] = parts(&n.app.crypto.sign_pass(&a_pass(now_ms())));
+    for key in [public.as_slice(), b"secret".as_slice()] {
+        let header = json!({ "alg": "HS256", "kid": kid, "typ": "wr-pass+jwt" }).to_string();
+        let input = format!("{}.{claims}", b64(header.as_bytes()));
+        let mac = crate::crypto::hmac_sha256(key, input.as_bytes());
+        let forged = format!("{input}.{}", b64(&mac));
+        n.assert_pass_refused(&forged, StatusCode::UNAUTHORIZED, "invalid_token")
+            .await;
+    }
+}
+
+// ---- body, header and peer limits ----------------------------------------------------------
+
+#[tokio::test]
+async fn visitor_bodies_are_bounded() {
+    let limit = 512;
+    let n = TestNode::start(
+        Options {
+            visitor_body_limit: Some(limit),
+            ..options()
+        },
+        false,
+    );
+    let padded = |len: usize| {
+        // `{}` padded with spaces: valid JSON of exactly `len` bytes.
+        let mut body = vec![b' '; len];
+        body[0] = b'{';
+        body[len - 1] = b'}';
+        body
+    };
+    let raw = |path: &str, body: Vec<u8>| {
+        Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .expect("request")
+    };
+    for path in [
+        "/api/join",
+        "/api/checkin",
+        "/api/leave",
+        "/api/pass/refresh",
+    ] {
+        n.send(raw(path, padded(limit + 1)))
+            .await
+            .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+        // At the limit the body is read (and then refused for what it says, if anything).
+        let at = n.send(raw(path, padded(limit))).await;
+        assert_ne!(at.status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn oversized_peer_batch_is_413_and_changes_nothing() {
+    let limit = 2048;
+    let n = TestNode::start(
+        Options {
+            peer_body_limit: Some(limit),
+            ..options()
+        },
+        false,
+    );
+    // A correctly signed batch that would add a member, made one byte too long.
+    let contact = json!({"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+    let batch = json!([{
+        "from": contact, "to": 0, "to_incarnation": 0,
+        "body": {"JoinRequest": {"contact": contact}}
+    }])
+    .to_string();
+    let mut body = batch.into_bytes();
+    body.resize(limit + 1, b' ');
+    n.send(n.peer_request(MESSAGES_PATH, body))
+        .await
+        .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    assert_eq!(n.members(), 1, "the oversized batch changed nothing");
+    // The same limit on the forwarded visitor batches.
+    let mut items = b"[]".to_vec();
+    items.resize(limit + 1, b' ');
+    n.send(n.peer_request(FORWARD_PATH, items))
+        .await
+        .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    // At the limit a batch is read: an empty one, padded, is accepted.
+    let mut empty = b"[".to_vec();
+    empty.resize(limit - 1, b' ');
+    empty.push(b']');
+    let r = n.send(n.peer_request(MESSAGES_PATH, empty)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn forged_forwarded_leave_is_401_and_changes_nothing() {
+    let n = TestNode::start(options(), true);
+    let ticket = n.admitted_ticket().await;
+    let claims = n
+        .app
+        .crypto
+        .verify_ticket(&ticket, now_ms())
+        .expect("own ticket");
+    let batch = serde_json::to_vec(&json!([{ "op": "leave", "claims": claims }])).expect("JSON");
+    // Signed with another cluster's key, and not signed at all.
+    let other = signed(&Crypto::generate(), FORWARD_PATH, batch.clone());
+    n.send(other)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized_peer");
+    let unsigned = Request::post(FORWARD_PATH)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(batch))
+        .expect("request");
+    n.send(unsigned)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized_peer");
+    assert_eq!(n.app.metrics.peer_auth_failures.get(), 2);
+    // Nothing was spent: the visitor's own leave still gets the one pass.
+    let r = n.post("/api/leave", json!({ "ticket": ticket })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+}
+
+/// hyper's parser bounds a request head: at most 100 header lines and about 400 KiB. Beyond
+/// either the answer is 431 and the connection is closed; nothing grows without bound.
+#[tokio::test]
+async fn oversized_headers_get_431_and_the_node_keeps_serving() {
+    let n = TestNode::start(
+        Options {
+            visitor_body_limit: Some(1024),
+            ..options()
+        },
+        false,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1");
+    let addr = listener.local_addr().expect("local address");
+    let service = n
+        .router
+        .clone()
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let server = tokio::spawn(axum::serve(listener, service).into_future());
+
+    let mut many = String::from("GET /livez HTTP/1.1\r\nhost: x\r\n");
+    for i in 0..150 {
+        many.push_str(&format!("x-h{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    let r = raw_http(addr, many.as_bytes()).await;
+    assert!(r.starts_with("HTTP/1.1 431"), "150 header lines: {r}");
+
+    // hyper's read buffer limit (8 KiB + 100 × 4 KiB, `DEFAULT_MAX_BUFFER_SIZE`) of a head
+    // that never ends. Exactly that many bytes, so the server has read all of them when it
+    // answers and closes (more would leave unread bytes, and a reset could eat the answer).
+    let mut big = b"GET /livez HTTP/1.1\r\nhost: x\r\nx-big: ".to_vec();
+    big.resize(8192 + 4096 * 100, b'a');
+    let r = raw_http(addr, &big).await;
+    assert!(r.starts_with("HTTP/1.1 431"), "400 KiB head: {r}");
+
+    // A chunked body (no Content-Length to refuse up front) is cut off at the limit too.
+    let mut chunked =
+        b"POST /api/checkin HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+            .to_vec();
+    for _ in 0..4 {
+        chunked.extend_from_slice(b"200\r\n");
+        chunked.extend_from_slice(&[b' '; 0x200]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let r = raw_http(addr, &chunked).await;
+    assert!(r.starts_with("HTTP/1.1 413"), "chunked body: {r}");
+    assert!(r.contains("\"code\":\"body_too_large\""), "{r}");
+
+    let r = raw_http(
+        addr,
+        b"GET /livez HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(r.starts_with("HTTP/1.1 200"), "still serving: {r}");
+    server.abort();
+}
+
+/// Sends `request` on a new connection and reads until the server closes it (bounded).
+async fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(request).await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    let out = tokio::time::timeout(Duration::from_secs(10), io)
+        .await
+        .expect("the server answered and closed within 10 s")
+        .expect("connection");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// ---- join rate limit -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn join_rate_limit_is_per_client_address() {
+    let n = TestNode::start(
+        Options {
+            join_rate_limit: Some(2),
+            ..options()
+        },
+        false,
+    );
+    let join = |ip| from(post("/api/join", json!({})), ip);
+    let a = [127, 0, 0, 2];
+    assert_eq!(n.send(join(a)).await.status, StatusCode::OK);
+    assert_eq!(n.send(join(a)).await.status, StatusCode::OK);
+    let r = n.send(join(a)).await;
+    r.assert_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(r.headers[header::RETRY_AFTER], "1");
+    // Another address has its own allowance.
+    assert_eq!(n.send(join([127, 0, 0, 3])).await.status, StatusCode::OK);
+    // The waiting page joins through the same limit (and says so in HTML).
+    let page = Request::get("/")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::empty())
+        .expect("request");
+    let r = n.send(from(page, a)).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(String::from_utf8_lossy(&r.body).contains("Too many visits"));
+    assert_eq!(n.app.metrics.rate_limited.get(), 2);
+    // The bucket refills at the rate: half a second later there is one join again.
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    assert_eq!(n.send(join(a)).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn join_rate_limit_keys_on_the_balancer_entry_of_the_header() {
+    let n = TestNode::start(
+        Options {
+            join_rate_limit: Some(1),
+            client_ip_header: Some("X-Forwarded-For".into()),
+            ..options()
+        },
+        false,
+    );
+    // Every request comes from the balancer's address; the header names the client.
+    let balancer = [127, 0, 0, 9];
+    let join = |xff: &[&str]| {
+        let mut req = from(post("/api/join", json!({})), balancer);
+        for v in xff {
+            req.headers_mut()
+                .append("x-forwarded-for", v.parse().expect("header value"));
+        }
+        req
+    };
+    assert_eq!(n.send(join(&["198.51.100.7"])).await.status, StatusCode::OK);
+    n.send(join(&["198.51.100.7"]))
+        .await
+        .assert_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    // Another client behind the same balancer.
+    assert_eq!(n.send(join(&["203.0.113.1"])).await.status, StatusCode::OK);
+    // A client's own fake entries come first, the balancer's last (nginx appends to the
+    // value, HAProxy adds a line): neither gets the limited client a new allowance.
+    for spoofed in [
+        &["10.1.2.3, 198.51.100.7"][..],
+        &["10.1.2.4", "198.51.100.7"][..],
+    ] {
+        n.send(join(spoofed))
+            .await
+            .assert_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    }
+    // Without the header the TCP peer is the client.
+    assert_eq!(n.send(join(&[])).await.status, StatusCode::OK);
+    n.send(join(&[]))
+        .await
+        .assert_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+}
+
+#[test]
+fn client_key_is_bounded_whatever_the_header_holds() {
+    let mut h = HeaderMap::new();
+    let long = format!("10.0.0.1, {}", "a".repeat(10_000));
+    h.insert("x-forwarded-for", long.parse().expect("header value"));
+    let key = ClientAddr::from_parts(&h, None, Some("x-forwarded-for"));
+    assert_eq!(key.0.len(), ClientAddr::MAX_LEN);
+    // Empty entries (a trailing comma) are skipped; an unreadable header falls back to the peer.
+    h.insert(
+        "x-forwarded-for",
+        "198.51.100.7, ".parse().expect("header value"),
+    );
+    let key = ClientAddr::from_parts(&h, None, Some("x-forwarded-for"));
+    assert_eq!(key.0, "198.51.100.7");
+    h.insert(
+        "x-forwarded-for",
+        axum::http::HeaderValue::from_bytes(b"\xff").expect("opaque header value"),
+    );
+    let peer = SocketAddr::from(([127, 0, 0, 5], 1));
+    let key = ClientAddr::from_parts(&h, Some(peer), Some("x-forwarded-for"));
+    assert_eq!(key.0, "127.0.0.5");
+}
+
+/// One client floods joins while ten honest visitors join from other addresses. With the limit
+/// every flood join past the allowance is refused with 429, and each honest visitor's position
+/// is exactly the honest visitors and the *accepted* flood joins ahead of them; without it the
+/// same flood pushes the last honest visitor back by all 200 joins.
+#[tokio::test]
+async fn join_flood_does_not_push_honest_visitors_back() {
+    const RATE: u32 = 3;
+    const HONEST: u64 = 10;
+    const FLOOD_PER_HONEST: u64 = 20;
+    let flooder = [127, 0, 2, 1];
+    let run = |limit: u32| async move {
+        // No timer: nobody is let out, so positions are plain ranks in the queue.
+        let n = TestNode::start(
+            Options {
+                join_rate_limit: Some(limit),
+                admit_straight_through: Some(false),
+                ..options()
+            },
+            false,
+        );
+        let started = Instant::now();
+        let (mut accepted, mut refused) = (0u64, 0u64);
+        let mut honest = Vec::new();
+        for k in 0..HONEST {
+            for _ in 0..FLOOD_PER_HONEST {
+                let r = n.send(from(post("/api/join", json!({})), flooder)).await;
+                if r.status == StatusCode::OK {
+                    accepted += 1;
+                } else {
+                    r.assert_error(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+                    refused += 1;
+                }
+            }
+            // The queue is ordered by join time in milliseconds, ties by ticket id: a clear
+            // millisecond on each side of the honest join makes "who is ahead" exact.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let ip = [127, 0, 1, u8::try_from(k).expect("few visitors")];
+            let r = n.send(from(post("/api/join", json!({})), ip)).await;
+            assert_eq!(r.status, StatusCode::OK, "honest visitor {k}: {}", r.json());
+            let position = r.json()["position"].as_u64().expect("position");
+            honest.push((position, accepted));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        (honest, accepted, refused, started.elapsed())
+    };
+
+    let (honest, accepted, refused, elapsed) = run(RATE).await;
+    // Burst of RATE, then RATE per second for as long as the flood lasted.
+    let allowance = (f64::from(RATE) * (1.0 + elapsed.as_secs_f64())).floor() as u64;
+    assert!(
+        accepted <= allowance,
+        "{accepted} flood joins accepted, allowance {allowance}"
+    );
+    assert_eq!(accepted + refused, HONEST * FLOOD_PER_HONEST);
+    for (k, &(position, flood_ahead)) in honest.iter().enumerate() {
+        let k = k as u64;
+        assert_eq!(position, k + 1 + flood_ahead, "honest visitor {k}");
+        assert!(position <= k + 1 + allowance, "honest visitor {k}");
+    }
+
+    let (unlimited, accepted, refused, _) = run(0).await;
+    assert_eq!((accepted, refused), (HONEST * FLOOD_PER_HONEST, 0));
+    let last = unlimited.last().expect("honest visitors").0;
+    assert_eq!(last, HONEST + HONEST * FLOOD_PER_HONEST);
+}

@@ -87,7 +87,9 @@ children_cpu() {
 # and the load generator used (all on this machine's cores, shared with whatever else runs).
 one() {
     local n="$1" out="$STATE/load-$1.json"
-    bash "$ROOT/scripts/cluster.sh" up "$n" "${NETNS_ARG[@]}" -- "${NODE_ARGS[@]}" >/dev/null
+    # `set -e` does not reach into the command substitutions this runs in: check each step.
+    bash "$ROOT/scripts/cluster.sh" up "$n" "${NETNS_ARG[@]}" -- "${NODE_ARGS[@]}" >/dev/null ||
+        { echo "bench.sh: the $n-node cluster did not start" >&2; return 1; }
     local status=0 c0 c1 load_avg
     c0="$(cluster_cpu)"
     times >"$STATE/times0"
@@ -121,7 +123,8 @@ echo "bench: $USERS visitors, $CONCURRENCY at once, node settings: $BENCH_NODE_A
 rows=()
 for n in $NODES_LIST; do
     echo "bench: $n nodes..." >&2
-    rows+=("$(one "$n" | jq -r '"| \(.nodes) | \(.admitted)/\(.users) | \(.admitted_per_s | floor) | \(.lost) | \(.errors) | \(.endpoints.checkin.p50_ms) | \(.endpoints.checkin.p99_ms) | \(.p99_ms) | \(.kendall_tau * 1e6 | round / 1e6) | \(.kendall_tau_eviction * 1e6 | round / 1e6) | \(.cpu_ms_per_visitor) | \(.load_average) |"')")
+    json="$(one "$n")" || exit 1
+    rows+=("$(jq -r '"| \(.nodes) | \(.admitted)/\(.users) | \(.admitted_per_s | floor) | \(.lost) | \(.errors) | \(.endpoints.checkin.p50_ms) | \(.endpoints.checkin.p99_ms) | \(.p99_ms) | \(.kendall_tau * 1e6 | round / 1e6) | \(.kendall_tau_eviction * 1e6 | round / 1e6) | \(.cpu_ms_per_visitor) | \(.load_average) |"' <<<"$json")")
 done
 echo "| nodes | admitted | admitted/s | lost | errors | check-in p50 ms | check-in p99 ms | all p99 ms | Kendall-Tau (seen) | Kendall-Tau (eviction) | CPU ms/visitor | load avg |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -169,6 +169,7 @@ impl Node {
             .collect();
         for c in gone {
             self.swim.forget(c.id);
+            self.member_departed(now, c.id);
             self.remember_former(c.clone());
             self.emit(Event::MemberRemoved(c));
         }

@@ -1,6 +1,7 @@
 //! Everything nodes say to each other. All types are serde types so any transport can carry
 //! them; the node never looks at how they travel.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -281,6 +282,33 @@ pub struct Counts {
     pub smallest: Vec<QueueKey>,
     /// The latest decided ranges known in the subtree (a new root may have missed some).
     pub ranges: Vec<AdmitRange>,
+    /// Each counted node's own figures, so the cluster knows what a member held if it dies.
+    pub per_node: Vec<NodeCounts>,
+}
+
+/// One node's part of a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCounts {
+    /// The node.
+    pub node: NodeId,
+    /// Its visitors on the site.
+    pub on_site: u64,
+    /// Its visitors waiting who joined before the round's cutoff.
+    pub eligible: u64,
+}
+
+/// Places on the site that a departed member's visitors may still hold: their passes stay
+/// valid after the node that issued them is gone, but nobody counts them any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Departed {
+    /// When the last of those passes has expired.
+    pub until: Time,
+    /// The departed member.
+    pub node: NodeId,
+    /// The membership version that removed it (with `node`, names the departure).
+    pub version: u64,
+    /// Places it held at its last count, with its share of that round's admissions.
+    pub places: u64,
 }
 
 impl Counts {
@@ -300,6 +328,14 @@ impl Counts {
         for r in &other.ranges {
             if !self.ranges.iter().any(|k| k.decided_at == r.decided_at) {
                 self.ranges.push(*r);
+            }
+        }
+        // Subtrees are disjoint, so a node shows up twice only in a malformed count; a set
+        // keeps merging O(n log n) whatever a peer sends.
+        let mut known: BTreeSet<NodeId> = self.per_node.iter().map(|n| n.node).collect();
+        for n in &other.per_node {
+            if known.insert(n.node) {
+                self.per_node.push(*n);
             }
         }
     }
@@ -335,7 +371,8 @@ pub struct Summary {
     pub version: u64,
     /// Visitors waiting cluster-wide at the count, before its admissions.
     pub queued: u64,
-    /// Visitors on the site at the count.
+    /// Visitors on the site at the count, including the places departed members' visitors may
+    /// still hold.
     pub on_site: u64,
     /// Visitors the round decided to let out.
     pub admitted: u64,
@@ -346,4 +383,9 @@ pub struct Summary {
     pub free_places: u64,
     /// Members at the count.
     pub members: u64,
+    /// Places each member holds after this round (its visitors on the site and its share of
+    /// the round's admissions), by node id: what to keep counting if it dies.
+    pub places: Vec<(NodeId, u64)>,
+    /// The departed members' places still counted, as the root knew them.
+    pub departed: Vec<Departed>,
 }

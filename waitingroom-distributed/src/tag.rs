@@ -9,13 +9,14 @@
 //! a round, and the next interval tries again. The result flows back down with a cluster-wide
 //! summary: positions, admission rate, and straight-through places.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use waitingroom_core::{NodeId, Time};
 
 use crate::config::AdmissionMode;
 use crate::messages::{
-    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Stamp, Summary,
+    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
+    Stamp, Summary,
 };
 use crate::node::{Event, Node};
 
@@ -39,7 +40,12 @@ pub(crate) struct Tag {
     pub rate: Rate,
     /// The latest ranges decided (range admission), oldest first.
     pub ranges: Vec<AdmitRange>,
+    /// Places departed members' visitors may still hold, counted until their passes expire.
+    pub departed: Vec<Departed>,
 }
+
+/// Departures remembered at most (a flapping member must not grow the list without bound).
+const DEPARTED_KEPT: usize = 256;
 
 /// Ranges kept: a visitor re-queued after their node died is let out at once if their key falls
 /// in one of these (the cluster already decided to let them in).
@@ -161,14 +167,21 @@ impl Node {
 
     fn own_counts(&self, bounds: &[Time], select: u32) -> Counts {
         let cutoff = bounds.last().copied().unwrap_or(0);
-        Counts {
+        let below: Vec<u64> = bounds.iter().map(|&b| self.room.queued_before(b)).collect();
+        let own = NodeCounts {
+            node: self.me.id,
             on_site: self.room.on_site(),
+            eligible: below.last().copied().unwrap_or(0),
+        };
+        Counts {
+            on_site: own.on_site,
             queued: self.room.queued(),
-            below: bounds.iter().map(|&b| self.room.queued_before(b)).collect(),
+            below,
             admitted_total: self.admitted_total,
             nodes: 1,
             smallest: self.room.smallest_before(cutoff, select as usize),
             ranges: self.recent_ranges(),
+            per_node: vec![own],
         }
     }
 
@@ -264,10 +277,16 @@ impl Node {
         let counts = round.acc;
         let cutoff = round.stamp.time;
         let eligible = counts.below.last().copied().unwrap_or(0);
+        self.tag.departed.retain(|d| d.until > now);
+        let on_site = self
+            .tag
+            .departed
+            .iter()
+            .fold(counts.on_site, |sum, d| sum.saturating_add(d.places));
         let free = if settings.is_unlimited() {
             u64::MAX
         } else {
-            settings.target_on_site.saturating_sub(counts.on_site)
+            settings.target_on_site.saturating_sub(on_site)
         };
         let mut admit = eligible.min(free);
         let mut max_key = None;
@@ -281,17 +300,20 @@ impl Node {
         }
         let rate = self.tag.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= admit;
+        let places = places_after(&counts, admit, max_key.is_some());
         let summary = Summary {
             stamp: round.stamp,
             bounds: round.bounds,
             below: counts.below,
             version: self.membership.version,
             queued: counts.queued,
-            on_site: counts.on_site,
+            on_site,
             admitted: admit,
             rate_milli_per_s: rate,
             free_places: if everyone_in { free - admit } else { 0 },
             members: counts.nodes,
+            places,
+            departed: self.tag.departed.clone(),
         };
         self.emit(Event::CountCompleted(summary.clone()));
         let version = self.membership.version;
@@ -357,8 +379,54 @@ impl Node {
         let free = r.summary.free_places;
         self.tag.budget = free / n + u64::from(index < free % n);
         self.tag.own_below.retain(|(s, _)| *s >= r.summary.stamp);
+        for &d in r.summary.departed.iter().take(DEPARTED_KEPT) {
+            self.note_departed(d);
+        }
         self.tag.summary = Some(r.summary);
         self.merge_ranges(now, r.earlier.into_iter().chain(r.admit));
+    }
+
+    /// A member left the cluster (it died, or was removed): the places its visitors held at
+    /// the last count stay counted until the passes it could have issued have expired, so the
+    /// site does not fill past the target with visitors nobody counts any more.
+    pub(crate) fn member_departed(&mut self, now: Time, node: NodeId) {
+        let expiry = self.cfg.settings.pass_expiry_ms;
+        let places = self
+            .tag
+            .summary
+            .as_ref()
+            .and_then(|s| s.places.iter().find(|(n, _)| *n == node))
+            .map_or(0, |&(_, p)| p);
+        if places > 0 && expiry > 0 {
+            self.note_departed(Departed {
+                until: now.saturating_add(expiry),
+                node,
+                version: self.membership.version,
+                places,
+            });
+        }
+    }
+
+    /// Records a departure once, whoever reports it (every member notes it, and results spread
+    /// the root's list, so a new root still counts it).
+    fn note_departed(&mut self, d: Departed) {
+        match self
+            .tag
+            .departed
+            .iter_mut()
+            .find(|k| k.node == d.node && k.version == d.version)
+        {
+            Some(k) => {
+                k.until = k.until.max(d.until);
+                k.places = k.places.max(d.places);
+            }
+            None => self.tag.departed.push(d),
+        }
+        if self.tag.departed.len() > DEPARTED_KEPT {
+            // Keep the ones that hold places longest.
+            self.tag.departed.sort_unstable_by(|a, b| b.cmp(a));
+            self.tag.departed.truncate(DEPARTED_KEPT);
+        }
     }
 
     fn merge_ranges(&mut self, now: Time, ranges: impl Iterator<Item = AdmitRange>) {
@@ -432,6 +500,34 @@ impl Node {
             .saturating_add(others.saturating_sub(others_gone))
             .saturating_add(recent_here.saturating_mul(other_members))
     }
+}
+
+/// Places each counted node holds once the round's admissions are out: its visitors on the site
+/// plus its share of the `admit` let out. With a range cut by key (`by_key`) that share is
+/// exact (the smallest keys carry their node); otherwise a node that had `eligible` visitors
+/// gets `min(eligible, admit)`, an upper bound, which errs towards a fuller site.
+fn places_after(counts: &Counts, admit: u64, by_key: bool) -> Vec<(NodeId, u64)> {
+    let mut taken: BTreeMap<NodeId, u64> = BTreeMap::new();
+    if by_key {
+        let k = usize::try_from(admit).unwrap_or(usize::MAX);
+        for key in counts.smallest.iter().take(k) {
+            *taken.entry(key.node).or_default() += 1;
+        }
+    }
+    let mut places: Vec<(NodeId, u64)> = counts
+        .per_node
+        .iter()
+        .map(|n| {
+            let share = if by_key {
+                taken.get(&n.node).copied().unwrap_or(0)
+            } else {
+                n.eligible.min(admit)
+            };
+            (n.node, n.on_site.saturating_add(share))
+        })
+        .collect();
+    places.sort_unstable();
+    places
 }
 
 /// `BUCKETS` boundaries from the oldest waiting visitor's join time up to the cutoff (the last

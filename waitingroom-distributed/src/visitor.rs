@@ -204,17 +204,22 @@ impl Node {
 
     /// A visitor likely to be let out at the next eviction is told to check in right after it
     /// rather than a whole refresh interval later: admission reaches them sooner, and the rest of
-    /// the queue keeps its slow pace. The delay after the boundary leaves the count time to
-    /// finish, spread by ticket id so such check-ins do not all arrive at once.
+    /// the queue keeps its slow pace. The first tenth of the interval after the boundary leaves
+    /// the count time to finish; the check-ins are spread by ticket id over the next eight
+    /// tenths so they do not arrive at once.
+    ///
+    /// Not without a limit on the site: then the whole queue is let out every round, and moving
+    /// everyone's check-in into the round would only bunch the queue's whole traffic together
+    /// (2,000 visitors on 3 nodes: check-in p99 0.2 s instead of 35 ms); their refresh
+    /// intervals, spread by ticket id, serve them.
     fn refresh_soon(&self, now: Time, ticket: &Ticket, position: u64) -> Option<Time> {
         let s = self.tag.summary.as_ref()?;
-        let everyone = self.cfg.settings.is_unlimited();
-        if !everyone && position > s.admitted.max(1) {
+        if self.cfg.settings.is_unlimited() || position > s.admitted.max(1) {
             return None;
         }
         let interval = self.cfg.settings.eviction_interval_ms;
-        let spread = (interval / 4).max(1);
+        let spread = (interval * 8 / 10).max(1);
         let boundary = crate::node::next_boundary(now, interval);
-        Some(boundary + spread + ticket.id.0 % spread)
+        Some(boundary + interval / 10 + ticket.id.0 % spread)
     }
 }

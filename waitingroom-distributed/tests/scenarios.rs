@@ -226,6 +226,45 @@ fn limited_places_admit_exactly_the_smallest_keys() {
     }
 }
 
+/// Passes outlive the node that issued them: a crashed member's places stay counted against the
+/// target until its passes have expired, and only then are given out again.
+#[test]
+fn a_crashed_members_places_count_until_its_passes_expire() {
+    let settings = Settings {
+        target_on_site: 4,
+        pass_expiry_ms: 20_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 12);
+    net.run_for(2_000);
+    let mut first = Crowd::default();
+    for _ in 0..4 {
+        first.join(&mut net, NodeId(3));
+        net.run_for(5);
+    }
+    first.run(&mut net, 3_000);
+    assert!(first.all_admitted());
+    net.kill(NodeId(3));
+    net.run_for(5_000);
+    assert!(
+        net.live()
+            .iter()
+            .all(|n| !n.membership().contains(NodeId(3)))
+    );
+    let mut later = Crowd::default();
+    for _ in 0..2 {
+        later.join(&mut net, NodeId(1));
+        net.run_for(5);
+    }
+    later.run(&mut net, 10_000);
+    assert!(
+        !later.admitted.iter().any(|&a| a),
+        "node 3's four passes are still valid: the site is full"
+    );
+    later.run(&mut net, 15_000);
+    assert!(later.all_admitted(), "node 3's passes have expired");
+}
+
 #[test]
 fn graceful_shutdown_is_noticed_without_failure_detection() {
     let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 10);

@@ -150,6 +150,25 @@ fn abandonment_and_sessions_keep_the_site_within_target() {
     assert_eq!(r.max_overshoot, 0, "{r:#?}");
 }
 
+/// Passes outlive the node that issued them: after a crash its visitors still hold their places
+/// until their passes expire, and the cluster must not give those places away again.
+#[test]
+fn a_crashed_nodes_passes_still_count_against_the_target() {
+    for seed in [3, 4] {
+        let r = run(&RunConfig {
+            churn: 3,
+            restarts: 1,
+            pass_expiry_ms: 5_000,
+            users: 600,
+            target: Target::Limited(50),
+            ..small(seed)
+        });
+        assert_clean(&r);
+        assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
+        assert_eq!(r.max_overshoot, 0, "seed {seed}: {r:#?}");
+    }
+}
+
 #[test]
 fn the_command_line_prints_one_json_object_and_refuses_bad_input() {
     let bin = env!("CARGO_BIN_EXE_waitingroom-sim");

@@ -237,6 +237,40 @@ async fn replayed_ticket_after_leave_is_refused_at_leave() {
         .assert_error(StatusCode::CONFLICT, "already_left");
 }
 
+/// A leave repeated with its `Idempotency-Key` (its answer was lost on the way) gets the same
+/// pass again; a replay without the key, or with another one, still gets nothing.
+#[tokio::test]
+async fn a_leave_repeated_with_its_idempotency_key_gets_the_same_pass() {
+    let n = TestNode::start(options(), true);
+    let ticket = n.admitted_ticket().await;
+    let leave = |key: Option<&str>| {
+        let mut req = post("/api/leave", json!({ "ticket": ticket }));
+        if let Some(key) = key {
+            req.headers_mut()
+                .insert("idempotency-key", key.parse().expect("header value"));
+        }
+        req
+    };
+    let first = n.send(leave(Some("visit-7f3a"))).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.json());
+    let again = n.send(leave(Some("visit-7f3a"))).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.json());
+    assert_eq!(
+        again.json(),
+        first.json(),
+        "the same pass, not a second one"
+    );
+    n.send(leave(Some("another-key")))
+        .await
+        .assert_error(StatusCode::CONFLICT, "already_left");
+    n.send(leave(None))
+        .await
+        .assert_error(StatusCode::CONFLICT, "already_left");
+    n.send(leave(Some("with space")))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "bad_idempotency_key");
+}
+
 #[tokio::test]
 async fn ticket_presented_as_pass_is_refused() {
     let n = TestNode::start(options(), true);

@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::cookies;
 use crate::driver::now_ms;
 use crate::errors::{ApiError, LoggedError};
+use crate::leaves;
 use crate::metrics::{Metrics, RouteLabels};
 use crate::page;
 use crate::peer::{
@@ -291,8 +292,27 @@ async fn leave(
     let b: TicketBody = json_body(&headers, body)?;
     let token = token_from(b.ticket.as_deref(), &headers, cookies::TICKET)
         .ok_or_else(|| ApiError::missing_token("ticket"))?;
-    let p = app.leave(token).await?;
+    let key = idempotency_key(&headers)?;
+    let p = app.leave(token, key).await?;
     Ok(pass_response(&app, p))
+}
+
+/// The leave's `Idempotency-Key` header, if any (see [`crate::leaves`]).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(v) = headers.get(leaves::IDEMPOTENCY_HEADER) else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(key) if leaves::valid_key(key) => Ok(Some(key)),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_idempotency_key",
+            format!(
+                "Idempotency-Key must be 1 to {} visible ASCII characters",
+                leaves::MAX_KEY_LEN
+            ),
+        )),
+    }
 }
 
 async fn refresh_pass(
@@ -406,6 +426,7 @@ async fn peer_forwards(
             let b = ForwardBody {
                 ticket: None,
                 claims: Some(item.claims),
+                idempotency_key: item.idempotency_key,
             };
             match item.op {
                 ForwardOp::Checkin => crate::visitor::forward_reply(app.check_in_here(b)),

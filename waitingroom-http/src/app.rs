@@ -10,6 +10,7 @@ use waitingroom_distributed::Node;
 use crate::config::ServerConfig;
 use crate::crypto::Crypto;
 use crate::driver::Driver;
+use crate::leaves::RecentLeaves;
 use crate::metrics::Metrics;
 use crate::page::Page;
 use crate::peer::Transport;
@@ -31,6 +32,8 @@ pub struct App {
     pub page: Page,
     /// Per-client join limit.
     pub join_limit: RateLimiter,
+    /// Passes handed out lately, so a leave whose answer was lost can be repeated.
+    pub recent_leaves: RecentLeaves,
     stopping: AtomicBool,
 }
 
@@ -46,6 +49,7 @@ impl App {
         App {
             page: Page::new(&cfg.branding),
             join_limit: RateLimiter::new(cfg.limits.join_rate_limit),
+            recent_leaves: RecentLeaves::default(),
             driver,
             crypto,
             transport,

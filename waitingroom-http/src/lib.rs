@@ -19,6 +19,7 @@ pub mod crypto;
 pub mod driver;
 pub mod errors;
 pub mod fairness;
+pub mod leaves;
 pub mod metrics;
 pub mod origin;
 pub mod page;

@@ -16,9 +16,10 @@
 //!   pass had already expired when checked (with `pass_expiry_ms` 0 a pass is born expired);
 //! - `leave_failed`: admitted visitors who got no pass after every attempt; `pass_lost`: admitted
 //!   visitors whose leave was answered 409 `already_left` (an earlier leave went through but its
-//!   answer was lost when the node carrying it died, and the node holding the ticket refuses a
-//!   second pass by design); `readmissions`: leaves answered 409 `not_admitted` after a check-in
-//!   said "admitted" (the visitor checks in again, as the waiting page would);
+//!   answer was lost, and the node holding the ticket could not give that pass again: every
+//!   attempt carries the same `Idempotency-Key`, which gets it back while that node lives);
+//!   `readmissions`: leaves answered 409 `not_admitted` after a check-in said "admitted" (the
+//!   visitor checks in again, as the waiting page would);
 //!   `error_reasons`: failed requests by endpoint, status and error code;
 //! - `max_on_site`: the most passes valid at one instant (from each pass's `created_at` and
 //!   `expires_at`): visitors on the site at once, to compare with `target_on_site`;
@@ -48,6 +49,7 @@ use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use waitingroom_core::{Ties, kendall_tau, kendall_tau_permutation};
+use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
@@ -263,7 +265,7 @@ impl Shared {
         &self,
         ep: Endpoint,
         body: Option<String>,
-        bearer: Option<&str>,
+        header: Option<(&str, &str)>,
     ) -> Option<Outcome> {
         if self.out_of_budget() {
             return None;
@@ -281,8 +283,8 @@ impl Shared {
                 .body(b),
             None => req,
         };
-        let req = match bearer {
-            Some(t) => req.bearer_auth(t),
+        let req = match header {
+            Some((name, value)) => req.header(name, value),
             None => req,
         };
         let t0 = Instant::now();
@@ -442,9 +444,15 @@ async fn visit(s: &Shared) {
             );
         }
 
-        // Leave: exchange the ticket for a pass.
+        // Leave: exchange the ticket for a pass. Every attempt carries the same key, so a
+        // repeat whose first answer was lost gets that pass again.
+        let leave_key = format!("{:016x}", rand::random::<u64>());
         for _ in 0..ATTEMPTS {
-            match s.request(Endpoint::Leave, Some(body(&ticket)), None).await {
+            let header = Some((IDEMPOTENCY_HEADER, leave_key.as_str()));
+            match s
+                .request(Endpoint::Leave, Some(body(&ticket)), header)
+                .await
+            {
                 None => break 'visit None,
                 Some(Outcome::Ok(b)) => match serde_json::from_slice::<PassAnswer>(&b) {
                     Ok(p) => break 'visit Some(p),
@@ -460,8 +468,9 @@ async fn visit(s: &Shared) {
                     continue 'visit;
                 }
                 Some(o @ Outcome::Status(StatusCode::CONFLICT, _)) => {
-                    // `already_left`: an earlier leave went through but its answer was lost
-                    // (the node carrying it died); the holder refuses a second pass by design.
+                    // `already_left`: an earlier leave went through, its answer was lost, and
+                    // the node holding the ticket no longer has that pass to give again (it
+                    // died too, or the minute it keeps passes for is over).
                     s.error(Endpoint::Leave, Some(&o));
                     s.pass_lost.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -488,7 +497,9 @@ async fn visit(s: &Shared) {
     // Verify the pass as an origin's gate would.
     for _ in 0..ATTEMPTS {
         let now = waitingroom_http::driver::now_ms();
-        match s.request(Endpoint::Verify, None, Some(&pass.pass)).await {
+        let bearer = format!("Bearer {}", pass.pass);
+        let header = Some((reqwest::header::AUTHORIZATION.as_str(), bearer.as_str()));
+        match s.request(Endpoint::Verify, None, header).await {
             None => break,
             Some(Outcome::Ok(_)) => {
                 s.verified.fetch_add(1, Ordering::Relaxed);

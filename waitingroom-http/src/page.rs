@@ -159,7 +159,7 @@ pub async fn waiting_page(
         None => crate::api::join_limited(&app, &client),
     };
     match answer {
-        Ok(a) if a.is_admitted() => match app.leave(&a.ticket).await {
+        Ok(a) if a.is_admitted() => match app.leave(&a.ticket, None).await {
             Ok(p) => {
                 let max_age = app.cfg.settings.pass_expiry_ms.div_ceil(1000);
                 let set = vec![

@@ -56,6 +56,9 @@ pub struct ForwardItem {
     pub op: ForwardOp,
     /// The verified ticket.
     pub claims: Ticket,
+    /// A leave's `Idempotency-Key`, if the visitor sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The owner's answer to one [`ForwardItem`]: the status and JSON body it would have sent the

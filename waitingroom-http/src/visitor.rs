@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use waitingroom_core::{CheckIn, CheckInStatus, Pass, Ticket};
+use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket};
 use waitingroom_distributed::VisitorError;
 
 use crate::app::App;
@@ -64,6 +64,9 @@ pub struct ForwardBody {
     /// The ticket as the forwarding node verified it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims: Option<Ticket>,
+    /// A leave's `Idempotency-Key`, if the visitor sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 /// Body of a pass refresh (optional: the cookie is used when absent).
@@ -151,6 +154,7 @@ impl App {
                 let item = ForwardItem {
                     op: ForwardOp::Checkin,
                     claims: ticket.clone(),
+                    idempotency_key: None,
                 };
                 match self.transport.forward_batched(&owner.addr, item).await {
                     Ok((status, body)) => {
@@ -187,8 +191,9 @@ impl App {
         Metrics::count(&self.metrics.checkins, result);
     }
 
-    /// An admitted visitor exchanges their ticket for a pass, wherever the ticket is held.
-    pub async fn leave(&self, token: &str) -> Result<PassAnswer, ApiError> {
+    /// An admitted visitor exchanges their ticket for a pass, wherever the ticket is held. The
+    /// same leave repeated with the same `key` gets the same pass (see [`crate::leaves`]).
+    pub async fn leave(&self, token: &str, key: Option<&str>) -> Result<PassAnswer, ApiError> {
         self.serving()?;
         let ticket = self.ticket(token)?;
         let local = self.driver.with(|node, now| node.leave(now, &ticket));
@@ -197,6 +202,7 @@ impl App {
                 let item = ForwardItem {
                     op: ForwardOp::Leave,
                     claims: ticket.clone(),
+                    idempotency_key: key.map(str::to_owned),
                 };
                 match self.transport.forward_batched(&owner.addr, item).await {
                     Ok((status, body)) => {
@@ -209,14 +215,12 @@ impl App {
                         self.transport.report_unreachable(&owner.addr);
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
                             "owner unreachable: serving the leave here");
-                        self.driver
-                            .with(|node, now| node.leave_here(now, &ticket))
-                            .map(|p| self.pass_answer(&p))
-                            .map_err(ApiError::from)
+                        let here = self.driver.with(|node, now| node.leave_here(now, &ticket));
+                        self.passed(&ticket, key, here)
                     }
                 }
             }
-            other => other.map(|p| self.pass_answer(&p)).map_err(ApiError::from),
+            other => self.passed(&ticket, key, other),
         };
         let result = if answer.is_ok() { "ok" } else { "error" };
         Metrics::count(&self.metrics.leaves, result);
@@ -249,15 +253,43 @@ impl App {
     /// A forwarded leave from another node.
     pub fn leave_here(&self, body: ForwardBody) -> Result<PassAnswer, ApiError> {
         self.serving()?;
+        let key = body.idempotency_key.clone();
         let ticket = self.forwarded_ticket(body)?;
-        let answer = self
-            .driver
-            .with(|node, now| node.leave_here(now, &ticket))
-            .map(|p| self.pass_answer(&p))
-            .map_err(ApiError::from);
+        let result = self.driver.with(|node, now| node.leave_here(now, &ticket));
+        let answer = self.passed(&ticket, key.as_deref(), result);
         let result = if answer.is_ok() { "ok" } else { "error" };
         Metrics::count(&self.metrics.leaves, result);
         answer
+    }
+
+    /// Signs the pass a leave got here and remembers it under the leave's key; or, for a ticket
+    /// that already left, the pass an earlier leave with the same key got.
+    fn passed(
+        &self,
+        ticket: &Ticket,
+        key: Option<&str>,
+        result: Result<Pass, VisitorError>,
+    ) -> Result<PassAnswer, ApiError> {
+        // A forwarded key was checked by the node the visitor reached; this bounds what an
+        // entry can cost whoever sent it.
+        let key = key.filter(|k| crate::leaves::valid_key(k));
+        match (result, key) {
+            (Ok(pass), key) => {
+                let answer = self.pass_answer(&pass);
+                if let Some(key) = key {
+                    self.recent_leaves
+                        .remember(ticket.id, key, &answer, now_ms());
+                }
+                Ok(answer)
+            }
+            (Err(VisitorError::Engine(EngineError::AlreadyLeft)), Some(key))
+                if let Some(answer) = self.recent_leaves.replay(ticket.id, key, now_ms()) =>
+            {
+                Metrics::count(&self.metrics.leaves, "repeated");
+                Ok(answer)
+            }
+            (Err(e), _) => Err(e.into()),
+        }
     }
 
     /// Extends a valid pass.

@@ -17,11 +17,8 @@
 # FRONT_PORT (default 18480), CLUSTER_DIR (default: a temporary directory) as cluster.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-# Installs Debian packages, refreshing the package lists once if needed.
-apt_get_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
-        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 NODES=""
 NODES_LIST="3 8 16"
 USERS=5000
@@ -51,12 +48,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ -z "${NODE_BIN:-}" ]]; then
-    NODE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/waitingroom-node"
-    [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
-    export NODE_BIN
-fi
-command -v jq >/dev/null 2>&1 || apt_get_install jq
+NODE_BIN="$(node_bin)"
+export NODE_BIN
+command -v jq >/dev/null 2>&1 || apt_install jq
 
 BENCH_NODE_ARGS="${BENCH_NODE_ARGS:---eviction-interval-ms 100 --refresh-interval-ms 250 --admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --log-level warn}"
 read -r -a NODE_ARGS <<<"$BENCH_NODE_ARGS"

@@ -17,11 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-if ! command -v chromium >/dev/null 2>&1; then
-    echo "installing chromium..." >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-fi
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+command -v chromium >/dev/null 2>&1 || apt_install chromium
 
 cargo build -q -p waitingroom-http --bin waitingroom-node
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/waitingroom-node"

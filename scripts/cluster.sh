@@ -40,28 +40,8 @@ die() {
     exit 1
 }
 say() { echo "cluster.sh: $*" >&2; }
-
-node_bin() {
-    if [[ -n "${NODE_BIN:-}" ]]; then
-        echo "$NODE_BIN"
-        return
-    fi
-    local target="${CARGO_TARGET_DIR:-$ROOT/target}"
-    local bin="$target/release/waitingroom-node"
-    if [[ ! -x "$bin" ]]; then
-        say "building $bin (cargo build --release -p waitingroom-http)"
-        (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
-    fi
-    echo "$bin"
-}
-
-apt_install() {
-    say "installing $* from Debian's packages"
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; then
-        apt-get update >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2
-    fi
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 need_balancer() {
     case "$BALANCER" in

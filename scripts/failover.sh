@@ -16,11 +16,8 @@
 # Prints one line per run and exits non-zero if any visitor was lost.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-# Installs Debian packages, refreshing the package lists once if needed.
-apt_get_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
-        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 MODE=both
 USERS=3000
 CONCURRENCY=300
@@ -58,12 +55,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ -z "${NODE_BIN:-}" ]]; then
-    NODE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/waitingroom-node"
-    [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build --release -p waitingroom-http >&2)
-    export NODE_BIN
-fi
-command -v jq >/dev/null 2>&1 || apt_get_install jq
+NODE_BIN="$(node_bin)"
+export NODE_BIN
+command -v jq >/dev/null 2>&1 || apt_install jq
 
 # Every visitor queued (no straight-through, unlimited target, passes born expired), a
 # check-in a second, a round every 500 ms, SWIM probes every 300 ms.

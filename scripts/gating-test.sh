@@ -8,11 +8,8 @@
 #   origin FRONT_PORT+51, the nodes FRONT_PORT+1...
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-# Installs Debian packages, refreshing the package lists once if needed.
-apt_get_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2 ||
-        { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" >&2; }
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 export FRONT_PORT="${FRONT_PORT:-18280}"
 GATE_PORT=$((FRONT_PORT + 50))
 ORIGIN_PORT=$((FRONT_PORT + 51))
@@ -31,9 +28,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-command -v nginx >/dev/null 2>&1 || apt_get_install nginx
+command -v nginx >/dev/null 2>&1 || apt_install nginx
 for tool in curl jq; do
-    command -v "$tool" >/dev/null 2>&1 || apt_get_install "$tool"
+    command -v "$tool" >/dev/null 2>&1 || apt_install "$tool"
 done
 
 fails=0

@@ -51,6 +51,18 @@ struct Incoming {
     gap_since: Option<Time>,
 }
 
+impl Incoming {
+    /// Acknowledges what this link delivered; with `resync`, asks the sender to start over.
+    fn ack(&self, me: &Contact, resync: bool) -> Transmit {
+        let body = Body::ChannelAck {
+            epoch: self.epoch,
+            ack: self.delivered,
+            resync,
+        };
+        envelope(me, &self.peer, body)
+    }
+}
+
 /// All links of one node.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Channels {
@@ -253,12 +265,7 @@ impl Channels {
             };
             if link.ack_due {
                 link.ack_due = false;
-                let body = Body::ChannelAck {
-                    epoch: link.epoch,
-                    ack: link.delivered,
-                    resync: false,
-                };
-                out.push(envelope(me, &link.peer, body));
+                out.push(link.ack(me, false));
             }
         }
         out
@@ -273,12 +280,7 @@ impl Channels {
                 && since + patience <= now
             {
                 link.gap_since = Some(now);
-                let body = Body::ChannelAck {
-                    epoch: link.epoch,
-                    ack: link.delivered,
-                    resync: true,
-                };
-                out.push(envelope(me, &link.peer, body));
+                out.push(link.ack(me, true));
             }
         }
         out

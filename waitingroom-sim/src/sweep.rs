@@ -105,28 +105,27 @@ pub fn preset_rows(preset: Preset, base: &RunConfig) -> Vec<RunConfig> {
             }
             rows
         }
-        Preset::Chaos => vec![RunConfig {
-            users: 500,
-            target: Target::Limited(100),
-            loss: 0.05,
-            dup: 0.05,
-            reorder: 0.05,
-            partitions: 1,
-            partition_kind: PartitionKind::Random,
-            ..thesis_base(base)
-        }],
+        Preset::Chaos => vec![chaos(base)],
         Preset::Mixed => vec![RunConfig {
-            users: 500,
-            target: Target::Limited(100),
-            loss: 0.05,
-            dup: 0.05,
-            reorder: 0.05,
-            partitions: 1,
-            partition_kind: PartitionKind::Random,
             churn: 2,
             restarts: 1,
-            ..thesis_base(base)
+            ..chaos(base)
         }],
+    }
+}
+
+/// The chaos preset's one configuration: a lossy, duplicating, reordering network and a
+/// partition that heals.
+fn chaos(base: &RunConfig) -> RunConfig {
+    RunConfig {
+        users: 500,
+        target: Target::Limited(100),
+        loss: 0.05,
+        dup: 0.05,
+        reorder: 0.05,
+        partitions: 1,
+        partition_kind: PartitionKind::Random,
+        ..thesis_base(base)
     }
 }
 

@@ -37,21 +37,18 @@ pub fn tokens(data: &[u8]) {
     let (key, ring) = key();
     let token = token(mode, rest);
     let _ = ring.public().verify_compact(&token);
-    if let Ok(ticket) = ring.verify_ticket(&token, now) {
+    let (ticket, pass) = (
+        ring.verify_ticket(&token, now),
+        ring.verify_pass(&token, now),
+    );
+    assert!(ticket.is_err() || pass.is_err(), "a ticket is never a pass");
+    if let Ok(ticket) = ticket {
         let again = ring.verify_ticket(&sign_ticket(key, &ticket), now);
-        assert_eq!(again.as_ref(), Ok(&ticket), "ticket round trip");
-        assert!(
-            ring.verify_pass(&token, now).is_err(),
-            "a ticket is not a pass"
-        );
+        assert_eq!(again, Ok(ticket), "ticket round trip");
     }
-    if let Ok(pass) = ring.verify_pass(&token, now) {
+    if let Ok(pass) = pass {
         let again = ring.verify_pass(&sign_pass(key, &pass), now);
-        assert_eq!(again.as_ref(), Ok(&pass), "pass round trip");
-        assert!(
-            ring.verify_ticket(&token, now).is_err(),
-            "a pass is not a ticket"
-        );
+        assert_eq!(again, Ok(pass), "pass round trip");
     }
 }
 

@@ -68,9 +68,14 @@ fn with_prefix(mode: u8, rest: &[u8]) -> Vec<u8> {
 fn tokens() -> Vec<Vec<u8>> {
     let (key, _) = key();
     let mut out = Vec::new();
-    for token in [sign_ticket(key, &ticket()), sign_pass(key, &pass())] {
+    // Mode 3 re-makes the ticket's claims under HS256, mode 1 the pass's under EdDSA.
+    for (token, remake) in [
+        (sign_ticket(key, &ticket()), 3),
+        (sign_pass(key, &pass()), 1),
+    ] {
         out.push(with_prefix(0, token.as_bytes()));
-        // The same claims, to be re-signed: header and payload split by 0xff.
+        // The same claims, to be made again: header and payload split by 0xff; and under the
+        // other kind's algorithm, which must not verify as either kind.
         let mut parts = token.split('.');
         let mut part = || {
             URL_SAFE_NO_PAD
@@ -82,23 +87,28 @@ fn tokens() -> Vec<Vec<u8>> {
         let mut signed = header;
         signed.push(0xff);
         signed.extend_from_slice(&payload);
-        out.push(with_prefix(1, &signed));
+        out.push(with_prefix(remake, &signed));
+        out.push(with_prefix(remake ^ 2, &signed));
     }
     out.push(with_prefix(0, b"eyJhbGciOiJub25lIn0.e30."));
     out.push(with_prefix(
         1,
         b"{\"alg\":\"HS256\",\"typ\":\"wr-ticket\"}\xff{\"kind\":\"ticket\"}",
     ));
+    out.push(with_prefix(
+        3,
+        b"{\"alg\":\"EdDSA\",\"typ\":\"wr-pass+jwt\"}\xff{\"kind\":\"pass\"}",
+    ));
     out
 }
 
 fn cluster_keys() -> Vec<Vec<u8>> {
-    let (key, set) = key();
+    let (key, ring) = key();
     vec![
         "07".repeat(32).into_bytes(),
         b"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc".to_vec(),
         key.to_pkcs8_pem().into_bytes(),
-        set.jwks().to_string().into_bytes(),
+        ring.public().jwks().to_string().into_bytes(),
     ]
 }
 

@@ -1,17 +1,18 @@
 //! Embeds the single-node waiting room in a toy "ticket sale": a flash crowd arrives, the site
-//! holds 50 visitors at a time, each stays on the site for a few seconds. Visitors hold signed
-//! tokens, as they would in a browser, and the pass is checked offline with the public key, as
-//! the origin site would. Time is simulated, so the run takes a moment and is the same every
+//! holds 50 visitors at a time, each stays on the site for a few seconds. Visitors hold tokens,
+//! as they would in a browser: tickets the service authenticates with a MAC only it can check,
+//! and passes the origin site checks offline with the public key. Time is simulated, so the run takes a moment and is the same every
 //! time.
 //!
 //! Run with `cargo run --release -p waitingroom-core --example embed`.
 
 use waitingroom_core::{
-    CheckInStatus, ClusterKey, NodeId, Settings, Ticket, WaitingRoom, sign_pass, sign_ticket,
+    CheckInStatus, ClusterKey, KeyRing, NodeId, Settings, Ticket, WaitingRoom, sign_pass,
+    sign_ticket,
 };
 
 struct Visitor {
-    /// What the visitor's browser holds: a JWS compact token.
+    /// What the visitor's browser holds: a JWS compact token (HS256, only the service reads it).
     token: String,
     ticket: Ticket,
     admitted_at: Option<u64>,
@@ -30,6 +31,8 @@ fn main() {
     };
     let mut room = WaitingRoom::new(settings, NodeId(1), 2026).expect("valid settings");
     let key = ClusterKey::from_seed([7; 32]);
+    // What the service checks tickets with: the key and the secrets derived from it.
+    let service = KeyRing::new(key.clone());
     // What an origin site needs to check passes offline: the public JWKS.
     let origin = key.verifying_keys();
     println!(
@@ -58,8 +61,10 @@ fn main() {
         }
         for v in visitors.iter_mut() {
             if v.leaves_site_at.is_none() && v.ticket.next_refresh <= now {
-                // The service trusts only what its own key signed.
-                let ticket = origin.verify_ticket(&v.token, now).expect("our own ticket");
+                // The service trusts only tickets its own key authenticated.
+                let ticket = service
+                    .verify_ticket(&v.token, now)
+                    .expect("our own ticket");
                 let answer = room.check_in(now, &ticket).expect("ticket still valid");
                 v.token = sign_ticket(&key, &answer.ticket);
                 v.ticket = answer.ticket;

@@ -1,30 +1,36 @@
-//! The cluster's Ed25519 signing key and the public keys that check what it signed.
+//! The cluster's keys: the Ed25519 signing key, the symmetric secrets derived from it, and the
+//! public keys that check what it signed.
 //!
 //! Every node of a cluster holds the same [`ClusterKey`], so a ticket issued on one node is
-//! accepted on any other. Anyone holding only the public half, as a [`Jwk`] or a JWKS document,
-//! can verify passes offline with a stock JOSE library; inside this crate that is a
-//! [`VerifyingKeySet`], which may hold several keys so a cluster can rotate keys without
-//! invalidating tokens signed just before the switch.
+//! accepted on any other. From it each node derives, with HKDF-SHA256 (RFC 5869), the secret
+//! that authenticates tickets (HMAC-SHA256: only the cluster reads tickets) and the one that
+//! authenticates requests between nodes; neither is the pass-signing key, and none reveals
+//! another. Anyone holding only the public half, as a [`Jwk`] or a JWKS document, can verify
+//! passes offline with a stock JOSE library; inside this crate that is a [`VerifyingKeySet`].
+//!
+//! A [`KeyRing`] is what a node works with: the current key, which signs, and the previous keys
+//! still accepted, so a cluster can rotate keys without invalidating tickets, passes and peer
+//! requests made just before the switch.
 
 use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use ed25519_dalek::pkcs8::DecodePrivateKey as _;
-use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use hkdf::Hkdf;
+use hmac::{Hmac, KeyInit as _, Mac as _};
 use rand::CryptoRng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
-use crate::token::DEFAULT_LEEWAY_MS;
+use crate::token::{DEFAULT_LEEWAY_MS, TokenKind, encoded_header};
 
-/// Prefixed to every message signed with [`ClusterKey::sign_bytes`].
-///
-/// The same key signs JWS tokens, whose signing input is base64url text and dots and so never
-/// contains a NUL byte. With this prefix no peer-message signature can be replayed as a token
-/// signature, whatever bytes the peer message holds.
-const BYTES_CONTEXT: &[u8] = b"waitingroom peer message v1\0";
+/// HKDF `info` label of the secret that keys ticket MACs.
+const TICKET_MAC_INFO: &[u8] = b"waitingroom v1 ticket hmac-sha256";
+/// HKDF `info` label of the secret that keys peer request MACs.
+const PEER_MAC_INFO: &[u8] = b"waitingroom v1 peer request hmac-sha256";
 
 /// The fixed DER prefix of an RFC 8410 PKCS#8 v1 Ed25519 private key: SEQUENCE { version 0,
 /// AlgorithmIdentifier { 1.3.101.112 }, OCTET STRING { OCTET STRING (32 bytes) } }. The 32-byte
@@ -166,13 +172,64 @@ fn thumbprint_of(crv: &str, kty: &str, x: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
 }
 
-/// The cluster's Ed25519 signing key, with the key id its tokens carry.
+/// An HMAC-SHA256 key (RFC 2104) derived from the cluster key for one use.
+///
+/// It holds the keyed state rather than the key: the two padded key blocks are hashed once
+/// here, so each MAC hashes only its message.
+#[derive(Clone)]
+pub(crate) struct MacKey(Hmac<Sha256>);
+
+impl MacKey {
+    /// The key `info` names, expanded from the cluster key's HKDF pseudo-random key.
+    fn derive(hkdf: &Hkdf<Sha256>, info: &[u8]) -> Self {
+        let mut secret = [0u8; 32];
+        // HKDF-SHA256 refuses only outputs longer than 255 * 32 bytes.
+        hkdf.expand(info, &mut secret)
+            .expect("32 bytes is a valid HKDF-SHA256 output length");
+        // HMAC takes a key of any length; only fixed-size-key MACs can refuse one.
+        MacKey(Hmac::new_from_slice(&secret).expect("HMAC accepts any key length"))
+    }
+
+    /// The MAC of the concatenation of `parts`.
+    pub(crate) fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
+        self.with_parts(parts).finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the MAC of the concatenation of `parts`, compared in constant time so a
+    /// refusal does not tell how many leading bytes matched.
+    pub(crate) fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        self.with_parts(parts).verify_slice(tag).is_ok()
+    }
+
+    fn with_parts(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        let mut mac = self.0.clone();
+        for part in parts {
+            mac.update(part);
+        }
+        mac
+    }
+}
+
+/// The cluster's Ed25519 signing key, with the key id its tokens carry, and what is derived
+/// from it.
+///
+/// The symmetric secrets come from the private seed by HKDF-SHA256 (RFC 5869) with no salt (the
+/// seed is already 32 uniformly random bytes) and one `info` label per use, so they are
+/// unrelated to each other and to the signing key. The encoded token headers are kept too, so
+/// no token serialises a header.
 ///
 /// `Debug` shows the key id and public key only.
 #[derive(Clone)]
 pub struct ClusterKey {
     signing: SigningKey,
     kid: String,
+    /// Keys ticket MACs.
+    ticket_mac: MacKey,
+    /// Keys peer request MACs.
+    peer_mac: MacKey,
+    /// The base64url protected headers of tickets and of passes: they name `kid`.
+    ticket_header: String,
+    pass_header: String,
 }
 
 impl fmt::Debug for ClusterKey {
@@ -202,19 +259,16 @@ impl ClusterKey {
     fn from_signing_key(signing: SigningKey) -> Self {
         let x = URL_SAFE_NO_PAD.encode(signing.verifying_key().as_bytes());
         let kid = thumbprint_of("Ed25519", "OKP", &x);
-        ClusterKey { signing, kid }
-    }
-
-    /// A 32-byte secret for symmetric uses among the holders of this key, e.g. MACs on requests
-    /// between the nodes of a cluster: SHA-256 over a domain tag, `label` and the private seed.
-    /// Different labels give unrelated secrets; none reveals the key or lets anyone sign.
-    pub fn derive_secret(&self, label: &str) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(b"waitingroom derived secret v1\0");
-        h.update((label.len() as u64).to_be_bytes());
-        h.update(label.as_bytes());
-        h.update(self.signing.as_bytes());
-        h.finalize().into()
+        // The one place symmetric secrets are derived from the cluster key.
+        let hkdf = Hkdf::<Sha256>::new(None, signing.as_bytes());
+        ClusterKey {
+            ticket_mac: MacKey::derive(&hkdf, TICKET_MAC_INFO),
+            peer_mac: MacKey::derive(&hkdf, PEER_MAC_INFO),
+            ticket_header: encoded_header(TokenKind::Ticket, &kid),
+            pass_header: encoded_header(TokenKind::Pass, &kid),
+            signing,
+            kid,
+        }
     }
 
     /// Reads an unencrypted PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----`), as written by
@@ -265,6 +319,8 @@ impl ClusterKey {
 
     /// The same key, announced under `kid` instead of its thumbprint.
     pub fn with_kid(mut self, kid: String) -> Self {
+        self.ticket_header = encoded_header(TokenKind::Ticket, &kid);
+        self.pass_header = encoded_header(TokenKind::Pass, &kid);
         self.kid = kid;
         self
     }
@@ -287,26 +343,23 @@ impl ClusterKey {
         }
     }
 
-    /// Signs an arbitrary message (a peer-to-peer message, say); check it with
-    /// [`VerifyingKeySet::verify_bytes`].
-    ///
-    /// The signature is over a fixed context prefix and `message`, so it is never a valid
-    /// token signature, and a token signature is never valid here.
-    pub fn sign_bytes(&self, message: &[u8]) -> [u8; 64] {
-        self.signing.sign(&with_context(message)).to_bytes()
-    }
-
-    /// Signs a JWS signing input as is: only the token module may sign without the context.
+    /// Signs a JWS signing input as is: only the token module signs with this key.
     pub(crate) fn sign_jws_input(&self, input: &[u8]) -> [u8; 64] {
         self.signing.sign(input).to_bytes()
     }
-}
 
-fn with_context(message: &[u8]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(BYTES_CONTEXT.len() + message.len());
-    buf.extend_from_slice(BYTES_CONTEXT);
-    buf.extend_from_slice(message);
-    buf
+    /// The key of ticket MACs.
+    pub(crate) fn ticket_mac(&self) -> &MacKey {
+        &self.ticket_mac
+    }
+
+    /// The encoded protected header of `kind` tokens under this key.
+    pub(crate) fn header(&self, kind: TokenKind) -> &str {
+        match kind {
+            TokenKind::Ticket => &self.ticket_header,
+            TokenKind::Pass => &self.pass_header,
+        }
+    }
 }
 
 fn seed_from_vec(bytes: Vec<u8>) -> Result<ClusterKey, KeyError> {
@@ -435,22 +488,111 @@ impl VerifyingKeySet {
         self.leeway_ms
     }
 
-    /// Checks a signature made by [`ClusterKey::sign_bytes`] with the key filed under `kid`.
-    pub fn verify_bytes(
-        &self,
-        kid: &str,
-        message: &[u8],
-        signature: &[u8; 64],
-    ) -> Result<(), KeyError> {
-        let key = self
-            .get(kid)
-            .ok_or_else(|| KeyError::UnknownKid(kid.to_owned()))?;
-        key.verify_strict(&with_context(message), &Signature::from_bytes(signature))
-            .map_err(|_| KeyError::BadSignature)
-    }
-
     pub(crate) fn get(&self, kid: &str) -> Option<&VerifyingKey> {
         self.keys.iter().find(|(k, _)| k == kid).map(|(_, key)| key)
+    }
+}
+
+/// What a node signs and checks with: the current cluster key, and the previous keys still
+/// accepted while a key rotation overlaps.
+///
+/// Tickets, passes and peer requests are made with the current key only. Passes are checked
+/// against every key's public half (the JWKS lists them all, current first), tickets and peer
+/// requests against the secrets derived from every key, chosen by `kid`.
+///
+/// A rotation, node by node, so that every node always accepts what any other makes:
+/// 1. every node gets the new key as a previous key (it accepts it, and its JWKS publishes it,
+///    before anything is signed with it);
+/// 2. every node gets the new key as current and the old one as previous;
+/// 3. once the last pass and ticket the old key made have expired, the old key is dropped.
+#[derive(Clone)]
+pub struct KeyRing {
+    current: ClusterKey,
+    previous: Vec<ClusterKey>,
+    /// Every key's public half, current first: checks passes and is the published JWKS.
+    public: VerifyingKeySet,
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRing")
+            .field("kids", &self.public.kids().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyRing {
+    /// A ring of one key, with the default leeway.
+    pub fn new(current: ClusterKey) -> Self {
+        KeyRing {
+            public: current.verifying_keys(),
+            current,
+            previous: Vec::new(),
+        }
+    }
+
+    /// The ring that signs with `current` and also accepts what `previous` made.
+    ///
+    /// A key given twice is kept once; a different key under a key id already in the ring is
+    /// refused ([`KeyError::DuplicateKid`]), since a token could then verify under either.
+    pub fn with_previous(
+        current: ClusterKey,
+        previous: impl IntoIterator<Item = ClusterKey>,
+    ) -> Result<Self, KeyError> {
+        let mut ring = Self::new(current);
+        for key in previous {
+            let before = ring.public.len();
+            ring.public.add(&key.public_jwk())?;
+            if ring.public.len() > before {
+                ring.previous.push(key);
+            }
+        }
+        Ok(ring)
+    }
+
+    /// The key that signs.
+    pub fn current(&self) -> &ClusterKey {
+        &self.current
+    }
+
+    /// Every key's public half, current first: what origins check passes with.
+    pub fn public(&self) -> &VerifyingKeySet {
+        &self.public
+    }
+
+    /// The same ring with a different not-yet-valid tolerance for tokens, in milliseconds (see
+    /// [`VerifyingKeySet::with_leeway_ms`]).
+    pub fn with_leeway_ms(mut self, leeway_ms: u64) -> Self {
+        self.public.leeway_ms = leeway_ms;
+        self
+    }
+
+    /// The MAC of a peer request whose signed parts are `parts`, concatenated, made with the
+    /// current key's peer secret; the request names [`ClusterKey::kid`] of [`KeyRing::current`].
+    pub fn peer_mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        self.current.peer_mac.tag(parts)
+    }
+
+    /// Checks a peer request MAC made by [`KeyRing::peer_mac`] at a node whose current key has
+    /// id `kid`, in constant time.
+    pub fn verify_peer_mac(&self, kid: &str, parts: &[&[u8]], tag: &[u8]) -> Result<(), KeyError> {
+        let key = self
+            .find(kid)
+            .ok_or_else(|| KeyError::UnknownKid(kid.to_owned()))?;
+        if key.peer_mac.verify(parts, tag) {
+            Ok(())
+        } else {
+            Err(KeyError::BadSignature)
+        }
+    }
+
+    /// The current key, then the previous ones.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &ClusterKey> {
+        std::iter::once(&self.current).chain(&self.previous)
+    }
+
+    pub(crate) fn find(&self, kid: &str) -> Option<&ClusterKey> {
+        self.keys().find(|key| key.kid == kid)
     }
 }
 
@@ -475,14 +617,39 @@ mod tests {
 
     use super::*;
 
+    const PEER_REQUEST: [&[u8]; 2] = [b"POST\n/peer/messages\n5000\n", b"[]"];
+
+    #[test]
+    fn peer_mac_matches_an_independent_hkdf_and_hmac() {
+        // Computed with Python's hmac and hashlib: RFC 5869 HKDF-SHA256 with no salt of the
+        // seed and "waitingroom v1 peer request hmac-sha256", then RFC 2104 HMAC-SHA256.
+        let ring = KeyRing::new(ClusterKey::from_seed([1; 32]));
+        let hex: String = ring
+            .peer_mac(&PEER_REQUEST)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "f168f4962d295d3a52c52ca761f886792f1221c14f5b124ae364fa3fb814cb5e"
+        );
+    }
+
     #[test]
     fn derived_secrets_depend_on_key_and_label() {
         let a = ClusterKey::from_seed([1; 32]);
         let b = ClusterKey::from_seed([2; 32]);
-        assert_eq!(a.derive_secret("x"), a.clone().derive_secret("x"));
-        assert_ne!(a.derive_secret("x"), a.derive_secret("y"));
-        assert_ne!(a.derive_secret("x"), b.derive_secret("x"));
-        assert_ne!(a.derive_secret("x"), [1; 32]);
+        let message: [&[u8]; 1] = [b"x"];
+        let peer = |key: &ClusterKey| KeyRing::new(key.clone()).peer_mac(&message);
+        assert_eq!(peer(&a), peer(&a.clone().with_kid("other".to_owned())));
+        assert_ne!(peer(&a), peer(&b));
+        // Same key, same message, different labels: the ticket and peer secrets differ.
+        assert_ne!(peer(&a), a.ticket_mac().tag(&message));
+        // Where the message goes in pieces does not matter, only the bytes.
+        assert_eq!(
+            a.peer_mac.tag(&[b"ab", b"c"]),
+            a.peer_mac.tag(&[b"a", b"bc"])
+        );
     }
 
     // RFC 8037 appendix A.1 / A.2.
@@ -652,18 +819,10 @@ mod tests {
         assert_eq!(back.jwks(), set.jwks());
         assert_eq!(back.kids().collect::<Vec<_>>(), [old.kid(), "new"]);
 
-        let msg = b"peer hello";
-        back.verify_bytes(old.kid(), msg, &old.sign_bytes(msg))
-            .unwrap();
-        back.verify_bytes("new", msg, &new.sign_bytes(msg)).unwrap();
-
         let mut retired = back.clone();
         assert!(retired.remove(old.kid()));
         assert!(!retired.remove(old.kid()));
-        assert_eq!(
-            retired.verify_bytes(old.kid(), msg, &old.sign_bytes(msg)),
-            Err(KeyError::UnknownKid(old.kid().to_owned()))
-        );
+        assert_eq!(retired.kids().collect::<Vec<_>>(), ["new"]);
     }
 
     #[test]
@@ -734,22 +893,62 @@ mod tests {
     }
 
     #[test]
-    fn byte_signatures_fail_on_any_change() {
+    fn peer_macs_fail_on_any_change() {
         let key = ClusterKey::from_seed([5; 32]);
-        let set = key.verifying_keys();
-        let sig = key.sign_bytes(b"message");
-        assert_eq!(set.verify_bytes(key.kid(), b"message", &sig), Ok(()));
+        let ring = KeyRing::new(key.clone());
+        let tag = ring.peer_mac(&PEER_REQUEST);
+        assert_eq!(ring.verify_peer_mac(key.kid(), &PEER_REQUEST, &tag), Ok(()));
         assert_eq!(
-            set.verify_bytes(key.kid(), b"messagf", &sig),
+            ring.verify_peer_mac(key.kid(), &[PEER_REQUEST[0], b"[1]"], &tag),
             Err(KeyError::BadSignature)
         );
-        let mut bent = sig;
+        let mut bent = tag;
         bent[10] ^= 1;
         assert_eq!(
-            set.verify_bytes(key.kid(), b"message", &bent),
+            ring.verify_peer_mac(key.kid(), &PEER_REQUEST, &bent),
             Err(KeyError::BadSignature)
         );
-        // The context prefix keeps byte signatures and JWS signatures apart.
-        assert_ne!(sig, key.sign_jws_input(b"message"));
+        assert_eq!(
+            ring.verify_peer_mac(key.kid(), &PEER_REQUEST, &tag[..31]),
+            Err(KeyError::BadSignature)
+        );
+        assert_eq!(
+            ring.verify_peer_mac("nobody", &PEER_REQUEST, &tag),
+            Err(KeyError::UnknownKid("nobody".to_owned()))
+        );
+        // The peer secret is not the ticket secret.
+        assert_ne!(tag, key.ticket_mac().tag(&PEER_REQUEST));
+    }
+
+    #[test]
+    fn rotation_accepts_peer_macs_of_the_previous_key_only_where_it_is_held() {
+        let old = ClusterKey::from_seed([1; 32]);
+        let new = ClusterKey::from_seed([2; 32]).with_kid("new".to_owned());
+        let both = KeyRing::with_previous(new.clone(), [old.clone(), new.clone()]).unwrap();
+        let only_new = KeyRing::new(new.clone());
+        let from_old = KeyRing::new(old.clone()).peer_mac(&PEER_REQUEST);
+        assert_eq!(
+            both.verify_peer_mac(old.kid(), &PEER_REQUEST, &from_old),
+            Ok(())
+        );
+        assert_eq!(
+            only_new.verify_peer_mac(old.kid(), &PEER_REQUEST, &from_old),
+            Err(KeyError::UnknownKid(old.kid().to_owned()))
+        );
+        // It signs with the current key; the repeated key was kept once.
+        let from_both = both.peer_mac(&PEER_REQUEST);
+        assert_eq!(
+            only_new.verify_peer_mac("new", &PEER_REQUEST, &from_both),
+            Ok(())
+        );
+        assert_eq!(both.public().kids().collect::<Vec<_>>(), ["new", old.kid()]);
+        let jwks = both.public().jwks();
+        assert_eq!(jwks["keys"][0]["kid"], "new");
+        assert_eq!(jwks["keys"][1]["x"], old.public_jwk().x.as_str());
+        let impostor = ClusterKey::from_seed([3; 32]).with_kid("new".to_owned());
+        assert_eq!(
+            KeyRing::with_previous(new, [impostor]).map(|_| ()),
+            Err(KeyError::DuplicateKid("new".to_owned()))
+        );
     }
 }

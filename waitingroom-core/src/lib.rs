@@ -5,7 +5,9 @@
 //! - [`Ticket`], [`Pass`] and the [`QueueKey`] that orders visitors (join time, ticket id, node id);
 //! - [`LocalQueue`], a priority queue with O(log n) insert, pop-min, remove-by-id and rank;
 //! - [`WaitingRoom`], a single-node engine another Rust service can embed;
-//! - [`token`], Ed25519-signed JWS compact tokens (RFC 7515 / RFC 8037) for tickets and passes;
+//! - [`token`], JWS compact tokens (RFC 7515): passes signed with Ed25519 (RFC 8037) for origins
+//!   to check offline, tickets authenticated with HMAC-SHA256 for the cluster alone;
+//! - [`keys`], the cluster key, the secrets derived from it and the [`KeyRing`] that rotates it;
 //! - [`kendall_tau`], the fairness metric, in O(n log n).
 //!
 //! Nothing here reads a clock or an unseeded random source: every operation takes `now`
@@ -26,7 +28,7 @@ pub mod types;
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};
 pub use kendall::{Ties, count_inversions, kendall_tau, kendall_tau_permutation};
-pub use keys::{ClusterKey, Jwk, KeyError, VerifyingKeySet};
+pub use keys::{ClusterKey, Jwk, KeyError, KeyRing, VerifyingKeySet};
 pub use queue::LocalQueue;
 pub use settings::Settings;
 pub use token::{TokenError, TokenKind, sign_pass, sign_ticket};

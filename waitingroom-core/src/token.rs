@@ -1,17 +1,21 @@
 //! Tickets and passes as signed tokens.
 //!
-//! A token is a JWS in compact serialization (RFC 7515) signed with EdDSA over Ed25519
-//! (RFC 8037), so any stock JOSE or JWT library can check a pass offline with the cluster's
-//! public key. The protected header is
+//! Both are JWS in compact serialization (RFC 7515): `header.payload.signature`, each part
+//! base64url without padding, the payload the claims as JSON.
 //!
-//! ```json
-//! {"alg":"EdDSA","kid":"<key id>","typ":"wr-pass+jwt"}
-//! ```
+//! - A **pass** is signed with EdDSA over Ed25519 (RFC 8037), so an origin checks it offline
+//!   with the cluster's public keys (its JWKS) and any stock JOSE or JWT library. Header:
+//!   `{"alg":"EdDSA","kid":"<key id>","typ":"wr-pass+jwt"}`.
+//! - A **ticket** is read only by the nodes of the cluster, so it is authenticated with
+//!   HMAC-SHA256 (`alg` `HS256`, RFC 7518 §3.2) under a secret every node derives from the
+//!   cluster key (see [`crate::keys`]): a microsecond where an Ed25519 signature costs tens.
+//!   Header: `{"alg":"HS256","kid":"<key id>","typ":"wr-ticket+jwt"}`, where `kid` names the
+//!   cluster key the secret is derived from.
 //!
-//! with `typ` `wr-ticket+jwt` for tickets. The payload holds every field of the [`Ticket`] or
-//! [`Pass`] (times in milliseconds), a `kind` claim (`"ticket"` or `"pass"`), and the registered
-//! JWT claims `jti` (the ticket id), and `iat`, `nbf`, `exp` in seconds (`issued_at` and
-//! `expires_at` rounded down), so generic libraries enforce expiry too:
+//! Each key's two headers are encoded once, when the key is made. The payload holds every field
+//! of the [`Ticket`] or [`Pass`] (times in milliseconds), a `kind` claim (`"ticket"` or
+//! `"pass"`), and the registered JWT claims `jti` (the ticket id), and `iat`, `nbf`, `exp` in
+//! seconds (`issued_at` and `expires_at` rounded down), so generic libraries enforce expiry too:
 //!
 //! ```json
 //! {"kind":"pass","jti":"0123456789abcdef","iat":1700000100,"nbf":1700000100,
@@ -20,17 +24,22 @@
 //!  "eviction_time":1700000100000}
 //! ```
 //!
-//! Verification takes the header's `alg` and `kid` on trust only to pick the key, checks the
-//! signature, and only then reads the claims. A ticket is never accepted where a pass is
-//! expected or the other way round: both the header `typ` and the `kind` claim must match.
+//! Verification pins the algorithm to the kind of token asked for (RFC 8725 §3.1): a pass is
+//! accepted only as EdDSA under a public key, a ticket only as HS256 under a derived ticket
+//! secret. So neither `alg` `none`, nor an HMAC keyed with the public key (the classic key
+//! confusion), nor a token of the other kind gets through. The header's `kid` is taken on trust
+//! only to pick the key; the claims are read only once the signature or MAC checks out, and both
+//! the header `typ` and the `kind` claim must match the kind asked for.
 
-use base64::Engine as _;
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::{DecodeSliceError, Engine as _};
 use ed25519_dalek::{Signature, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::keys::{ClusterKey, VerifyingKeySet};
+use crate::keys::{ClusterKey, KeyRing, VerifyingKeySet};
 use crate::types::{NodeId, Pass, Ticket, TicketId, Time};
 
 /// Tokens longer than this many bytes are refused before any decoding. Real tokens are about
@@ -41,8 +50,17 @@ pub const MAX_TOKEN_LEN: usize = 4096;
 /// not yet valid: room for clock skew between nodes.
 pub const DEFAULT_LEEWAY_MS: u64 = 5_000;
 
-/// The only JWS `alg` accepted.
-const ALG: &str = "EdDSA";
+/// Bytes of an Ed25519 signature.
+const SIGNATURE_LEN: usize = 64;
+/// Bytes of an HMAC-SHA256 tag.
+const MAC_LEN: usize = 32;
+/// Room for a decoded signature part: base64 decoding wants a buffer of its estimate, 3 bytes
+/// per 4 characters rounded up, which is 66 for the 86 characters of an Ed25519 signature.
+const SIGNATURE_BUF: usize = 66;
+/// Room for the decoded payload of the longest token allowed, so it is decoded on the stack.
+const PAYLOAD_BUF: usize = MAX_TOKEN_LEN / 4 * 3;
+/// Serialised claims are about 300 bytes: written into a buffer this big, they never regrow it.
+const CLAIMS_CAPACITY: usize = 512;
 
 /// The two kinds of token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +87,21 @@ impl TokenKind {
             TokenKind::Pass => "pass",
         }
     }
+
+    /// The only JWS `alg` accepted for this kind: `HS256` for tickets, `EdDSA` for passes.
+    pub fn alg(self) -> &'static str {
+        match self {
+            TokenKind::Ticket => "HS256",
+            TokenKind::Pass => "EdDSA",
+        }
+    }
+
+    fn other(self) -> TokenKind {
+        match self {
+            TokenKind::Ticket => TokenKind::Pass,
+            TokenKind::Pass => TokenKind::Ticket,
+        }
+    }
 }
 
 impl std::fmt::Display for TokenKind {
@@ -89,19 +122,22 @@ pub enum TokenError {
         max: usize,
     },
     /// Not a JWS compact token: not three parts, bad base64url, bad header JSON, or a signature
-    /// that is not 64 bytes.
+    /// that is not 64 bytes (a pass) or a MAC that is not 32 bytes (a ticket).
     #[error("malformed token: {0}")]
     Malformed(String),
-    /// The header's `alg` is not `EdDSA` (`none` and `HS256` included).
-    #[error("unsupported token algorithm `{0}`, only EdDSA is accepted")]
+    /// The header's `alg` is not the one of the kind asked for (`EdDSA` for a pass, `HS256`
+    /// for a ticket); `none` included.
+    #[error("unsupported token algorithm `{0}` for this kind of token")]
     UnsupportedAlgorithm(String),
     /// The header has no `kid`, or names a key not in the set.
     #[error("token is signed with an unknown key")]
     UnknownKey,
-    /// The signature does not match the header, payload and key.
+    /// The signature or MAC does not match the header, payload and key.
     #[error("token signature does not verify")]
     BadSignature,
-    /// An authentic token of the other kind, or of no kind this crate issues.
+    /// A token of the other kind, or of no kind this crate issues: told by the header's `alg`
+    /// and `typ` together (before any check: an origin holds no key to check a ticket's MAC),
+    /// or by an authentic token's `typ` or `kind` claim.
     #[error(
         "expected a {expected} token, found {}",
         .found.as_deref().unwrap_or("a token with no type")
@@ -141,12 +177,22 @@ pub struct JoseHeader {
     pub typ: Option<String>,
 }
 
-/// The header this crate writes; borrowed so signing copies nothing.
+/// The header this crate writes; borrowed so encoding it copies nothing.
 #[derive(Serialize)]
 struct HeaderOut<'a> {
     alg: &'static str,
     kid: &'a str,
     typ: &'static str,
+}
+
+/// The base64url protected header of `kind` tokens made with the key `kid`: computed once per
+/// key ([`ClusterKey`] keeps both), never per token.
+pub(crate) fn encoded_header(kind: TokenKind, kid: &str) -> String {
+    URL_SAFE_NO_PAD.encode(to_json(&HeaderOut {
+        alg: kind.alg(),
+        kid,
+        typ: kind.typ(),
+    }))
 }
 
 /// JWT NumericDate: whole seconds, rounded down so generic libraries never accept a token past
@@ -155,10 +201,20 @@ fn seconds(ms: Time) -> u64 {
     ms / 1000
 }
 
+/// What the claims of both kinds share, for [`read_claims`].
+trait Claims<'a>: Deserialize<'a> {
+    /// The kind of token these claims belong in.
+    const KIND: TokenKind;
+    /// The `kind` claim as read.
+    fn kind(&self) -> &str;
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TicketClaims {
-    kind: String,
+struct TicketClaims<'a> {
+    // Borrowed from the payload when read, from a constant when written: no allocation.
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
     jti: TicketId,
     iat: u64,
     nbf: u64,
@@ -177,10 +233,17 @@ struct TicketClaims {
     eviction_time: Option<Time>,
 }
 
-impl TicketClaims {
+impl<'a> Claims<'a> for TicketClaims<'a> {
+    const KIND: TokenKind = TokenKind::Ticket;
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+impl TicketClaims<'_> {
     fn new(t: &Ticket) -> Self {
         TicketClaims {
-            kind: TokenKind::Ticket.claim().to_owned(),
+            kind: Cow::Borrowed(TokenKind::Ticket.claim()),
             jti: t.id,
             iat: seconds(t.issued_at),
             nbf: seconds(t.issued_at),
@@ -219,8 +282,9 @@ impl TicketClaims {
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PassClaims {
-    kind: String,
+struct PassClaims<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
     jti: TicketId,
     iat: u64,
     nbf: u64,
@@ -234,10 +298,17 @@ struct PassClaims {
     eviction_time: Time,
 }
 
-impl PassClaims {
+impl<'a> Claims<'a> for PassClaims<'a> {
+    const KIND: TokenKind = TokenKind::Pass;
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+impl PassClaims<'_> {
     fn new(p: &Pass) -> Self {
         PassClaims {
-            kind: TokenKind::Pass.claim().to_owned(),
+            kind: Cow::Borrowed(TokenKind::Pass.claim()),
             jti: p.id,
             iat: seconds(p.issued_at),
             nbf: seconds(p.issued_at),
@@ -297,8 +368,8 @@ fn check_registered(
     Ok(())
 }
 
-/// Only the `kind` claim, read before the full claims so a token of the other kind is reported
-/// as such rather than as having unknown fields.
+/// Only the `kind` claim: read when claims fail to parse, so a token of the other kind is
+/// reported as such rather than as having unknown fields.
 #[derive(Deserialize)]
 struct KindPeek {
     #[serde(default)]
@@ -306,63 +377,84 @@ struct KindPeek {
 }
 
 fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut json = Vec::with_capacity(CLAIMS_CAPACITY);
     // serde_json fails only on maps with non-string keys or on a Serialize impl that reports an
     // error; headers and claims are structs of strings, integers and ids, so this cannot fail.
-    serde_json::to_vec(value).expect("token header and claims always serialise")
+    serde_json::to_writer(&mut json, value).expect("token header and claims always serialise");
+    json
 }
 
-/// Signs `payload` under the protected header `header_json`, as given, into a JWS compact token.
-///
-/// Low level: nothing checks that the header says `EdDSA` or names this key. Use
-/// [`sign_ticket`] and [`sign_pass`] for tokens.
-pub fn sign_compact(key: &ClusterKey, header_json: &str, payload: &[u8]) -> String {
-    sign_parts(key, header_json.as_bytes(), payload)
-}
-
-fn sign_parts(key: &ClusterKey, header: &[u8], payload: &[u8]) -> String {
-    // 4/3 for base64, two dots, 86 characters of signature.
-    let mut token = String::with_capacity((header.len() + payload.len()) * 4 / 3 + 96);
-    URL_SAFE_NO_PAD.encode_string(header, &mut token);
+/// The JWS signing input, `header.payload`, with room left for the signature's `signature_chars`
+/// characters: the one string the token is built in.
+fn signing_input(header: &str, payload: &[u8], signature_chars: usize) -> String {
+    let payload_chars = payload.len().div_ceil(3) * 4;
+    let mut token = String::with_capacity(header.len() + payload_chars + 2 + signature_chars);
+    token.push_str(header);
     token.push('.');
     URL_SAFE_NO_PAD.encode_string(payload, &mut token);
-    let signature = key.sign_jws_input(token.as_bytes());
+    token
+}
+
+fn push_signature(mut token: String, signature: &[u8]) -> String {
     token.push('.');
     URL_SAFE_NO_PAD.encode_string(signature, &mut token);
     token
 }
 
-fn sign_kind<T: Serialize>(key: &ClusterKey, kind: TokenKind, claims: &T) -> String {
-    let header = to_json(&HeaderOut {
-        alg: ALG,
-        kid: key.kid(),
-        typ: kind.typ(),
-    });
-    sign_parts(key, &header, &to_json(claims))
+/// Characters of a base64url signature of `len` bytes, unpadded.
+const fn signature_chars(len: usize) -> usize {
+    (len * 4).div_ceil(3)
 }
 
-/// The ticket as a signed token.
+/// The ticket as a token: HS256 under the key's derived ticket secret.
 pub fn sign_ticket(key: &ClusterKey, t: &Ticket) -> String {
-    sign_kind(key, TokenKind::Ticket, &TicketClaims::new(t))
+    let claims = to_json(&TicketClaims::new(t));
+    let header = key.header(TokenKind::Ticket);
+    let token = signing_input(header, &claims, signature_chars(MAC_LEN));
+    let mac = key.ticket_mac().tag(&[token.as_bytes()]);
+    push_signature(token, &mac)
 }
 
-/// The pass as a signed token.
+/// The pass as a token: EdDSA with the key.
 pub fn sign_pass(key: &ClusterKey, p: &Pass) -> String {
-    sign_kind(key, TokenKind::Pass, &PassClaims::new(p))
+    let claims = to_json(&PassClaims::new(p));
+    let header = key.header(TokenKind::Pass);
+    let token = signing_input(header, &claims, signature_chars(SIGNATURE_LEN));
+    let signature = key.sign_jws_input(token.as_bytes());
+    push_signature(token, &signature)
 }
 
-/// A token cut into its three parts, with the header decoded.
+/// Signs `payload` with EdDSA under the protected header `header_json`, as given, into a JWS
+/// compact token.
+///
+/// Low level: nothing checks that the header says `EdDSA` or names this key. Use
+/// [`sign_ticket`] and [`sign_pass`] for tokens.
+pub fn sign_compact(key: &ClusterKey, header_json: &str, payload: &[u8]) -> String {
+    let header = URL_SAFE_NO_PAD.encode(header_json);
+    let token = signing_input(&header, payload, signature_chars(SIGNATURE_LEN));
+    let signature = key.sign_jws_input(token.as_bytes());
+    push_signature(token, &signature)
+}
+
+/// Authenticates `payload` with HMAC-SHA256 under the key's derived ticket secret and the
+/// protected header `header_json`, as given, into a JWS compact token.
+///
+/// Low level, like [`sign_compact`]: for tests and fuzzing of what a node does with a token
+/// only the cluster could have made. Use [`sign_ticket`] for tickets.
+pub fn mac_compact(key: &ClusterKey, header_json: &str, payload: &[u8]) -> String {
+    let header = URL_SAFE_NO_PAD.encode(header_json);
+    let token = signing_input(&header, payload, signature_chars(MAC_LEN));
+    let mac = key.ticket_mac().tag(&[token.as_bytes()]);
+    push_signature(token, &mac)
+}
+
+/// A token cut into its three parts, nothing decoded yet.
 struct Parts<'a> {
-    header: JoseHeader,
+    header: &'a str,
     /// The JWS signing input: the encoded header, a dot, the encoded payload.
     signing_input: &'a str,
     payload: &'a str,
     signature: &'a str,
-}
-
-fn decode_part(what: &str, part: &str) -> Result<Vec<u8>, TokenError> {
-    URL_SAFE_NO_PAD
-        .decode(part)
-        .map_err(|e| TokenError::Malformed(format!("{what} is not base64url: {e}")))
 }
 
 fn split(token: &str) -> Result<Parts<'_>, TokenError> {
@@ -380,11 +472,8 @@ fn split(token: &str) -> Result<Parts<'_>, TokenError> {
             "expected three dot-separated parts".to_owned(),
         ));
     };
-    let header_json = decode_part("header", header)?;
-    let header_value: JoseHeader = serde_json::from_slice(&header_json)
-        .map_err(|e| TokenError::Malformed(format!("header: {e}")))?;
     Ok(Parts {
-        header: header_value,
+        header,
         // Both parts are prefixes of `token`, so this slice is on character boundaries.
         signing_input: &token[..header.len() + 1 + payload.len()],
         payload,
@@ -392,10 +481,117 @@ fn split(token: &str) -> Result<Parts<'_>, TokenError> {
     })
 }
 
+impl Parts<'_> {
+    fn decode_header(&self) -> Result<JoseHeader, TokenError> {
+        let mut buf = [0u8; PAYLOAD_BUF];
+        let json = decode_into("header", self.header, &mut buf)?;
+        serde_json::from_slice(json).map_err(|e| TokenError::Malformed(format!("header: {e}")))
+    }
+
+    /// The payload, decoded into `buf`.
+    fn decode_payload<'b>(&self, buf: &'b mut [u8; PAYLOAD_BUF]) -> Result<&'b [u8], TokenError> {
+        decode_into("payload", self.payload, buf)
+    }
+
+    /// The signature (or MAC) part, which must decode to exactly `N` bytes.
+    fn signature<const N: usize>(&self) -> Result<[u8; N], TokenError> {
+        let mut buf = [0u8; SIGNATURE_BUF];
+        let wrong_length = || TokenError::Malformed(format!("signature is not {N} bytes"));
+        match URL_SAFE_NO_PAD.decode_slice(self.signature, &mut buf) {
+            Ok(len) => buf[..len].try_into().map_err(|_| wrong_length()),
+            Err(DecodeSliceError::OutputSliceTooSmall) => Err(wrong_length()),
+            Err(DecodeSliceError::DecodeError(e)) => Err(TokenError::Malformed(format!(
+                "signature is not base64url: {e}"
+            ))),
+        }
+    }
+}
+
+/// Decodes a base64url part into `buf`: no allocation.
+fn decode_into<'b>(what: &str, part: &str, buf: &'b mut [u8]) -> Result<&'b [u8], TokenError> {
+    match URL_SAFE_NO_PAD.decode_slice(part, buf) {
+        Ok(len) => Ok(&buf[..len]),
+        // Unreachable within MAX_TOKEN_LEN, which the buffers are sized for.
+        Err(DecodeSliceError::OutputSliceTooSmall) => {
+            Err(TokenError::Malformed(format!("{what} is too long")))
+        }
+        Err(DecodeSliceError::DecodeError(e)) => Err(TokenError::Malformed(format!(
+            "{what} is not base64url: {e}"
+        ))),
+    }
+}
+
+/// The algorithm is the one of the kind asked for, never the one the token names. A token that
+/// says it is of the other kind, by algorithm and type, is reported as such.
+fn pin_algorithm(header: &JoseHeader, kind: TokenKind) -> Result<(), TokenError> {
+    if header.alg == kind.alg() {
+        return Ok(());
+    }
+    let other = kind.other();
+    if header.alg == other.alg() && header.typ.as_deref() == Some(other.typ()) {
+        return Err(TokenError::WrongKind {
+            expected: kind,
+            found: header.typ.clone(),
+        });
+    }
+    Err(TokenError::UnsupportedAlgorithm(header.alg.clone()))
+}
+
+/// An authentic token's `typ` must be the kind asked for.
+fn check_typ(header: JoseHeader, kind: TokenKind) -> Result<(), TokenError> {
+    if header.typ.as_deref() == Some(kind.typ()) {
+        Ok(())
+    } else {
+        Err(TokenError::WrongKind {
+            expected: kind,
+            found: header.typ,
+        })
+    }
+}
+
+/// Reads an authentic payload as claims of kind `C::KIND`, in one parse when they are.
+fn read_claims<'a, C: Claims<'a>>(payload: &'a [u8]) -> Result<C, TokenError> {
+    // serde's derived structs also accept a JSON array of the field values in order, which this
+    // crate never writes; only an object is a claim set.
+    if payload.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(TokenError::InvalidClaims(
+            "claims are not a JSON object".to_owned(),
+        ));
+    }
+    let wrong_kind = |found: Option<String>| TokenError::WrongKind {
+        expected: C::KIND,
+        found,
+    };
+    let claims = serde_json::from_slice::<C>(payload).map_err(|e| {
+        // Claims of the other kind fail on their fields: say which kind they are instead.
+        match serde_json::from_slice::<KindPeek>(payload) {
+            Ok(peek) if peek.kind.as_deref() != Some(C::KIND.claim()) => wrong_kind(peek.kind),
+            _ => TokenError::InvalidClaims(e.to_string()),
+        }
+    })?;
+    if claims.kind() != C::KIND.claim() {
+        return Err(wrong_kind(Some(claims.kind().to_owned())));
+    }
+    Ok(claims)
+}
+
+fn check_times(
+    leeway_ms: u64,
+    issued_at: Time,
+    expires_at: Time,
+    now: Time,
+) -> Result<(), TokenError> {
+    if now >= expires_at {
+        return Err(TokenError::Expired);
+    }
+    if issued_at > now.saturating_add(leeway_ms) {
+        return Err(TokenError::NotYetValid);
+    }
+    Ok(())
+}
+
 fn check_signature(key: &VerifyingKey, parts: &Parts<'_>) -> Result<(), TokenError> {
-    let signature: [u8; 64] = decode_part("signature", parts.signature)?
-        .try_into()
-        .map_err(|_| TokenError::Malformed("signature is not 64 bytes".to_owned()))?;
+    let signature: [u8; SIGNATURE_LEN] = parts.signature()?;
     // Strict verification refuses small-order keys and points, so no second signature for
     // the same message can be made from a valid one.
     key.verify_strict(
@@ -406,79 +602,99 @@ fn check_signature(key: &VerifyingKey, parts: &Parts<'_>) -> Result<(), TokenErr
 }
 
 impl VerifyingKeySet {
-    /// Checks a JWS compact token's form, algorithm, key and signature, and returns its header
-    /// and payload bytes. Claims are not looked at; prefer [`VerifyingKeySet::verify_ticket`]
-    /// and [`VerifyingKeySet::verify_pass`].
+    /// Checks an EdDSA JWS compact token's form, algorithm, key and signature, and returns its
+    /// header and payload bytes. Claims are not looked at; prefer
+    /// [`VerifyingKeySet::verify_pass`].
     pub fn verify_compact(&self, token: &str) -> Result<(JoseHeader, Vec<u8>), TokenError> {
         let parts = split(token)?;
-        if parts.header.alg != ALG {
-            return Err(TokenError::UnsupportedAlgorithm(parts.header.alg));
+        let header = parts.decode_header()?;
+        if header.alg != TokenKind::Pass.alg() {
+            return Err(TokenError::UnsupportedAlgorithm(header.alg));
         }
-        let key = parts
-            .header
-            .kid
-            .as_deref()
-            .and_then(|kid| self.get(kid))
-            .ok_or(TokenError::UnknownKey)?;
-        check_signature(key, &parts)?;
-        let payload = decode_part("payload", parts.payload)?;
-        Ok((parts.header, payload))
-    }
-
-    /// Verifies a ticket token at time `now` (milliseconds) and returns the ticket.
-    pub fn verify_ticket(&self, token: &str, now: Time) -> Result<Ticket, TokenError> {
-        let payload = self.verify_kind(token, TokenKind::Ticket)?;
-        let claims: TicketClaims = serde_json::from_slice(&payload)
-            .map_err(|e| TokenError::InvalidClaims(e.to_string()))?;
-        let ticket = claims.into_ticket()?;
-        self.check_times(ticket.issued_at, ticket.expires_at, now)?;
-        Ok(ticket)
+        self.check_eddsa(&header, &parts)?;
+        let mut buf = [0u8; PAYLOAD_BUF];
+        let payload = parts.decode_payload(&mut buf)?.to_vec();
+        Ok((header, payload))
     }
 
     /// Verifies a pass token at time `now` (milliseconds) and returns the pass.
     pub fn verify_pass(&self, token: &str, now: Time) -> Result<Pass, TokenError> {
-        let payload = self.verify_kind(token, TokenKind::Pass)?;
-        let claims: PassClaims = serde_json::from_slice(&payload)
-            .map_err(|e| TokenError::InvalidClaims(e.to_string()))?;
-        let pass = claims.into_pass()?;
-        self.check_times(pass.issued_at, pass.expires_at, now)?;
+        let parts = split(token)?;
+        let header = parts.decode_header()?;
+        pin_algorithm(&header, TokenKind::Pass)?;
+        self.check_eddsa(&header, &parts)?;
+        check_typ(header, TokenKind::Pass)?;
+        let mut buf = [0u8; PAYLOAD_BUF];
+        let pass = read_claims::<PassClaims>(parts.decode_payload(&mut buf)?)?.into_pass()?;
+        check_times(self.leeway_ms, pass.issued_at, pass.expires_at, now)?;
         Ok(pass)
     }
 
-    fn verify_kind(&self, token: &str, kind: TokenKind) -> Result<Vec<u8>, TokenError> {
-        let (header, payload) = self.verify_compact(token)?;
-        if header.typ.as_deref() != Some(kind.typ()) {
-            return Err(TokenError::WrongKind {
-                expected: kind,
-                found: header.typ,
-            });
-        }
-        // serde's derived structs also accept a JSON array of the field values in order,
-        // which this crate never writes; only an object is a claim set.
-        if payload.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(TokenError::InvalidClaims(
-                "claims are not a JSON object".to_owned(),
-            ));
-        }
-        let peek: KindPeek = serde_json::from_slice(&payload)
-            .map_err(|e| TokenError::InvalidClaims(e.to_string()))?;
-        if peek.kind.as_deref() != Some(kind.claim()) {
-            return Err(TokenError::WrongKind {
-                expected: kind,
-                found: peek.kind,
-            });
-        }
-        Ok(payload)
+    /// The key the header names, and the signature under it.
+    fn check_eddsa(&self, header: &JoseHeader, parts: &Parts<'_>) -> Result<(), TokenError> {
+        let key = header
+            .kid
+            .as_deref()
+            .and_then(|kid| self.get(kid))
+            .ok_or(TokenError::UnknownKey)?;
+        check_signature(key, parts)
+    }
+}
+
+impl KeyRing {
+    /// The ticket as a token, made with the current key.
+    pub fn sign_ticket(&self, t: &Ticket) -> String {
+        sign_ticket(self.current(), t)
     }
 
-    fn check_times(&self, issued_at: Time, expires_at: Time, now: Time) -> Result<(), TokenError> {
-        if now >= expires_at {
-            return Err(TokenError::Expired);
+    /// The pass as a token, signed with the current key.
+    pub fn sign_pass(&self, p: &Pass) -> String {
+        sign_pass(self.current(), p)
+    }
+
+    /// Verifies a pass token at `now` against every key's public half.
+    pub fn verify_pass(&self, token: &str, now: Time) -> Result<Pass, TokenError> {
+        self.public().verify_pass(token, now)
+    }
+
+    /// Verifies a ticket token at time `now` (milliseconds), under the ticket secret of the key
+    /// its `kid` names, and returns the ticket.
+    ///
+    /// The header is normally byte for byte one this ring writes, which names the key without
+    /// decoding anything; any other header is decoded and checked as a pass header would be.
+    pub fn verify_ticket(&self, token: &str, now: Time) -> Result<Ticket, TokenError> {
+        let parts = split(token)?;
+        let ours = self
+            .keys()
+            .find(|key| key.header(TokenKind::Ticket) == parts.header);
+        let (key, header) = match ours {
+            Some(key) => (key, None),
+            None => {
+                let header = parts.decode_header()?;
+                pin_algorithm(&header, TokenKind::Ticket)?;
+                let key = header.kid.as_deref().and_then(|kid| self.find(kid));
+                (key.ok_or(TokenError::UnknownKey)?, Some(header))
+            }
+        };
+        let mac: [u8; MAC_LEN] = parts.signature()?;
+        if !key
+            .ticket_mac()
+            .verify(&[parts.signing_input.as_bytes()], &mac)
+        {
+            return Err(TokenError::BadSignature);
         }
-        if issued_at > now.saturating_add(self.leeway_ms) {
-            return Err(TokenError::NotYetValid);
+        if let Some(header) = header {
+            check_typ(header, TokenKind::Ticket)?;
         }
-        Ok(())
+        let mut buf = [0u8; PAYLOAD_BUF];
+        let ticket = read_claims::<TicketClaims>(parts.decode_payload(&mut buf)?)?.into_ticket()?;
+        check_times(
+            self.public().leeway_ms,
+            ticket.issued_at,
+            ticket.expires_at,
+            now,
+        )?;
+        Ok(ticket)
     }
 }
 
@@ -523,9 +739,14 @@ mod tests {
         URL_SAFE_NO_PAD.encode(bytes)
     }
 
+    fn ring(key: &ClusterKey) -> KeyRing {
+        KeyRing::new(key.clone())
+    }
+
     fn header_for(key: &ClusterKey, kind: TokenKind) -> String {
         format!(
-            r#"{{"alg":"EdDSA","kid":"{}","typ":"{}"}}"#,
+            r#"{{"alg":"{}","kid":"{}","typ":"{}"}}"#,
+            kind.alg(),
             key.kid(),
             kind.typ()
         )
@@ -556,17 +777,12 @@ mod tests {
         let key = key();
         let mut t = ticket();
         assert_eq!(
-            key.verifying_keys()
-                .verify_ticket(&sign_ticket(&key, &t), NOW),
+            ring(&key).verify_ticket(&sign_ticket(&key, &t), NOW),
             Ok(t.clone())
         );
         t.previous_position = None;
         t.eviction_time = Some(NOW - 1);
-        assert_eq!(
-            key.verifying_keys()
-                .verify_ticket(&sign_ticket(&key, &t), NOW),
-            Ok(t)
-        );
+        assert_eq!(ring(&key).verify_ticket(&sign_ticket(&key, &t), NOW), Ok(t));
     }
 
     #[test]
@@ -601,6 +817,8 @@ mod tests {
             String::from_utf8(ticket_header).unwrap(),
             header_for(&key, TokenKind::Ticket)
         );
+        // A 32-byte MAC, where a pass carries a 64-byte signature.
+        assert_eq!(parts(&ticket_token)[2].len(), 43);
         let claims = payload_json(&ticket_token);
         assert_eq!(claims["kind"], "ticket");
         assert_eq!(claims["previous_position"], 17);
@@ -618,7 +836,7 @@ mod tests {
 
         let public = key.verifying_keys();
         let parts = split(expected).unwrap();
-        assert_eq!(parts.header.kid, None);
+        assert_eq!(parts.decode_header().unwrap().kid, None);
         let verifying = public.get(key.kid()).unwrap();
         assert_eq!(check_signature(verifying, &parts), Ok(()));
         // The vector's header has no kid, and this crate picks keys by kid only.
@@ -651,16 +869,221 @@ mod tests {
     #[test]
     fn relabelled_header_is_a_bad_signature() {
         let key = key();
-        let token = sign_ticket(&key, &ticket());
-        let p = parts(&token);
-        let forged = format!(
-            "{}.{}.{}",
-            b64(header_for(&key, TokenKind::Pass)),
-            p[1],
-            p[2]
+        let set = ring(&key);
+        let relabel = |token: &str, header: String| {
+            let p = parts(token);
+            format!("{}.{}.{}", b64(header), p[1], p[2])
+        };
+        // Each kind's `typ` swapped for the other's, the algorithm kept: the signature (or MAC)
+        // covers the header, so it no longer verifies.
+        let pass_as_ticket = relabel(
+            &sign_pass(&key, &pass()),
+            format!(
+                r#"{{"alg":"EdDSA","kid":"{}","typ":"wr-ticket+jwt"}}"#,
+                key.kid()
+            ),
         );
         assert_eq!(
-            key.verifying_keys().verify_pass(&forged, NOW),
+            set.verify_pass(&pass_as_ticket, NOW),
+            Err(TokenError::BadSignature)
+        );
+        let ticket_as_pass = relabel(
+            &sign_ticket(&key, &ticket()),
+            format!(
+                r#"{{"alg":"HS256","kid":"{}","typ":"wr-pass+jwt"}}"#,
+                key.kid()
+            ),
+        );
+        assert_eq!(
+            set.verify_ticket(&ticket_as_pass, NOW),
+            Err(TokenError::BadSignature)
+        );
+        // The whole header swapped: a 32-byte MAC is no Ed25519 signature and the other way round.
+        let ticket_under_pass_header = relabel(
+            &sign_ticket(&key, &ticket()),
+            header_for(&key, TokenKind::Pass),
+        );
+        assert!(matches!(
+            set.verify_pass(&ticket_under_pass_header, NOW),
+            Err(TokenError::Malformed(_))
+        ));
+        let pass_under_ticket_header = relabel(
+            &sign_pass(&key, &pass()),
+            header_for(&key, TokenKind::Ticket),
+        );
+        assert!(matches!(
+            set.verify_ticket(&pass_under_ticket_header, NOW),
+            Err(TokenError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn ticket_mac_matches_an_independent_hkdf_and_hmac() {
+        // Computed with Python's hmac and hashlib: RFC 5869 HKDF-SHA256 with no salt of the
+        // seed and "waitingroom v1 ticket hmac-sha256", then RFC 2104 HMAC-SHA256 (RFC 7515
+        // appendix A.1's steps) of the signing input. Nodes of every version must agree on it.
+        assert_eq!(
+            mac_compact(&key(), r#"{"alg":"HS256"}"#, b"waitingroom"),
+            "eyJhbGciOiJIUzI1NiJ9.d2FpdGluZ3Jvb20.XcXXGrYZ13ust_zw9GIdfzBg0GIQcdWc8t_Kt_JAlMw"
+        );
+    }
+
+    #[test]
+    fn tampered_or_foreign_ticket_is_a_bad_signature() {
+        let key = key();
+        let set = ring(&key);
+        let token = sign_ticket(&key, &ticket());
+        let p = parts(&token);
+        let mut claims = payload_json(&token);
+        claims["expires_at"] = serde_json::json!(u64::MAX);
+        let edited = format!("{}.{}.{}", p[0], b64(claims.to_string()), p[2]);
+        assert_eq!(
+            set.verify_ticket(&edited, NOW),
+            Err(TokenError::BadSignature)
+        );
+        // Key confusion: the MAC keyed with the public key, or with the pass-signing seed.
+        let public = URL_SAFE_NO_PAD.decode(&key.public_jwk().x).unwrap();
+        for secret in [public, vec![42; 32]] {
+            let input = format!("{}.{}", p[0], p[1]);
+            let mac = {
+                use hmac::{KeyInit as _, Mac as _};
+                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&secret).unwrap();
+                mac.update(input.as_bytes());
+                mac.finalize().into_bytes()
+            };
+            let forged = format!("{input}.{}", b64(mac));
+            assert_eq!(
+                set.verify_ticket(&forged, NOW),
+                Err(TokenError::BadSignature)
+            );
+        }
+        // Another cluster's ticket under this cluster's key id.
+        let impostor = ClusterKey::from_seed([7; 32]).with_kid(key.kid().to_owned());
+        assert_eq!(
+            set.verify_ticket(&sign_ticket(&impostor, &ticket()), NOW),
+            Err(TokenError::BadSignature)
+        );
+        let short = format!("{}.{}.{}", p[0], p[1], &p[2][..40]);
+        assert!(matches!(
+            set.verify_ticket(&short, NOW),
+            Err(TokenError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn tickets_are_accepted_as_hs256_only() {
+        let key = key();
+        let set = ring(&key);
+        let claims = to_json(&TicketClaims::new(&ticket()));
+        // An Ed25519-signed ticket, as this crate once made them, is refused like any other
+        // algorithm, however good its signature.
+        let eddsa = sign_compact(
+            &key,
+            &header_for(&key, TokenKind::Ticket).replace("HS256", "EdDSA"),
+            &claims,
+        );
+        assert_eq!(
+            set.verify_ticket(&eddsa, NOW),
+            Err(TokenError::UnsupportedAlgorithm("EdDSA".to_owned()))
+        );
+        for alg in ["none", "HS384", "HS512", "RS256", "hs256"] {
+            let header = b64(format!(
+                r#"{{"alg":"{alg}","kid":"{}","typ":"wr-ticket+jwt"}}"#,
+                key.kid()
+            ));
+            for sig in [String::new(), b64([0u8; 32])] {
+                let token = format!("{header}.{}.{sig}", b64(&claims));
+                assert_eq!(
+                    set.verify_ticket(&token, NOW),
+                    Err(TokenError::UnsupportedAlgorithm(alg.to_owned()))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ticket_headers_other_than_ours_are_checked_in_full() {
+        let key = key();
+        let set = ring(&key);
+        let claims = to_json(&TicketClaims::new(&ticket()));
+        let mac = |header: String| mac_compact(&key, &header, &claims);
+        let kid = key.kid();
+        // Authentic, members in another order: the fast path misses, the full check accepts.
+        let reordered = mac(format!(
+            r#"{{"typ":"wr-ticket+jwt","kid":"{kid}","alg":"HS256"}}"#
+        ));
+        assert_eq!(set.verify_ticket(&reordered, NOW), Ok(ticket()));
+        let unknown = mac(r#"{"alg":"HS256","kid":"nobody","typ":"wr-ticket+jwt"}"#.to_owned());
+        assert_eq!(
+            set.verify_ticket(&unknown, NOW),
+            Err(TokenError::UnknownKey)
+        );
+        let no_kid = mac(r#"{"alg":"HS256","typ":"wr-ticket+jwt"}"#.to_owned());
+        assert_eq!(set.verify_ticket(&no_kid, NOW), Err(TokenError::UnknownKey));
+        let untyped = mac(format!(r#"{{"alg":"HS256","kid":"{kid}"}}"#));
+        assert_eq!(
+            set.verify_ticket(&untyped, NOW),
+            Err(TokenError::WrongKind {
+                expected: TokenKind::Ticket,
+                found: None
+            })
+        );
+        let crit = mac(format!(
+            r#"{{"alg":"HS256","kid":"{kid}","typ":"wr-ticket+jwt","crit":["exp"]}}"#
+        ));
+        assert!(matches!(
+            set.verify_ticket(&crit, NOW),
+            Err(TokenError::Malformed(_))
+        ));
+        // Pass claims under the ticket header, authentic: the claims say which kind they are.
+        let pass_claims = mac_compact(
+            &key,
+            &header_for(&key, TokenKind::Ticket),
+            &to_json(&PassClaims::new(&pass())),
+        );
+        assert_eq!(
+            set.verify_ticket(&pass_claims, NOW),
+            Err(TokenError::WrongKind {
+                expected: TokenKind::Ticket,
+                found: Some("pass".to_owned())
+            })
+        );
+    }
+
+    #[test]
+    fn rotation_accepts_what_the_previous_key_made_only_where_it_is_held() {
+        let old = key();
+        let new = ClusterKey::from_seed([8; 32]);
+        let both = KeyRing::with_previous(new.clone(), [old.clone()]).unwrap();
+        let only_new = ring(&new);
+        let (old_ticket, old_pass) = (sign_ticket(&old, &ticket()), sign_pass(&old, &pass()));
+        assert_eq!(both.verify_ticket(&old_ticket, NOW), Ok(ticket()));
+        assert_eq!(both.verify_pass(&old_pass, NOW), Ok(pass()));
+        assert_eq!(
+            only_new.verify_ticket(&old_ticket, NOW),
+            Err(TokenError::UnknownKey)
+        );
+        assert_eq!(
+            only_new.verify_pass(&old_pass, NOW),
+            Err(TokenError::UnknownKey)
+        );
+        // The ring makes tokens with the current key only.
+        let (ticket_token, pass_token) = (both.sign_ticket(&ticket()), both.sign_pass(&pass()));
+        assert_eq!(only_new.verify_ticket(&ticket_token, NOW), Ok(ticket()));
+        assert_eq!(only_new.verify_pass(&pass_token, NOW), Ok(pass()));
+        assert_eq!(
+            ring(&old).verify_ticket(&ticket_token, NOW),
+            Err(TokenError::UnknownKey)
+        );
+        assert_eq!(
+            both.public().kids().collect::<Vec<_>>(),
+            [new.kid(), old.kid()]
+        );
+        // Each key's tickets verify only under that key's own secret.
+        let swapped = old.clone().with_kid(new.kid().to_owned());
+        assert!(KeyRing::with_previous(new.clone(), [swapped.clone()]).is_err());
+        assert_eq!(
+            both.verify_ticket(&sign_ticket(&swapped, &ticket()), NOW),
             Err(TokenError::BadSignature)
         );
     }
@@ -724,7 +1147,7 @@ mod tests {
     #[test]
     fn ticket_is_never_a_pass_and_pass_is_never_a_ticket() {
         let key = key();
-        let set = key.verifying_keys();
+        let set = ring(&key);
         assert_eq!(
             set.verify_pass(&sign_ticket(&key, &ticket()), NOW),
             Err(TokenError::WrongKind {
@@ -784,7 +1207,7 @@ mod tests {
     #[test]
     fn expiry_is_at_expires_at() {
         let key = key();
-        let set = key.verifying_keys();
+        let set = ring(&key);
         let p = pass();
         let t = ticket();
         let pass_token = sign_pass(&key, &p);
@@ -804,8 +1227,8 @@ mod tests {
     #[test]
     fn tokens_from_the_future_are_allowed_only_within_the_leeway() {
         let key = key();
-        let set = key.verifying_keys();
-        assert_eq!(set.leeway_ms(), DEFAULT_LEEWAY_MS);
+        let set = ring(&key);
+        assert_eq!(set.public().leeway_ms(), DEFAULT_LEEWAY_MS);
         let pass_token = sign_pass(&key, &pass());
         let ticket_token = sign_ticket(&key, &ticket());
         let edge = NOW - DEFAULT_LEEWAY_MS;
@@ -864,7 +1287,7 @@ mod tests {
 
     #[test]
     fn garbage_is_malformed() {
-        let set = key().verifying_keys();
+        let set = ring(&key());
         for garbage in [
             "",
             "garbage",
@@ -973,7 +1396,7 @@ mod tests {
 
     #[test]
     fn claims_this_crate_would_not_write_are_invalid() {
-        let set = key().verifying_keys();
+        let set = ring(&key());
         type Edit = fn(&mut serde_json::Value);
         let cases: [(&str, Edit); 7] = [
             ("unknown field", |c| c["admin"] = true.into()),
@@ -1001,7 +1424,7 @@ mod tests {
         let key = key();
         let mut claims = serde_json::to_value(TicketClaims::new(&ticket())).unwrap();
         claims.as_object_mut().unwrap().remove("eviction_time");
-        let token = sign_compact(
+        let token = mac_compact(
             &key,
             &header_for(&key, TokenKind::Ticket),
             claims.to_string().as_bytes(),
@@ -1026,7 +1449,7 @@ mod tests {
             p.expires_at,
             p.eviction_time,
         ]);
-        assert!(serde_json::from_value::<PassClaims>(as_array.clone()).is_ok());
+        assert!(serde_json::from_str::<PassClaims>(&as_array.to_string()).is_ok());
         let array_token = sign_compact(
             &key,
             &header_for(&key, TokenKind::Pass),
@@ -1063,14 +1486,14 @@ mod tests {
     proptest! {
         #[test]
         fn arbitrary_text_never_panics(text in ".{0,600}") {
-            let set = key().verifying_keys();
+            let set = ring(&key());
             let _ = set.verify_ticket(&text, NOW);
             let _ = set.verify_pass(&text, NOW);
         }
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let set = key().verifying_keys();
+            let set = ring(&key());
             let text = String::from_utf8_lossy(&bytes);
             let _ = set.verify_ticket(&text, NOW);
             let _ = set.verify_pass(&text, NOW);
@@ -1082,7 +1505,7 @@ mod tests {
             payload in proptest::collection::vec(any::<u8>(), 0..400),
             signature in proptest::collection::vec(any::<u8>(), 0..70),
         ) {
-            let set = key().verifying_keys();
+            let set = ring(&key());
             let token = format!("{}.{}.{}", b64(&header), b64(&payload), b64(&signature));
             prop_assert!(set.verify_pass(&token, NOW).is_err());
             prop_assert!(set.verify_ticket(&token, NOW).is_err());

@@ -1,24 +1,28 @@
-//! The cluster key as the server uses it: signing tickets and passes, verifying them, and
+//! The cluster's keys as the server uses them: making and checking tickets and passes, and
 //! authenticating peer requests.
 //!
-//! Every node holds the same Ed25519 key, so any node verifies what any other signed. Peer
-//! requests carry an HMAC-SHA256 over `method \n path \n timestamp \n body`, keyed with a
-//! secret derived from the cluster key ([`ClusterKey::derive_secret`]): only holders of the key
-//! can make one, and it costs a microsecond where an Ed25519 signature and its check cost about
-//! 70. A request older than [`MAX_PEER_SKEW_MS`] (or as far in the future) is refused, which
-//! bounds replays to that window (and the protocol's per-link sequence numbers drop replayed
-//! channel messages anyway).
+//! Every node holds the same cluster key, so any node checks what any other made. Passes are
+//! EdDSA (Ed25519) tokens that origins verify offline from the JWKS; tickets, which only the
+//! cluster reads, are HMAC-SHA256 tokens under a secret derived from the cluster key (see
+//! [`waitingroom_core::token`]). Peer requests carry an HMAC-SHA256 over
+//! `method \n path \n timestamp \n body`, keyed with another derived secret, separate from the
+//! pass-signing key: only holders of the cluster key can make one, for a microsecond where an
+//! Ed25519 signature and its check cost about 100. A request older than [`MAX_PEER_SKEW_MS`] (or
+//! as far in the future) is refused, which bounds replays to that window (and the protocol's
+//! per-link sequence numbers drop replayed channel messages anyway).
+//!
+//! For a key rotation a node holds previous keys besides the current one
+//! ([`Crypto::with_previous`]): it makes everything with the current key and accepts tickets,
+//! passes and peer requests made with any of them (see [`KeyRing`] for the steps).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 use waitingroom_core::{Pass, Ticket, Time};
 
-use waitingroom_core::token as tokens;
-use waitingroom_core::{ClusterKey, VerifyingKeySet};
+use waitingroom_core::{ClusterKey, KeyRing, VerifyingKeySet};
 pub use waitingroom_core::{KeyError, TokenError};
 
 /// Header naming the signing key of a peer request.
@@ -46,7 +50,7 @@ pub enum PeerAuthError {
     BadSignature(KeyError),
 }
 
-/// Why the cluster key could not be loaded.
+/// Why the cluster keys could not be loaded.
 #[derive(Debug, Error)]
 pub enum LoadKeyError {
     /// The file could not be read.
@@ -65,6 +69,9 @@ pub enum LoadKeyError {
         /// Why.
         source: KeyError,
     },
+    /// A previous key is a different key under a key id already in use.
+    #[error("a previous key clashes with another key: {0}")]
+    Clash(KeyError),
 }
 
 /// Signed headers of one peer request.
@@ -78,19 +85,16 @@ pub struct PeerSignature {
     pub signature: String,
 }
 
-/// The cluster key and the public keys derived from it.
+/// The cluster's current key, any previous keys still accepted, and what is derived from them.
 #[derive(Clone)]
 pub struct Crypto {
-    key: ClusterKey,
-    keys: VerifyingKeySet,
-    /// Secret of the peer request MACs.
-    peer_mac_key: [u8; 32],
+    keys: KeyRing,
 }
 
 impl std::fmt::Debug for Crypto {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Crypto")
-            .field("kid", &self.key.kid())
+            .field("kid", &self.keys.current().kid())
             .finish_non_exhaustive()
     }
 }
@@ -98,13 +102,16 @@ impl std::fmt::Debug for Crypto {
 impl Crypto {
     /// Wraps a cluster key.
     pub fn new(key: ClusterKey) -> Self {
-        let keys = key.verifying_keys();
-        let peer_mac_key = key.derive_secret(PEER_MAC_LABEL);
         Crypto {
-            key,
-            keys,
-            peer_mac_key,
+            keys: KeyRing::new(key),
         }
+    }
+
+    /// Makes everything with `current`, and also accepts what the `previous` keys made: the
+    /// overlap of a key rotation. Fails if a previous key is a different key under a key id
+    /// already in use.
+    pub fn with_previous(current: ClusterKey, previous: Vec<ClusterKey>) -> Result<Self, KeyError> {
+        KeyRing::with_previous(current, previous).map(|keys| Crypto { keys })
     }
 
     /// A fresh random key (from the OS generator).
@@ -115,41 +122,42 @@ impl Crypto {
 
     /// Reads the key file (PKCS#8 PEM, or whatever `ClusterKey::parse` accepts).
     pub fn load(path: &Path) -> Result<Self, LoadKeyError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| LoadKeyError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let key = ClusterKey::parse(&text).map_err(|source| LoadKeyError::Parse {
-            path: shown,
-            source,
-        })?;
-        Ok(Self::new(key))
+        read_key(path).map(Self::new)
+    }
+
+    /// Reads the current key file and the files of the previous keys still accepted.
+    pub fn load_with_previous(path: &Path, previous: &[PathBuf]) -> Result<Self, LoadKeyError> {
+        let current = read_key(path)?;
+        let previous = previous
+            .iter()
+            .map(|p| read_key(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with_previous(current, previous).map_err(LoadKeyError::Clash)
     }
 
     /// The private key as PKCS#8 PEM, for `keygen`.
     pub fn to_pkcs8_pem(&self) -> String {
-        self.key.to_pkcs8_pem()
+        self.keys.current().to_pkcs8_pem()
     }
 
-    /// The public key as a JWK (JSON).
+    /// The current public key as a JWK (JSON).
     pub fn public_jwk(&self) -> serde_json::Value {
-        serde_json::to_value(self.key.public_jwk()).unwrap_or_default()
+        serde_json::to_value(self.keys.current().public_jwk()).unwrap_or_default()
     }
 
-    /// The JWKS document served at `/.well-known/jwks.json`.
+    /// The JWKS document served at `/.well-known/jwks.json`: every key, current first.
     pub fn jwks(&self) -> serde_json::Value {
-        self.keys.jwks()
+        self.keys.public().jwks()
     }
 
-    /// Signs a ticket.
+    /// Makes a ticket token (HMAC-SHA256, current key).
     pub fn sign_ticket(&self, ticket: &Ticket) -> String {
-        tokens::sign_ticket(&self.key, ticket)
+        self.keys.sign_ticket(ticket)
     }
 
-    /// Signs a pass.
+    /// Signs a pass (EdDSA, current key).
     pub fn sign_pass(&self, pass: &Pass) -> String {
-        tokens::sign_pass(&self.key, pass)
+        self.keys.sign_pass(pass)
     }
 
     /// Verifies a ticket token at `now`.
@@ -162,20 +170,21 @@ impl Crypto {
         self.keys.verify_pass(token, now)
     }
 
-    /// Signs a peer request (HMAC-SHA256 with the cluster's derived peer secret).
+    /// Signs a peer request (HMAC-SHA256 with the current key's derived peer secret).
     pub fn sign_request(&self, method: &str, path: &str, now: Time, body: &[u8]) -> PeerSignature {
-        let mac = hmac_sha256(
-            &self.peer_mac_key,
-            &request_message(method, path, now, body),
-        );
+        let timestamp = now.to_string();
+        let mac = self
+            .keys
+            .peer_mac(&request_parts(method, path, &timestamp, body));
         PeerSignature {
-            kid: self.key.kid().to_owned(),
+            kid: self.keys.current().kid().to_owned(),
             timestamp: now,
             signature: URL_SAFE_NO_PAD.encode(mac),
         }
     }
 
-    /// Checks a peer request's signature headers (`kid`, `timestamp`, `signature`, as sent).
+    /// Checks a peer request's signature headers (`kid`, `timestamp`, `signature`, as sent)
+    /// against the peer secret of the key `kid` names.
     pub fn verify_request(
         &self,
         method: &str,
@@ -187,55 +196,64 @@ impl Crypto {
         let (Some(kid), Some(timestamp), Some(signature)) = headers else {
             return Err(PeerAuthError::Missing);
         };
-        let timestamp: u64 = timestamp.parse().map_err(|_| PeerAuthError::Missing)?;
-        if timestamp.abs_diff(now) > MAX_PEER_SKEW_MS {
+        let timestamp_ms: u64 = timestamp.parse().map_err(|_| PeerAuthError::Missing)?;
+        if timestamp_ms.abs_diff(now) > MAX_PEER_SKEW_MS {
             return Err(PeerAuthError::Stale);
         }
-        let mac: [u8; 32] = URL_SAFE_NO_PAD
-            .decode(signature)
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or(PeerAuthError::Missing)?;
-        if kid != self.key.kid() {
-            return Err(PeerAuthError::BadSignature(KeyError::UnknownKid(
-                kid.to_owned(),
-            )));
-        }
-        let expected = hmac_sha256(
-            &self.peer_mac_key,
-            &request_message(method, path, timestamp, body),
-        );
-        // Constant time: the comparison must not tell an attacker how many bytes matched.
-        let diff = mac.iter().zip(&expected).fold(0u8, |d, (a, b)| d | (a ^ b));
-        if diff == 0 {
-            Ok(())
-        } else {
-            Err(PeerAuthError::BadSignature(KeyError::BadSignature))
-        }
+        // 43 characters decode to 32 bytes; base64 wants room for its estimate, 33.
+        let mut mac = [0u8; 33];
+        let Ok(32) = URL_SAFE_NO_PAD.decode_slice(signature, &mut mac) else {
+            return Err(PeerAuthError::Missing);
+        };
+        // The timestamp as sent: the MAC covers exactly the header's text.
+        self.keys
+            .verify_peer_mac(
+                kid,
+                &request_parts(method, path, timestamp, body),
+                &mac[..32],
+            )
+            .map_err(PeerAuthError::BadSignature)
     }
 }
 
-/// Label of the secret that keys peer request MACs.
-const PEER_MAC_LABEL: &str = "waitingroom peer request hmac-sha256";
+fn read_key(path: &Path) -> Result<ClusterKey, LoadKeyError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadKeyError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    ClusterKey::parse(&text).map_err(|source| LoadKeyError::Parse {
+        path: shown,
+        source,
+    })
+}
 
-/// HMAC-SHA256 (RFC 2104) with a key of at most 64 bytes.
+/// What a peer request MAC covers, in order. The body goes last so no choice of body can make
+/// two different (method, path, timestamp) triples produce the same bytes.
+fn request_parts<'a>(
+    method: &'a str,
+    path: &'a str,
+    timestamp: &'a str,
+    body: &'a [u8],
+) -> [&'a [u8]; 7] {
+    [
+        method.as_bytes(),
+        b"\n",
+        path.as_bytes(),
+        b"\n",
+        timestamp.as_bytes(),
+        b"\n",
+        body,
+    ]
+}
+
+/// HMAC-SHA256 under any key: the tests forge tokens with it.
+#[cfg(test)]
 pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    debug_assert!(key.len() <= 64);
-    let mut ipad = [0x36u8; 64];
-    let mut opad = [0x5cu8; 64];
-    for (i, k) in key.iter().take(64).enumerate() {
-        ipad[i] ^= k;
-        opad[i] ^= k;
-    }
-    let inner = Sha256::new()
-        .chain_update(ipad)
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(opad)
-        .chain_update(inner)
-        .finalize()
-        .into()
+    use hmac::{KeyInit as _, Mac as _};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 /// Verifies passes with public keys only (a JWKS document), as an origin would.
@@ -252,20 +270,6 @@ impl PassVerifier {
     pub fn verify_pass(&self, token: &str, now: Time) -> Result<Pass, TokenError> {
         self.0.verify_pass(token, now)
     }
-}
-
-/// What a peer request signature covers. The body goes last so no choice of body can make
-/// two different (method, path, timestamp) triples produce the same bytes.
-fn request_message(method: &str, path: &str, timestamp: u64, body: &[u8]) -> Vec<u8> {
-    let mut msg = Vec::with_capacity(method.len() + path.len() + 24 + body.len());
-    msg.extend_from_slice(method.as_bytes());
-    msg.push(b'\n');
-    msg.extend_from_slice(path.as_bytes());
-    msg.push(b'\n');
-    msg.extend_from_slice(timestamp.to_string().as_bytes());
-    msg.push(b'\n');
-    msg.extend_from_slice(body);
-    msg
 }
 
 #[cfg(test)]
@@ -331,14 +335,91 @@ mod tests {
     }
 
     #[test]
-    fn hmac_matches_rfc_4231() {
-        // RFC 4231 test case 2.
-        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
-        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(
-            hex,
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    fn previous_keys_are_accepted_through_a_rotation_and_not_after() {
+        let old_key = ClusterKey::from_seed([1; 32]);
+        let new_key = ClusterKey::from_seed([2; 32]);
+        let old = Crypto::new(old_key.clone());
+        let both = Crypto::with_previous(new_key.clone(), vec![old_key.clone()]).unwrap();
+        let only_new = Crypto::new(new_key.clone());
+        let t = ticket(1_000);
+        let pass = Pass {
+            id: t.id,
+            node: t.node,
+            queue_join_time: t.join_time,
+            created_at: 1_000,
+            issued_at: 1_000,
+            expires_at: 11_000,
+            eviction_time: 900,
+        };
+        let (old_ticket, old_pass) = (old.sign_ticket(&t), old.sign_pass(&pass));
+        let s = old.sign_request("POST", "/peer/messages", 5_000, b"[]");
+        let ts = s.timestamp.to_string();
+        let h = (
+            Some(s.kid.as_str()),
+            Some(ts.as_str()),
+            Some(s.signature.as_str()),
         );
+        assert_eq!(both.verify_ticket(&old_ticket, 1_500), Ok(t.clone()));
+        assert_eq!(both.verify_pass(&old_pass, 1_500), Ok(pass.clone()));
+        assert_eq!(
+            both.verify_request("POST", "/peer/messages", h, b"[]", 6_000),
+            Ok(())
+        );
+        assert!(only_new.verify_ticket(&old_ticket, 1_500).is_err());
+        assert!(only_new.verify_pass(&old_pass, 1_500).is_err());
+        assert_eq!(
+            only_new.verify_request("POST", "/peer/messages", h, b"[]", 6_000),
+            Err(PeerAuthError::BadSignature(KeyError::UnknownKid(
+                old_key.kid().to_owned()
+            )))
+        );
+        // Everything is made with the new key, and the JWKS lists both, the new one first.
+        assert_eq!(only_new.verify_ticket(&both.sign_ticket(&t), 1_500), Ok(t));
+        assert_eq!(
+            only_new.verify_pass(&both.sign_pass(&pass), 1_500),
+            Ok(pass)
+        );
+        assert_eq!(
+            both.sign_request("POST", "/x", 5_000, b"").kid,
+            new_key.kid()
+        );
+        let kids: Vec<_> = both.jwks()["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kid"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(kids, [new_key.kid(), old_key.kid()]);
+        assert_eq!(both.public_jwk()["kid"], new_key.kid());
+    }
+
+    #[test]
+    fn previous_keys_load_from_their_files() {
+        let dir = std::env::temp_dir().join(format!("wr-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (current, previous) = (Crypto::generate(), Crypto::generate());
+        let write = |name: &str, c: &Crypto| {
+            let path = dir.join(name);
+            std::fs::write(&path, c.to_pkcs8_pem()).unwrap();
+            path
+        };
+        let (current_path, previous_path) =
+            (write("current", &current), write("previous", &previous));
+        let loaded = Crypto::load_with_previous(&current_path, &[previous_path]);
+        let missing = Crypto::load_with_previous(&current_path, &[dir.join("missing")]);
+        let _ = std::fs::remove_dir_all(&dir);
+        let loaded = loaded.unwrap();
+        assert!(
+            loaded
+                .verify_ticket(&previous.sign_ticket(&ticket(0)), 1)
+                .is_ok()
+        );
+        assert!(
+            current
+                .verify_ticket(&loaded.sign_ticket(&ticket(0)), 1)
+                .is_ok()
+        );
+        assert!(matches!(missing, Err(LoadKeyError::Read { .. })));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use waitingroom_core::Time;
 use waitingroom_distributed::AdmissionMode;
@@ -38,25 +39,10 @@ enum Command {
     Compare(CompareCmd),
 }
 
-/// How the protocol lets visitors out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum AdmissionArg {
-    /// The count selects the smallest keys; every node lets out its share in parallel.
-    Range,
-    /// QPID deleteMin, popping at the root while its head is the minimum.
-    Batched,
-    /// QPID deleteMin one visitor at a time, as in the thesis.
-    Sequential,
-}
-
-impl From<AdmissionArg> for AdmissionMode {
-    fn from(a: AdmissionArg) -> Self {
-        match a {
-            AdmissionArg::Range => AdmissionMode::Range,
-            AdmissionArg::Batched => AdmissionMode::Batched,
-            AdmissionArg::Sequential => AdmissionMode::Sequential,
-        }
-    }
+/// `--admission` takes the protocol's own names for its modes ([`AdmissionMode::name`]).
+fn admission_mode() -> impl TypedValueParser<Value = AdmissionMode> {
+    PossibleValuesParser::new(AdmissionMode::ALL.map(AdmissionMode::name))
+        .try_map(|name| name.parse::<AdmissionMode>())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -135,8 +121,8 @@ struct Scenario {
     #[arg(long, value_enum, default_value = "qpid")]
     strategy: StrategyArg,
     /// How the protocol lets visitors out (qpid).
-    #[arg(long, value_enum, default_value = "range")]
-    admission: AdmissionArg,
+    #[arg(long, default_value_t = AdmissionMode::default(), value_parser = admission_mode())]
+    admission: AdmissionMode,
     /// Nodes at the start.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     nodes: u32,
@@ -254,7 +240,7 @@ impl Scenario {
         RunConfig {
             seed: self.seed,
             strategy: self.strategy.into(),
-            admission: self.admission.into(),
+            admission: self.admission,
             nodes: self.nodes,
             users: self.users,
             target: self.target,
@@ -324,8 +310,8 @@ struct SweepCmd {
     #[arg(long, value_enum, default_value = "qpid")]
     strategy: StrategyArg,
     /// Admission mode for every run (qpid).
-    #[arg(long, value_enum, default_value = "range")]
-    admission: AdmissionArg,
+    #[arg(long, default_value_t = AdmissionMode::default(), value_parser = admission_mode())]
+    admission: AdmissionMode,
     /// Check the invariants after every N-th protocol event (0: never).
     #[arg(long, default_value_t = 1)]
     check_every: u32,
@@ -456,7 +442,7 @@ fn sweep_rows(
 fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
     let base = RunConfig {
         strategy: cmd.strategy.into(),
-        admission: cmd.admission.into(),
+        admission: cmd.admission,
         check_every: cmd.check_every,
         ..RunConfig::default()
     };

@@ -491,14 +491,9 @@ impl RunConfig {
                 cmd.push_str(&text);
             }
         };
-        let admission = match self.admission {
-            AdmissionMode::Range => "range",
-            AdmissionMode::Batched => "batched",
-            AdmissionMode::Sequential => "sequential",
-        };
         opt(
             self.admission != d.admission,
-            format!("--admission {admission}"),
+            format!("--admission {}", self.admission),
         );
         opt(
             self.arrival != d.arrival,

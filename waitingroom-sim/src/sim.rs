@@ -167,7 +167,7 @@ pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
         seed: cfg.seed,
         strategy: cfg.strategy.to_string(),
         admission: match cfg.strategy {
-            Strategy::Qpid => format!("{:?}", cfg.admission).to_lowercase(),
+            Strategy::Qpid => cfg.admission.to_string(),
             _ => "-".into(),
         },
         nodes: cfg.nodes,

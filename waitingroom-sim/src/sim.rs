@@ -100,7 +100,7 @@ impl Ctx {
         );
         if first && gone {
             // Nobody comes to claim the place: it is held until the claim window closes.
-            let at = self.now + self.cfg.ticket_expiry_ms;
+            let at = self.now + self.cfg.protocol.ticket_expiry_ms;
             self.sched.at(at, Ev::Visitor(v));
         }
     }
@@ -114,9 +114,9 @@ pub fn run(cfg: &RunConfig) -> RunReport {
 /// Runs one simulation, recording its event trace in `trace`.
 pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
     let wall = Instant::now();
-    let start = cfg.warmup_ms;
+    let start = cfg.workload.warmup_ms;
     let mut arrivals = seeds::rng(cfg.seed, Stream::Arrivals);
-    let visitors = Visitors::generate(cfg, start, &mut arrivals);
+    let visitors = Visitors::generate(&cfg.workload, start, &mut arrivals);
     let n = visitors.len();
     let mut ctx = Ctx {
         cfg: cfg.clone(),
@@ -127,7 +127,7 @@ pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
         visitors,
         rng: seeds::rng(cfg.seed, Stream::Visitors),
         trace,
-        session_end: if cfg.session_ms > 0 {
+        session_end: if cfg.workload.session_ms > 0 {
             vec![0; n]
         } else {
             Vec::new()
@@ -167,14 +167,14 @@ pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
         seed: cfg.seed,
         strategy: cfg.strategy.to_string(),
         admission: match cfg.strategy {
-            Strategy::Qpid => cfg.admission.to_string(),
+            Strategy::Qpid => cfg.protocol.admission.to_string(),
             _ => "-".into(),
         },
         nodes: cfg.nodes,
-        users: cfg.users,
-        target: cfg.target.to_string(),
-        churn: cfg.churn,
-        arrival: cfg.arrival.name().into(),
+        users: cfg.workload.users,
+        target: cfg.protocol.target_on_site.to_string(),
+        churn: cfg.faults.churn,
+        arrival: cfg.workload.arrival.to_string(),
         sim_time_ms: end.saturating_sub(start),
         timed_out,
         events,
@@ -190,7 +190,10 @@ pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
     report.double_admissions = ctx.ledger.double_admissions;
     report.readmissions = ctx.ledger.readmissions;
     report.max_on_site = ctx.ledger.max_on_site;
-    report.max_overshoot = ctx.ledger.max_on_site.saturating_sub(cfg.target.on_site());
+    report.max_overshoot = ctx
+        .ledger
+        .max_on_site
+        .saturating_sub(cfg.protocol.target_on_site.on_site());
     for phase in &ctx.visitors.phase {
         match phase {
             Phase::Waiting => report.lost += 1,
@@ -243,7 +246,7 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
                 if let Some(at) = ctx.ledger.admitted_at(v) {
                     // Let in without knowing it: the place stays taken until the claim window
                     // of the admission closes.
-                    let until = (at + ctx.cfg.ticket_expiry_ms).max(ctx.now);
+                    let until = (at + ctx.cfg.protocol.ticket_expiry_ms).max(ctx.now);
                     ctx.sched.at(until, Ev::Visitor(v));
                 }
                 return;
@@ -294,8 +297,8 @@ fn schedule_check_in(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
     let at = Visitors::next_check_in(
         ctx.now,
         asked,
-        ctx.cfg.refresh_ms,
-        ctx.cfg.jitter_ms,
+        ctx.cfg.protocol.refresh_interval_ms,
+        ctx.cfg.workload.jitter_ms,
         &mut ctx.rng,
     );
     ctx.sched.at(at, Ev::Visitor(v));
@@ -307,7 +310,7 @@ fn enter_site(ctx: &mut Ctx, v: u32, expires: Time) {
     ctx.visitors.unfinished -= 1;
     ctx.visitors.pass_expires[i] = expires;
     if !ctx.session_end.is_empty() {
-        ctx.session_end[i] = ctx.now + ctx.cfg.session_ms;
+        ctx.session_end[i] = ctx.now + ctx.cfg.workload.session_ms;
     }
     schedule_on_site(ctx, v);
 }
@@ -323,7 +326,7 @@ fn schedule_on_site(ctx: &mut Ctx, v: u32) {
         return;
     }
     let session_end = ctx.session_end.get(i).copied().unwrap_or(0);
-    let refresh_at = ctx.now + (ctx.cfg.pass_expiry_ms / 2).max(1);
+    let refresh_at = ctx.now + (ctx.cfg.protocol.pass_expiry_ms / 2).max(1);
     let at = if session_end > ctx.now && refresh_at < expires {
         refresh_at.min(session_end)
     } else {

@@ -8,13 +8,14 @@ use waitingroom_sim::{Arrival, RunConfig, RunReport, Strategy, Target, run};
 
 /// A short scenario: 8 nodes as in the thesis, 20 s of arrivals.
 fn small(seed: u64) -> RunConfig {
-    RunConfig {
+    let mut cfg = RunConfig {
         seed,
-        users: 200,
-        window_ms: 20_000,
-        target: Target::Limited(20),
         ..RunConfig::default()
-    }
+    };
+    cfg.workload.users = 200;
+    cfg.workload.window_ms = 20_000;
+    cfg.protocol.target_on_site = Target::Limited(20);
+    cfg
 }
 
 fn assert_clean(r: &RunReport) {
@@ -27,14 +28,12 @@ fn assert_clean(r: &RunReport) {
 
 #[test]
 fn same_seed_same_trace_and_a_different_seed_differs() {
-    let cfg = RunConfig {
-        churn: 1,
-        loss: 0.02,
-        dup: 0.02,
-        reorder: 0.05,
-        jitter_ms: 50,
-        ..small(42)
-    };
+    let mut cfg = small(42);
+    cfg.faults.churn = 1;
+    cfg.network.loss_probability = 0.02;
+    cfg.network.duplicate_probability = 0.02;
+    cfg.network.reorder_probability = 0.05;
+    cfg.workload.jitter_ms = 50;
     let a = run(&cfg);
     let b = run(&cfg);
     assert_eq!(a.trace_hash, b.trace_hash);
@@ -54,11 +53,12 @@ fn same_seed_same_trace_and_a_different_seed_differs() {
 #[test]
 fn every_strategy_lets_everyone_in() {
     for strategy in Strategy::ALL {
-        let r = run(&RunConfig {
+        let mut cfg = RunConfig {
             strategy,
-            arrival: Arrival::Flash,
             ..small(7)
-        });
+        };
+        cfg.workload.arrival = Arrival::Flash;
+        let r = run(&cfg);
         assert_clean(&r);
         assert!(r.max_overshoot == 0, "{strategy}: {r:#?}");
         if strategy == Strategy::CentralFifo {
@@ -75,13 +75,11 @@ fn every_strategy_lets_everyone_in() {
 #[test]
 fn the_baselines_are_as_unfair_as_designed() {
     // A flash crowd larger than the target: visitors wait, so the order matters.
-    let base = RunConfig {
-        users: 600,
-        arrival: Arrival::Flash,
-        target: Target::Limited(10),
-        window_ms: 30_000,
-        ..small(3)
-    };
+    let mut base = small(3);
+    base.workload.users = 600;
+    base.workload.arrival = Arrival::Flash;
+    base.workload.window_ms = 30_000;
+    base.protocol.target_on_site = Target::Limited(10);
     let kt = |strategy| {
         run(&RunConfig {
             strategy,
@@ -96,11 +94,10 @@ fn the_baselines_are_as_unfair_as_designed() {
 
 #[test]
 fn crashes_and_additions_lose_nobody() {
-    let r = run(&RunConfig {
-        churn: 3,
-        restarts: 1,
-        ..small(11)
-    });
+    let mut cfg = small(11);
+    cfg.faults.churn = 3;
+    cfg.faults.restarts = 1;
+    let r = run(&cfg);
     assert_clean(&r);
     assert_eq!(r.double_admissions, 0, "{r:#?}");
     assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
@@ -108,13 +105,12 @@ fn crashes_and_additions_lose_nobody() {
 
 #[test]
 fn a_lossy_duplicating_reordering_network_loses_nobody() {
-    let r = run(&RunConfig {
-        loss: 0.1,
-        dup: 0.1,
-        reorder: 0.2,
-        latency: "pareto:5:1.5:400".parse().unwrap(),
-        ..small(5)
-    });
+    let mut cfg = small(5);
+    cfg.network.loss_probability = 0.1;
+    cfg.network.duplicate_probability = 0.1;
+    cfg.network.reorder_probability = 0.2;
+    cfg.network.latency = "pareto:5:1.5:400".parse().unwrap();
+    let r = run(&cfg);
     assert_clean(&r);
     assert!(r.network.lost > 0 && r.network.duplicated > 0 && r.network.reordered > 0);
 }
@@ -122,14 +118,13 @@ fn a_lossy_duplicating_reordering_network_loses_nobody() {
 #[test]
 fn a_partition_that_heals_loses_nobody() {
     for kind in [PartitionKind::Isolate, PartitionKind::Split] {
-        let r = run(&RunConfig {
-            script: vec![Scripted {
-                at: 5_000,
-                what: Disturbance::Partition(kind),
-            }],
-            partition_ms: 4_000,
-            ..small(9)
-        });
+        let mut cfg = small(9);
+        cfg.faults.script = vec![Scripted {
+            at: 5_000,
+            what: Disturbance::Partition(kind),
+        }];
+        cfg.faults.partition_ms = 4_000;
+        let r = run(&cfg);
         assert_clean(&r);
         assert!(r.network.cut > 0, "{kind:?}");
     }
@@ -137,14 +132,13 @@ fn a_partition_that_heals_loses_nobody() {
 
 #[test]
 fn abandonment_and_sessions_keep_the_site_within_target() {
-    let r = run(&RunConfig {
-        abandon: 0.3,
-        patience_ms: 5_000,
-        session_ms: 3_000,
-        pass_expiry_ms: 2_000,
-        users: 300,
-        ..small(13)
-    });
+    let mut cfg = small(13);
+    cfg.workload.abandon_probability = 0.3;
+    cfg.workload.patience_ms = 5_000;
+    cfg.workload.session_ms = 3_000;
+    cfg.workload.users = 300;
+    cfg.protocol.pass_expiry_ms = 2_000;
+    let r = run(&cfg);
     assert_clean(&r);
     assert!(r.abandoned > 0);
     assert_eq!(r.max_overshoot, 0, "{r:#?}");
@@ -155,14 +149,13 @@ fn abandonment_and_sessions_keep_the_site_within_target() {
 #[test]
 fn a_crashed_nodes_passes_still_count_against_the_target() {
     for seed in [3, 4] {
-        let r = run(&RunConfig {
-            churn: 3,
-            restarts: 1,
-            pass_expiry_ms: 5_000,
-            users: 600,
-            target: Target::Limited(50),
-            ..small(seed)
-        });
+        let mut cfg = small(seed);
+        cfg.faults.churn = 3;
+        cfg.faults.restarts = 1;
+        cfg.protocol.pass_expiry_ms = 5_000;
+        cfg.workload.users = 600;
+        cfg.protocol.target_on_site = Target::Limited(50);
+        let r = run(&cfg);
         assert_clean(&r);
         assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
         assert_eq!(r.max_overshoot, 0, "seed {seed}: {r:#?}");

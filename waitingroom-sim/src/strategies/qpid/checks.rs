@@ -91,7 +91,7 @@ impl QpidRoom {
     /// its inputs are unchanged it is counted again instead of recomputed. The count is exactly
     /// what running the check after every event gives, at a fraction of the cost.
     pub(super) fn check(&mut self, ctx: &Ctx) {
-        let every = self.cfg.check_every;
+        let every = self.cfg.checks.check_every;
         if every == 0 {
             return;
         }

@@ -159,17 +159,17 @@ fn error_name(e: &VisitorError) -> String {
 
 impl QpidRoom {
     pub(crate) fn new(cfg: &RunConfig) -> Self {
-        let n = cfg.users as usize;
+        let n = cfg.workload.users as usize;
         QpidRoom {
             cfg: cfg.clone(),
             settings: cfg.settings(),
             slots: Vec::new(),
             alive: Vec::new(),
-            net: Network::new(cfg, seeds::rng(cfg.seed, Stream::Network)),
+            net: Network::new(&cfg.network, seeds::rng(cfg.seed, Stream::Network)),
             rng: seeds::rng(cfg.seed, Stream::Disturbances),
             plan: Vec::new(),
             tickets: vec![None; n],
-            passes: if cfg.session_ms > 0 {
+            passes: if cfg.workload.session_ms > 0 {
                 vec![None; n]
             } else {
                 Vec::new()
@@ -217,9 +217,7 @@ impl QpidRoom {
         let id = slot as u64 + 1;
         let incarnation = self.slots[slot].incarnation + 1;
         let mut nc = NodeConfig::new(NodeId(id), incarnation, addr(slot), self.settings.clone());
-        nc.admission = self.cfg.admission;
-        nc.probe_interval_ms = self.cfg.probe_ms;
-        nc.probe_timeout_ms = self.cfg.probe_timeout_ms;
+        self.cfg.protocol.configure(&mut nc);
         nc.seed =
             seeds::mix(seeds::mix(self.cfg.seed ^ Stream::Nodes as u64) ^ (id << 24) ^ incarnation);
         let mut node = match Node::new(nc) {
@@ -402,7 +400,7 @@ impl QpidRoom {
         }
         let Some(node) = self.slots[to].node.as_mut() else {
             self.net.stats.to_dead += 1;
-            if self.cfg.refused_connections
+            if self.cfg.network.refused_connections
                 && let Some(f) = from
                 && let Some(sender) = self.slots[f].node.as_mut()
             {
@@ -503,7 +501,7 @@ impl QpidRoom {
                 self.crash(ctx, victim);
                 if what == Disturbance::Restart {
                     self.plan.push(Action::Revive(victim));
-                    let at = ctx.now + self.cfg.restart_delay_ms;
+                    let at = ctx.now + self.cfg.faults.restart_delay_ms;
                     ctx.sched.at(at, Ev::Disturb(self.plan.len() as u32 - 1));
                 }
             }
@@ -533,7 +531,7 @@ impl QpidRoom {
                 let ids: Vec<u64> = alive[..cut].iter().map(|&s| s as u64 + 1).collect();
                 ctx.trace.note(ctx.now, "partition", &ids);
                 self.plan.push(Action::Heal);
-                let at = ctx.now + self.cfg.partition_ms;
+                let at = ctx.now + self.cfg.faults.partition_ms;
                 ctx.sched.at(at, Ev::Disturb(self.plan.len() as u32 - 1));
             }
         }
@@ -549,7 +547,12 @@ impl Room for QpidRoom {
         let mut rng = seeds::rng(self.cfg.seed, Stream::Disturbances);
         // The plan draws from its own copy of the stream; victims come from `self.rng`,
         // advanced past the plan's draws so the two never overlap.
-        let planned = disturbances::plan(&self.cfg, ctx.start, &mut rng);
+        let planned = disturbances::plan(
+            &self.cfg.faults,
+            ctx.start,
+            self.cfg.workload.window_ms,
+            &mut rng,
+        );
         self.rng = rng;
         for (t, what) in planned {
             self.plan.push(Action::Do(what));

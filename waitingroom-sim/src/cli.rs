@@ -115,16 +115,12 @@ fn jobs(requested: Option<u32>) -> usize {
 fn run_cmd(cmd: RunCmd) -> ExitCode {
     let cfg = cmd.config;
     if let Err(e) = cfg.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
+        return refuse(e);
     }
     let trace = match &cmd.trace {
         Some(path) => match File::create(path) {
             Ok(f) => Trace::writing_to(Box::new(BufWriter::new(f))),
-            Err(e) => {
-                eprintln!("error: cannot write {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
+            Err(e) => return refuse(format!("cannot write {}: {e}", path.display())),
         },
         None => Trace::default(),
     };
@@ -135,6 +131,12 @@ fn run_cmd(cmd: RunCmd) -> ExitCode {
         print!("{}", human_report(&report));
     }
     report_failures(std::slice::from_ref(&report))
+}
+
+/// Refuses what clap cannot check alone (combinations of values, files), with clap's exit code.
+fn refuse(problem: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {problem}");
+    ExitCode::from(2)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {
@@ -190,19 +192,14 @@ fn sweep_rows(
 fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
     let base = cmd.config;
     if let Err(e) = base.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
+        return refuse(e);
     }
     let preset = cmd.preset;
     let rows = sweep::preset_rows(preset, &base);
     let overridden = base.overridden_by(&rows);
     if !overridden.is_empty() {
-        eprintln!(
-            "error: the {} preset sets {} itself",
-            preset.name(),
-            overridden.join(", ")
-        );
-        return ExitCode::from(2);
+        let given = overridden.join(", ");
+        return refuse(format!("the {preset} preset sets {given} itself"));
     }
     let jobs = jobs(cmd.jobs);
     eprintln!(
@@ -241,8 +238,7 @@ fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
         }
         eprintln!("chart written to {}", path.display());
     }
-    let out_of_bound: Vec<&SweepRow> = summary.iter().filter(|r| !r.within_bound()).collect();
-    for r in &out_of_bound {
+    for r in summary.iter().filter(|r| !r.within_bound()) {
         eprintln!(
             "ABOVE BOUND: target {} users {} churn {}: kendall_tau_mean {:.2e} > {:.2e}",
             r.target,
@@ -258,8 +254,7 @@ fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
 fn compare_cmd(cmd: CompareCmd) -> ExitCode {
     let base = cmd.config;
     if let Err(e) = base.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
+        return refuse(e);
     }
     let rows: Vec<RunConfig> = Strategy::ALL
         .iter()

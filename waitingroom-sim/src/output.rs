@@ -1,6 +1,8 @@
 //! How results are printed: the human-readable run report, sweep and comparison tables
 //! (plain, Markdown, CSV), and the Kendall-Tau-against-churn chart.
 
+use std::collections::BTreeMap;
+
 use crate::metrics::RunReport;
 use crate::svg;
 use crate::sweep::SweepRow;
@@ -14,76 +16,11 @@ pub fn human_report(r: &RunReport) -> String {
         ),
         String::new(),
     ];
-    let mut row = |k: &str, v: String| lines.push(format!("  {k:<34} {v}"));
-    row("kendall_tau", format!("{:.3e}", r.kendall_tau));
-    row(
-        "kendall_tau_thesis",
-        format!("{:.3e}", r.kendall_tau_thesis),
+    lines.extend(
+        report_fields(r)
+            .into_iter()
+            .map(|(k, v)| format!("  {k:<34} {v}")),
     );
-    row("admitted", r.admitted.to_string());
-    row("lost", r.lost.to_string());
-    row("abandoned", r.abandoned.to_string());
-    row("double_admissions", r.double_admissions.to_string());
-    row("readmissions (first node died)", r.readmissions.to_string());
-    row(
-        "wait_ms mean / max",
-        format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
-    );
-    row(
-        "sim_time_ms",
-        format!(
-            "{}{}",
-            r.sim_time_ms,
-            if r.timed_out { " (timed out)" } else { "" }
-        ),
-    );
-    row("max_on_site", r.max_on_site.to_string());
-    row("max_overshoot", r.max_overshoot.to_string());
-    row("messages", r.messages.to_string());
-    row(
-        "messages_per_admitted",
-        format!("{:.1}", r.messages_per_admitted),
-    );
-    row(
-        "invariant_violations (converged)",
-        r.invariant_violations.to_string(),
-    );
-    row(
-        "invariant_violations (recovering)",
-        r.invariant_violations_recovering.to_string(),
-    );
-    row("invariant_checks", r.invariant_checks.to_string());
-    row("events", r.events.to_string());
-    row("wall_ms", r.wall_ms.to_string());
-    row(
-        "peak_memory",
-        format!("{:.1} MiB", r.peak_memory as f64 / 1_048_576.0),
-    );
-    row("trace_hash", r.trace_hash.clone());
-    let n = &r.network;
-    row(
-        "network",
-        format!(
-            "{} sent, {} lost, {} duplicated, {} reordered, {} cut, {} to dead nodes",
-            n.sent, n.lost, n.duplicated, n.reordered, n.cut, n.to_dead
-        ),
-    );
-    if !r.protocol_events.is_empty() {
-        let ev: Vec<String> = r
-            .protocol_events
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        row("protocol events", ev.join(", "));
-    }
-    if !r.visitor_errors.is_empty() {
-        let ev: Vec<String> = r
-            .visitor_errors
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        row("refused visitor operations", ev.join(", "));
-    }
     for s in &r.violation_samples {
         lines.push(format!("  violation: {s}"));
     }
@@ -93,7 +30,73 @@ pub fn human_report(r: &RunReport) -> String {
     out
 }
 
-/// Runs `rows` × `seeds`, printing progress, and summarises per row.
+/// The fields of the human-readable report, in order, as (name, value).
+fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
+    let n = &r.network;
+    let timed_out = if r.timed_out { " (timed out)" } else { "" };
+    let mut fields = vec![
+        ("kendall_tau", format!("{:.3e}", r.kendall_tau)),
+        (
+            "kendall_tau_thesis",
+            format!("{:.3e}", r.kendall_tau_thesis),
+        ),
+        ("admitted", r.admitted.to_string()),
+        ("lost", r.lost.to_string()),
+        ("abandoned", r.abandoned.to_string()),
+        ("double_admissions", r.double_admissions.to_string()),
+        ("readmissions (first node died)", r.readmissions.to_string()),
+        (
+            "wait_ms mean / max",
+            format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
+        ),
+        ("sim_time_ms", format!("{}{timed_out}", r.sim_time_ms)),
+        ("max_on_site", r.max_on_site.to_string()),
+        ("max_overshoot", r.max_overshoot.to_string()),
+        ("messages", r.messages.to_string()),
+        (
+            "messages_per_admitted",
+            format!("{:.1}", r.messages_per_admitted),
+        ),
+        (
+            "invariant_violations (converged)",
+            r.invariant_violations.to_string(),
+        ),
+        (
+            "invariant_violations (recovering)",
+            r.invariant_violations_recovering.to_string(),
+        ),
+        ("invariant_checks", r.invariant_checks.to_string()),
+        ("events", r.events.to_string()),
+        ("wall_ms", r.wall_ms.to_string()),
+        (
+            "peak_memory",
+            format!("{:.1} MiB", r.peak_memory as f64 / 1_048_576.0),
+        ),
+        ("trace_hash", r.trace_hash.clone()),
+        (
+            "network",
+            format!(
+                "{} sent, {} lost, {} duplicated, {} reordered, {} cut, {} to dead nodes",
+                n.sent, n.lost, n.duplicated, n.reordered, n.cut, n.to_dead
+            ),
+        ),
+    ];
+    if !r.protocol_events.is_empty() {
+        fields.push(("protocol events", counts(&r.protocol_events)));
+    }
+    if !r.visitor_errors.is_empty() {
+        fields.push(("refused visitor operations", counts(&r.visitor_errors)));
+    }
+    fields
+}
+
+/// `name count, name count, …`
+fn counts(map: &BTreeMap<String, u64>) -> String {
+    let parts: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    parts.join(", ")
+}
+
+/// `fmt(v)`, or `-` without a value.
 fn opt(v: Option<f64>, fmt: fn(f64) -> String) -> String {
     v.map_or_else(|| "-".into(), fmt)
 }

@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 
 use crate::config::{RunConfig, Strategy};
-use crate::metrics::RunReport;
+use crate::metrics::{Admission, RunReport};
 use crate::scheduler::Ev;
 use crate::seeds::{self, Stream};
 use crate::sim::{Ctx, Reply, Room};
@@ -70,8 +70,8 @@ impl<D: Discipline> Baseline<D> {
     fn admit(&mut self, ctx: &mut Ctx, v: u32) {
         self.admitted[v as usize] = true;
         self.sequence += 1;
-        let now = ctx.now;
-        ctx.admitted(v, now, now, (self.sequence, 0), 0, |_| true);
+        let a = Admission::at_once(v, ctx.now, (self.sequence, 0));
+        ctx.admitted(a, |_| true);
     }
 
     /// Whether `v`'s queue entry has expired: they stopped checking in (gave up) long enough

@@ -14,7 +14,7 @@ use waitingroom_distributed::{Event, Node, NodeConfig, Transmit, VisitorError};
 
 use crate::config::{Disturbance, PartitionKind, RunConfig};
 use crate::disturbances;
-use crate::metrics::RunReport;
+use crate::metrics::{Admission, RunReport};
 use crate::network::Network;
 use crate::scheduler::Ev;
 use crate::seeds::{self, Stream};
@@ -117,14 +117,16 @@ fn on_event(
             at,
             decided_at,
         } => match owner.get(&key.ticket) {
-            Some(&v) => ctx.admitted(
-                v,
-                decided_at,
-                at,
-                (key.join_time, key.ticket.0),
-                process,
-                |p| alive[p as usize],
-            ),
+            Some(&v) => {
+                let a = Admission {
+                    v,
+                    decided_at,
+                    at,
+                    tie_break: (key.join_time, key.ticket.0),
+                    by: process,
+                };
+                ctx.admitted(a, |p| alive[p as usize]);
+            }
             None => bump(&mut tallies.protocol_events, "admitted-unknown-ticket"),
         },
         Event::CountCompleted(_) => {}
@@ -141,6 +143,19 @@ fn on_event(
             bump(&mut tallies.protocol_events, name);
             ctx.trace.note(ctx.now, name, &[slot as u64 + 1, about]);
         }
+    }
+}
+
+impl Visits {
+    /// Visitor `v` left the queue with `pass` (kept only when sessions refresh passes); returns
+    /// when it expires.
+    fn hold(&mut self, v: u32, pass: Pass) -> Time {
+        let expires = pass.expires_at;
+        self.tickets[v as usize] = None;
+        if let Some(p) = self.passes.get_mut(v as usize) {
+            *p = Some(pass);
+        }
+        expires
     }
 }
 
@@ -343,6 +358,19 @@ impl QpidRoom {
         }
     }
 
+    /// What a node answered visitor `v`'s `op` (leave or refresh) that hands out a pass: when
+    /// the pass they now hold expires, or None (counted by reason) if it refused.
+    fn holds(&mut self, v: u32, r: Result<Pass, VisitorError>, op: &str) -> Option<Time> {
+        match r {
+            Ok(pass) => Some(self.visits.hold(v, pass)),
+            Err(e) => {
+                let reason = format!("{op}: {}", error_name(&e));
+                bump(&mut self.tallies.visitor_errors, &reason);
+                None
+            }
+        }
+    }
+
     fn disturb(&mut self, ctx: &mut Ctx, what: Disturbance) {
         match what {
             Disturbance::Crash | Disturbance::Restart => {
@@ -500,23 +528,7 @@ impl Room for QpidRoom {
             self.drain(ctx, s);
             result = Some(r);
         }
-        match result? {
-            Ok(pass) => {
-                let expires = pass.expires_at;
-                self.visits.tickets[v as usize] = None;
-                if let Some(p) = self.visits.passes.get_mut(v as usize) {
-                    *p = Some(pass);
-                }
-                Some(expires)
-            }
-            Err(e) => {
-                bump(
-                    &mut self.tallies.visitor_errors,
-                    &format!("leave: {}", error_name(&e)),
-                );
-                None
-            }
-        }
+        self.holds(v, result?, "leave")
     }
 
     fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time> {
@@ -524,20 +536,7 @@ impl Room for QpidRoom {
         let s = self.route(ctx, v)?;
         let r = self.nodes.node(s).refresh_pass(ctx.now, &pass);
         self.drain(ctx, s);
-        match r {
-            Ok(p) => {
-                let expires = p.expires_at;
-                self.visits.passes[v as usize] = Some(p);
-                Some(expires)
-            }
-            Err(e) => {
-                bump(
-                    &mut self.tallies.visitor_errors,
-                    &format!("refresh: {}", error_name(&e)),
-                );
-                None
-            }
-        }
+        self.holds(v, r, "refresh")
     }
 
     fn next_check_in(&self, v: u32) -> Option<Time> {

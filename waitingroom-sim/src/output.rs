@@ -211,42 +211,58 @@ pub fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
     s
 }
 
+/// A CSV column: its header and how a row's cell is written.
+type Column = (&'static str, fn(&SweepRow) -> String);
+
+/// The column of a field of [`SweepRow`], headed by the field's name; `?` marks an optional
+/// figure, written as an empty cell when missing.
+macro_rules! column {
+    ($field:ident) => {
+        (stringify!($field), |r: &SweepRow| r.$field.to_string())
+    };
+    ($field:ident?) => {
+        (stringify!($field), |r: &SweepRow| {
+            r.$field.map_or_else(String::new, |x| x.to_string())
+        })
+    };
+}
+
+/// Every field of [`SweepRow`], in order.
+const CSV_COLUMNS: [Column; 23] = [
+    column!(strategy),
+    column!(target),
+    column!(users),
+    column!(churn),
+    column!(seeds),
+    column!(kendall_tau_mean),
+    column!(kendall_tau_max),
+    column!(kendall_tau_thesis_mean),
+    column!(sim_time_ms_mean),
+    column!(wait_ms_mean),
+    column!(wait_ms_max),
+    column!(lost_total),
+    column!(invariant_violations_total),
+    column!(invariant_violations_recovering_total),
+    column!(double_admissions_total),
+    column!(timed_out_total),
+    column!(messages_per_admitted_mean),
+    column!(max_overshoot),
+    column!(wall_ms_mean),
+    column!(thesis_a2_kendall_tau?),
+    column!(thesis_a2_sim_time_ms?),
+    column!(reference_kendall_tau?),
+    column!(kendall_tau_bound?),
+];
+
 /// Sweep rows as CSV, every field of [`SweepRow`].
 pub fn csv(rows: &[SweepRow]) -> String {
-    let mut s = String::from(
-        "strategy,target,users,churn,seeds,kendall_tau_mean,kendall_tau_max,kendall_tau_thesis_mean,\
-         sim_time_ms_mean,wait_ms_mean,wait_ms_max,lost_total,invariant_violations_total,invariant_violations_recovering_total,\
-         double_admissions_total,timed_out_total,messages_per_admitted_mean,max_overshoot,wall_ms_mean,\
-         thesis_a2_kendall_tau,thesis_a2_sim_time_ms,reference_kendall_tau,kendall_tau_bound\n",
-    );
-    let o = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
+    let header: Vec<&str> = CSV_COLUMNS.iter().map(|c| c.0).collect();
+    let mut s = header.join(",");
+    s.push('\n');
     for r in rows {
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            r.strategy,
-            r.target,
-            r.users,
-            r.churn,
-            r.seeds,
-            r.kendall_tau_mean,
-            r.kendall_tau_max,
-            r.kendall_tau_thesis_mean,
-            r.sim_time_ms_mean,
-            r.wait_ms_mean,
-            r.wait_ms_max,
-            r.lost_total,
-            r.invariant_violations_total,
-            r.invariant_violations_recovering_total,
-            r.double_admissions_total,
-            r.timed_out_total,
-            r.messages_per_admitted_mean,
-            r.max_overshoot,
-            r.wall_ms_mean,
-            o(r.thesis_a2_kendall_tau),
-            o(r.thesis_a2_sim_time_ms),
-            o(r.reference_kendall_tau),
-            o(r.kendall_tau_bound),
-        ));
+        let cells: Vec<String> = CSV_COLUMNS.iter().map(|c| (c.1)(r)).collect();
+        s.push_str(&cells.join(","));
+        s.push('\n');
     }
     s
 }
@@ -284,36 +300,36 @@ pub fn churn_chart(rows: &[SweepRow]) -> String {
             })
             .collect::<Vec<_>>()
     };
-    let mut panels = Vec::new();
-    for &u in &users {
-        let mut s = series(u, |r| Some(r.kendall_tau_mean), false, "");
-        s.extend(series(
-            u,
+    // Per definition: (title, y label, ours, the thesis' figure, its legend tag).
+    type Value = fn(&SweepRow) -> Option<f64>;
+    let definitions: [(&str, &str, Value, Value, &str); 2] = [
+        (
+            "strict Kendall-Tau",
+            "mean Kendall-Tau distance",
+            |r| Some(r.kendall_tau_mean),
             |r| r.reference_kendall_tau,
-            true,
             " (thesis code)",
-        ));
-        panels.push(svg::Panel {
-            title: format!("{u} visitors: strict Kendall-Tau"),
-            x_label: "nodes added and removed".into(),
-            y_label: "mean Kendall-Tau distance".into(),
-            series: s,
-        });
-    }
-    for &u in &users {
-        let mut s = series(u, |r| Some(r.kendall_tau_thesis_mean), false, "");
-        s.extend(series(
-            u,
+        ),
+        (
+            "thesis definition",
+            "mean Kendall-Tau (ties discordant)",
+            |r| Some(r.kendall_tau_thesis_mean),
             |r| r.thesis_a2_kendall_tau,
-            true,
             " (thesis A.2)",
-        ));
-        panels.push(svg::Panel {
-            title: format!("{u} visitors: thesis definition"),
-            x_label: "nodes added and removed".into(),
-            y_label: "mean Kendall-Tau (ties discordant)".into(),
-            series: s,
-        });
+        ),
+    ];
+    let mut panels = Vec::new();
+    for (title, y_label, ours, theirs, tag) in definitions {
+        for &u in &users {
+            let mut s = series(u, ours, false, "");
+            s.extend(series(u, theirs, true, tag));
+            panels.push(svg::Panel {
+                title: format!("{u} visitors: {title}"),
+                x_label: "nodes added and removed".into(),
+                y_label: y_label.into(),
+                series: s,
+            });
+        }
     }
     svg::render(
         "Kendall-Tau distance against churn (solid: this simulator; dashed: thesis)",

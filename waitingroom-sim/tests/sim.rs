@@ -3,19 +3,14 @@
 
 use std::process::Command;
 
-use waitingroom_sim::config::{Disturbance, PartitionKind, Scripted};
-use waitingroom_sim::{Arrival, RunConfig, RunReport, Strategy, Target, run};
+use waitingroom_sim::config::{Disturbance, PartitionKind};
+use waitingroom_sim::{RunConfig, RunReport, Strategy, run};
 
-/// A short scenario: 8 nodes as in the thesis, 20 s of arrivals.
-fn small(seed: u64) -> RunConfig {
-    let mut cfg = RunConfig {
-        seed,
-        ..RunConfig::default()
-    };
-    cfg.workload.users = 200;
-    cfg.workload.window_ms = 20_000;
-    cfg.protocol.target_on_site = Target::Limited(20);
-    cfg
+/// A short scenario: 8 nodes as in the thesis, 20 s of arrivals, plus `flags` (the command
+/// line's options).
+fn small(seed: u64, flags: &str) -> RunConfig {
+    let line = format!("--seed {seed} --users 200 --window-ms 20000 --target-on-site 20 {flags}");
+    RunConfig::from_flags(line.split_whitespace()).unwrap()
 }
 
 fn assert_clean(r: &RunReport) {
@@ -28,12 +23,11 @@ fn assert_clean(r: &RunReport) {
 
 #[test]
 fn same_seed_same_trace_and_a_different_seed_differs() {
-    let mut cfg = small(42);
-    cfg.faults.churn = 1;
-    cfg.network.loss_probability = 0.02;
-    cfg.network.duplicate_probability = 0.02;
-    cfg.network.reorder_probability = 0.05;
-    cfg.workload.jitter_ms = 50;
+    let cfg = small(
+        42,
+        "--churn 1 --loss-probability 0.02 --duplicate-probability 0.02 \
+         --reorder-probability 0.05 --jitter-ms 50",
+    );
     let a = run(&cfg);
     let b = run(&cfg);
     assert_eq!(a.trace_hash, b.trace_hash);
@@ -53,12 +47,7 @@ fn same_seed_same_trace_and_a_different_seed_differs() {
 #[test]
 fn every_strategy_lets_everyone_in() {
     for strategy in Strategy::ALL {
-        let mut cfg = RunConfig {
-            strategy,
-            ..small(7)
-        };
-        cfg.workload.arrival = Arrival::Flash;
-        let r = run(&cfg);
+        let r = run(&small(7, &format!("--strategy {strategy} --arrival flash")));
         assert_clean(&r);
         assert!(r.max_overshoot == 0, "{strategy}: {r:#?}");
         if strategy == Strategy::CentralFifo {
@@ -75,11 +64,10 @@ fn every_strategy_lets_everyone_in() {
 #[test]
 fn the_baselines_are_as_unfair_as_designed() {
     // A flash crowd larger than the target: visitors wait, so the order matters.
-    let mut base = small(3);
-    base.workload.users = 600;
-    base.workload.arrival = Arrival::Flash;
-    base.workload.window_ms = 30_000;
-    base.protocol.target_on_site = Target::Limited(10);
+    let base = small(
+        3,
+        "--users 600 --arrival flash --window-ms 30000 --target-on-site 10",
+    );
     let kt = |strategy| {
         run(&RunConfig {
             strategy,
@@ -94,10 +82,7 @@ fn the_baselines_are_as_unfair_as_designed() {
 
 #[test]
 fn crashes_and_additions_lose_nobody() {
-    let mut cfg = small(11);
-    cfg.faults.churn = 3;
-    cfg.faults.restarts = 1;
-    let r = run(&cfg);
+    let r = run(&small(11, "--churn 3 --restarts 1"));
     assert_clean(&r);
     assert_eq!(r.double_admissions, 0, "{r:#?}");
     assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
@@ -105,12 +90,11 @@ fn crashes_and_additions_lose_nobody() {
 
 #[test]
 fn a_lossy_duplicating_reordering_network_loses_nobody() {
-    let mut cfg = small(5);
-    cfg.network.loss_probability = 0.1;
-    cfg.network.duplicate_probability = 0.1;
-    cfg.network.reorder_probability = 0.2;
-    cfg.network.latency = "pareto:5:1.5:400".parse().unwrap();
-    let r = run(&cfg);
+    let r = run(&small(
+        5,
+        "--loss-probability 0.1 --duplicate-probability 0.1 --reorder-probability 0.2 \
+         --latency pareto:5:1.5:400",
+    ));
     assert_clean(&r);
     assert!(r.network.lost > 0 && r.network.duplicated > 0 && r.network.reordered > 0);
 }
@@ -118,13 +102,11 @@ fn a_lossy_duplicating_reordering_network_loses_nobody() {
 #[test]
 fn a_partition_that_heals_loses_nobody() {
     for kind in [PartitionKind::Isolate, PartitionKind::Split] {
-        let mut cfg = small(9);
-        cfg.faults.script = vec![Scripted {
-            at: 5_000,
-            what: Disturbance::Partition(kind),
-        }];
-        cfg.faults.partition_ms = 4_000;
-        let r = run(&cfg);
+        let what = Disturbance::Partition(kind);
+        let r = run(&small(
+            9,
+            &format!("--partition-ms 4000 --script {what}@5000"),
+        ));
         assert_clean(&r);
         assert!(r.network.cut > 0, "{kind:?}");
     }
@@ -132,13 +114,11 @@ fn a_partition_that_heals_loses_nobody() {
 
 #[test]
 fn abandonment_and_sessions_keep_the_site_within_target() {
-    let mut cfg = small(13);
-    cfg.workload.abandon_probability = 0.3;
-    cfg.workload.patience_ms = 5_000;
-    cfg.workload.session_ms = 3_000;
-    cfg.workload.users = 300;
-    cfg.protocol.pass_expiry_ms = 2_000;
-    let r = run(&cfg);
+    let r = run(&small(
+        13,
+        "--abandon-probability 0.3 --patience-ms 5000 --session-ms 3000 --users 300 \
+         --pass-expiry-ms 2000",
+    ));
     assert_clean(&r);
     assert!(r.abandoned > 0);
     assert_eq!(r.max_overshoot, 0, "{r:#?}");
@@ -149,13 +129,10 @@ fn abandonment_and_sessions_keep_the_site_within_target() {
 #[test]
 fn a_crashed_nodes_passes_still_count_against_the_target() {
     for seed in [3, 4] {
-        let mut cfg = small(seed);
-        cfg.faults.churn = 3;
-        cfg.faults.restarts = 1;
-        cfg.protocol.pass_expiry_ms = 5_000;
-        cfg.workload.users = 600;
-        cfg.protocol.target_on_site = Target::Limited(50);
-        let r = run(&cfg);
+        let r = run(&small(
+            seed,
+            "--churn 3 --restarts 1 --pass-expiry-ms 5000 --users 600 --target-on-site 50",
+        ));
         assert_clean(&r);
         assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
         assert_eq!(r.max_overshoot, 0, "seed {seed}: {r:#?}");

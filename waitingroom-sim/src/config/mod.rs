@@ -289,6 +289,21 @@ static FLAGS: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
 static DEFAULTS: LazyLock<Map<String, Value>> = LazyLock::new(|| RunConfig::default().values());
 
 impl RunConfig {
+    /// The configuration `waitingroom-sim run` gives with these options, e.g.
+    /// `["--users", "50", "--churn", "1"]`; an option given twice takes its last value (a
+    /// repeatable one, `--script`, collects them all).
+    pub fn from_flags<I, T>(flags: I) -> Result<RunConfig, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let command = clap::Command::new("run")
+            .no_binary_name(true)
+            .args_override_self(true);
+        let command = RunConfig::augment_args(command);
+        RunConfig::from_arg_matches(&command.try_get_matches_from(flags)?)
+    }
+
     /// The simulated-time limit in force (past the opening of the window): `max_time_ms`, or
     /// three windows plus a minute when it is 0.
     pub fn time_limit(&self) -> Time {
@@ -440,16 +455,10 @@ mod tests {
         );
     }
 
-    fn parse<'a>(words: impl IntoIterator<Item = &'a str>) -> RunConfig {
-        let command = RunConfig::augment_args(clap::Command::new("run"));
-        let matches = command.try_get_matches_from(words).unwrap();
-        RunConfig::from_arg_matches(&matches).unwrap()
-    }
-
     #[test]
     fn a_run_that_changes_every_option_replays_from_its_command() {
-        let cfg = parse(
-            "run --seed 9 --strategy buckets --nodes 5 --sample-d 3 \
+        let cfg = RunConfig::from_flags(
+            "--seed 9 --strategy buckets --nodes 5 --sample-d 3 \
              --users 77 --arrival poisson --window-ms 9000 --flash-share 0.5 --flash-ms 700 \
              --warmup-ms 1500 --jitter-ms 40 --abandon-probability 0.25 --patience-ms 8000 \
              --session-ms 3000 \
@@ -462,7 +471,8 @@ mod tests {
              --admit-straight-through --probe-interval-ms 400 --probe-timeout-ms 150 \
              --check-every 3 --max-time-ms 99000"
                 .split_whitespace(),
-        );
+        )
+        .unwrap();
         for (id, value) in cfg.values() {
             assert_ne!(
                 Some(&value),
@@ -471,7 +481,25 @@ mod tests {
             );
         }
         let line = cfg.to_command();
-        assert_eq!(parse(line.split_whitespace().skip(1)), cfg, "{line}");
+        let again = RunConfig::from_flags(line.split_whitespace().skip(2)).unwrap();
+        assert_eq!(again, cfg, "{line}");
+        let json = serde_json::to_string(&cfg).unwrap();
+        assert_eq!(
+            serde_json::from_str::<RunConfig>(&json).unwrap(),
+            cfg,
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn from_flags_lets_a_later_option_override_an_earlier_one() {
+        let cfg = RunConfig::from_flags([
+            "--users", "5", "--script", "add@1", "--users", "6", "--script", "crash@2",
+        ])
+        .unwrap();
+        assert_eq!(cfg.workload.users, 6);
+        assert_eq!(cfg.faults.script.len(), 2);
+        assert!(RunConfig::from_flags(["--users", "x"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Configuration of one protocol node.
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 
 /// How the root lets visitors out once a count has decided how many.
@@ -17,6 +21,47 @@ pub enum AdmissionMode {
     Batched,
     /// QPID deleteMin one visitor at a time, as in the thesis.
     Sequential,
+}
+
+impl AdmissionMode {
+    /// Every mode, in the order help texts list them.
+    pub const ALL: [AdmissionMode; 3] = [
+        AdmissionMode::Range,
+        AdmissionMode::Batched,
+        AdmissionMode::Sequential,
+    ];
+
+    /// The mode's name: what the server's and the simulator's `--admission` take and print, and
+    /// its serde form.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdmissionMode::Range => "range",
+            AdmissionMode::Batched => "batched",
+            AdmissionMode::Sequential => "sequential",
+        }
+    }
+}
+
+impl fmt::Display for AdmissionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not one of [`AdmissionMode::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown admission mode `{0}` (range, batched or sequential)")]
+pub struct UnknownAdmissionMode(pub String);
+
+impl FromStr for AdmissionMode {
+    type Err = UnknownAdmissionMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AdmissionMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownAdmissionMode(s.to_string()))
+    }
 }
 
 /// Everything a [`crate::Node`] needs to know about itself.
@@ -116,5 +161,23 @@ impl NodeConfig {
             return Err(SettingsError::new("watchdog_rounds", "must be at least 2"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_modes_parse_print_and_serialise_by_one_name() {
+        for mode in AdmissionMode::ALL {
+            assert_eq!(mode.to_string().parse::<AdmissionMode>(), Ok(mode));
+            let json = serde_json::to_string(&mode).unwrap();
+            assert_eq!(json, format!("\"{}\"", mode.name()));
+        }
+        assert_eq!(
+            "fifo".parse::<AdmissionMode>(),
+            Err(UnknownAdmissionMode("fifo".into()))
+        );
     }
 }

@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use thiserror::Error;
@@ -80,8 +81,8 @@ pub struct Options {
     /// How the root lets visitors out: range (one message per tree edge per round), batched
     /// (QPID deleteMin in batches) or sequential (one at a time, as in the thesis).
     /// (default: range)
-    #[arg(long, env = "WAITINGROOM_ADMISSION", value_name = "MODE")]
-    pub admission: Option<Admission>,
+    #[arg(long, env = "WAITINGROOM_ADMISSION", value_name = "MODE", value_parser = admission_mode())]
+    pub admission: Option<AdmissionMode>,
     /// SWIM: how often one member is probed, ms. (default: 500)
     #[arg(long, env = "WAITINGROOM_PROBE_INTERVAL_MS", value_name = "MS")]
     pub probe_interval_ms: Option<Time>,
@@ -183,26 +184,10 @@ pub struct Options {
     pub page_template: Option<PathBuf>,
 }
 
-/// How the root lets visitors out (see [`AdmissionMode`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Admission {
-    /// Range admission.
-    Range,
-    /// Batched deleteMin.
-    Batched,
-    /// One deleteMin at a time.
-    Sequential,
-}
-
-impl From<Admission> for AdmissionMode {
-    fn from(a: Admission) -> Self {
-        match a {
-            Admission::Range => AdmissionMode::Range,
-            Admission::Batched => AdmissionMode::Batched,
-            Admission::Sequential => AdmissionMode::Sequential,
-        }
-    }
+/// `--admission` takes the protocol's own names for its modes ([`AdmissionMode::name`]).
+fn admission_mode() -> impl TypedValueParser<Value = AdmissionMode> {
+    PossibleValuesParser::new(AdmissionMode::ALL.map(AdmissionMode::name))
+        .try_map(|name| name.parse::<AdmissionMode>())
 }
 
 /// Log output format.
@@ -416,13 +401,11 @@ impl Options {
         // The id, incarnation and address are placeholders until the socket is bound; the
         // protocol's own validation then names any bad knob.
         let mut protocol = NodeConfig::new(NodeId(1), 1, "", settings.clone());
-        if let Some(a) = self.admission {
-            protocol.admission = a.into();
-        }
         macro_rules! knob {
             ($($f:ident),*) => { $(if let Some(v) = self.$f { protocol.$f = v; })* };
         }
         knob!(
+            admission,
             probe_interval_ms,
             probe_timeout_ms,
             indirect_probes,

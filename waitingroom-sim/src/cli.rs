@@ -9,11 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use waitingroom_core::Time;
-use waitingroom_distributed::AdmissionMode;
+use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Arrival, Latency, PartitionKind, RunConfig, Scripted, Strategy, Target};
+use crate::config::{RunConfig, Strategy};
 use crate::metrics::RunReport;
 use crate::output::{churn_chart, compare_table, csv, human_report, sweep_table};
 use crate::sim;
@@ -38,297 +36,31 @@ enum Command {
     Compare(CompareCmd),
 }
 
-/// How the protocol lets visitors out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum AdmissionArg {
-    /// The count selects the smallest keys; every node lets out its share in parallel.
-    Range,
-    /// QPID deleteMin, popping at the root while its head is the minimum.
-    Batched,
-    /// QPID deleteMin one visitor at a time, as in the thesis.
-    Sequential,
-}
-
-impl From<AdmissionArg> for AdmissionMode {
-    fn from(a: AdmissionArg) -> Self {
-        match a {
-            AdmissionArg::Range => AdmissionMode::Range,
-            AdmissionArg::Batched => AdmissionMode::Batched,
-            AdmissionArg::Sequential => AdmissionMode::Sequential,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum StrategyArg {
-    Qpid,
-    CentralFifo,
-    Buckets,
-    RandomSample,
-}
-
-impl From<StrategyArg> for Strategy {
-    fn from(s: StrategyArg) -> Self {
-        match s {
-            StrategyArg::Qpid => Strategy::Qpid,
-            StrategyArg::CentralFifo => Strategy::CentralFifo,
-            StrategyArg::Buckets => Strategy::Buckets,
-            StrategyArg::RandomSample => Strategy::RandomSample,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ArrivalArg {
-    Uniform,
-    Flash,
-    Poisson,
-}
-
-impl From<ArrivalArg> for Arrival {
-    fn from(a: ArrivalArg) -> Self {
-        match a {
-            ArrivalArg::Uniform => Arrival::Uniform,
-            ArrivalArg::Flash => Arrival::Flash,
-            ArrivalArg::Poisson => Arrival::Poisson,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum PartitionArg {
-    Isolate,
-    Split,
-    Random,
-}
-
-impl From<PartitionArg> for PartitionKind {
-    fn from(p: PartitionArg) -> Self {
-        match p {
-            PartitionArg::Isolate => PartitionKind::Isolate,
-            PartitionArg::Split => PartitionKind::Split,
-            PartitionArg::Random => PartitionKind::Random,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum PresetArg {
-    Thesis,
-    Chaos,
-    Mixed,
-}
-
-fn probability(s: &str) -> Result<f64, String> {
-    let p: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if (0.0..=1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(format!("{p} is not a probability between 0 and 1"))
-    }
-}
-
-/// One scenario: the defaults are the thesis' experiment (table 6.1).
-#[derive(Debug, Clone, Args)]
-struct Scenario {
-    /// Which waiting room the visitors go through.
-    #[arg(long, value_enum, default_value = "qpid")]
-    strategy: StrategyArg,
-    /// How the protocol lets visitors out (qpid).
-    #[arg(long, value_enum, default_value = "range")]
-    admission: AdmissionArg,
-    /// Nodes at the start.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    nodes: u32,
-    /// Visitors in total.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=4_000_000_000))]
-    users: u64,
-    /// Target number on the site: a number, or `unlimited`.
-    #[arg(long, default_value = "100")]
-    target: Target,
-    /// Crashes, and as many node additions, at random times in the arrival window.
-    #[arg(long, default_value_t = 0)]
-    churn: u32,
-    /// Crash-and-restart cycles at random times in the arrival window.
-    #[arg(long, default_value_t = 0)]
-    restarts: u32,
-    /// Partitions at random times in the arrival window, each healing after --partition-ms.
-    #[arg(long, default_value_t = 0)]
-    partitions: u32,
-    /// What a partition cuts off: one node, or half of them.
-    #[arg(long, value_enum, default_value = "random")]
-    partition_kind: PartitionArg,
-    /// How long a partition lasts.
-    #[arg(long, default_value_t = 5_000)]
-    partition_ms: Time,
-    /// How long a restarted node stays down.
-    #[arg(long, default_value_t = 2_000)]
-    restart_delay_ms: Time,
-    /// A disturbance at a fixed time after the window opens, e.g. `crash@30000`,
-    /// `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…` (repeatable).
-    #[arg(long)]
-    script: Vec<Scripted>,
-    /// Message loss probability.
-    #[arg(long, default_value = "0", value_parser = probability)]
-    loss: f64,
-    /// Message duplication probability.
-    #[arg(long, default_value = "0", value_parser = probability)]
-    dup: f64,
-    /// Probability that a message is held back (reordered) by up to --reorder-ms.
-    #[arg(long, default_value = "0", value_parser = probability)]
-    reorder: f64,
-    /// Largest extra delay of a reordered message.
-    #[arg(long, default_value_t = 50)]
-    reorder_ms: Time,
-    /// Messages to a crashed node fail like refused connections: the sender's transport
-    /// reports the peer unreachable (as the HTTP transport does).
-    #[arg(long)]
-    refused_connections: bool,
-    /// Latency between nodes: `15` (fixed), `10-20` (uniform) or `pareto:MIN:ALPHA[:MAX]`.
-    #[arg(long, default_value = "10-20")]
-    latency: Latency,
-    /// The seed every random choice derives from.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Arrival process.
-    #[arg(long, value_enum, default_value = "uniform")]
-    arrival: ArrivalArg,
-    /// Length of the arrival window.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
-    window_ms: Time,
-    /// Flash crowd: share of visitors arriving in the burst.
-    #[arg(long, default_value = "0.8", value_parser = probability)]
-    flash_share: f64,
-    /// Flash crowd: length of the burst.
-    #[arg(long, default_value_t = 5_000)]
-    flash_ms: Time,
-    /// Time for the starting nodes to form a cluster before visitors come.
-    #[arg(long, default_value_t = 1_000)]
-    warmup_ms: Time,
-    /// Visitors check in this often.
-    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
-    refresh_ms: Time,
-    /// Each check-in comes up to this much late (uniform).
-    #[arg(long, default_value_t = 0)]
-    jitter_ms: Time,
-    /// Probability that a visitor gives up waiting.
-    #[arg(long, default_value = "0", value_parser = probability)]
-    abandon: f64,
-    /// Mean patience of visitors who give up.
-    #[arg(long, default_value_t = 30_000)]
-    patience_ms: Time,
-    /// How long admitted visitors stay, refreshing their pass (0: they never refresh it).
-    #[arg(long, default_value_t = 0)]
-    session_ms: Time,
-    /// Eviction interval.
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
-    eviction_ms: Time,
-    /// Ticket expiry.
-    #[arg(long, default_value_t = 10_000)]
-    ticket_expiry_ms: Time,
-    /// Pass expiry (0: passes expire at once, as in the thesis).
-    #[arg(long, default_value_t = 0)]
-    pass_expiry_ms: Time,
-    /// Admit arriving visitors at once while the site has room and nobody waits.
-    #[arg(long)]
-    straight_through: bool,
-    /// SWIM probe interval.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
-    probe_ms: Time,
-    /// SWIM probe timeout.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
-    probe_timeout_ms: Time,
-    /// Random-sample strategy: nodes sampled per admission.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000))]
-    sample_d: u32,
-    /// Check the invariants after every N-th protocol event (0: never).
-    #[arg(long, default_value_t = 1)]
-    check_every: u32,
-    /// Simulated-time limit after the window opens (0: three windows plus a minute).
-    #[arg(long, default_value_t = 0)]
-    max_time_ms: Time,
-}
-
-impl Scenario {
-    fn to_config(&self) -> RunConfig {
-        RunConfig {
-            seed: self.seed,
-            strategy: self.strategy.into(),
-            admission: self.admission.into(),
-            nodes: self.nodes,
-            users: self.users,
-            target: self.target,
-            arrival: self.arrival.into(),
-            window_ms: self.window_ms,
-            flash_share: self.flash_share,
-            flash_ms: self.flash_ms,
-            warmup_ms: self.warmup_ms,
-            refresh_ms: self.refresh_ms,
-            jitter_ms: self.jitter_ms,
-            abandon: self.abandon,
-            patience_ms: self.patience_ms,
-            session_ms: self.session_ms,
-            eviction_ms: self.eviction_ms,
-            ticket_expiry_ms: self.ticket_expiry_ms,
-            pass_expiry_ms: self.pass_expiry_ms,
-            straight_through: self.straight_through,
-            probe_ms: self.probe_ms,
-            probe_timeout_ms: self.probe_timeout_ms,
-            latency: self.latency,
-            loss: self.loss,
-            dup: self.dup,
-            reorder: self.reorder,
-            reorder_ms: self.reorder_ms,
-            refused_connections: self.refused_connections,
-            churn: self.churn,
-            restarts: self.restarts,
-            partitions: self.partitions,
-            partition_kind: self.partition_kind.into(),
-            partition_ms: self.partition_ms,
-            restart_delay_ms: self.restart_delay_ms,
-            script: self.script.clone(),
-            sample_d: self.sample_d,
-            check_every: self.check_every,
-            max_time_ms: self.max_time_ms,
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 struct RunCmd {
-    #[command(flatten)]
-    scenario: Scenario,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
     /// Write the event trace, one line per event, to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
+    #[command(flatten)]
+    config: RunConfig,
 }
 
 #[derive(Debug, Args)]
 struct SweepCmd {
-    /// Which grid.
-    #[arg(long, value_enum, default_value = "thesis")]
-    preset: PresetArg,
-    /// Seeds per configuration.
+    /// Which grid. The preset sets its own options (thesis: --target-on-site, --users,
+    /// --churn; chaos: those of a lossy, duplicating, reordering network with a partition;
+    /// mixed: chaos plus --churn and --restarts); every other option applies to every row.
+    #[arg(long, value_enum, default_value_t = Preset::Thesis)]
+    preset: Preset,
+    /// Seeds per configuration (from --seed on).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     seeds: u64,
-    /// First seed.
-    #[arg(long, default_value_t = 1)]
-    seed_start: u64,
     /// Runs in parallel (default: the number of CPUs).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     jobs: Option<u32>,
-    /// Strategy for every run.
-    #[arg(long, value_enum, default_value = "qpid")]
-    strategy: StrategyArg,
-    /// Admission mode for every run (qpid).
-    #[arg(long, value_enum, default_value = "range")]
-    admission: AdmissionArg,
-    /// Check the invariants after every N-th protocol event (0: never).
-    #[arg(long, default_value_t = 1)]
-    check_every: u32,
     /// Print the rows as JSON.
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -338,12 +70,12 @@ struct SweepCmd {
     /// Also write an SVG chart of Kendall-Tau against churn to this file (thesis preset).
     #[arg(long)]
     svg: Option<PathBuf>,
+    #[command(flatten)]
+    config: RunConfig,
 }
 
 #[derive(Debug, Args)]
 struct CompareCmd {
-    #[command(flatten)]
-    scenario: Scenario,
     /// Seeds per strategy (from --seed on).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     seeds: u64,
@@ -359,6 +91,8 @@ struct CompareCmd {
     /// Print the rows as a Markdown table.
     #[arg(long)]
     markdown: bool,
+    #[command(flatten)]
+    config: RunConfig,
 }
 
 /// Entry point of the binary.
@@ -379,18 +113,14 @@ fn jobs(requested: Option<u32>) -> usize {
 }
 
 fn run_cmd(cmd: RunCmd) -> ExitCode {
-    let cfg = cmd.scenario.to_config();
+    let cfg = cmd.config;
     if let Err(e) = cfg.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
+        return refuse(e);
     }
     let trace = match &cmd.trace {
         Some(path) => match File::create(path) {
             Ok(f) => Trace::writing_to(Box::new(BufWriter::new(f))),
-            Err(e) => {
-                eprintln!("error: cannot write {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
+            Err(e) => return refuse(format!("cannot write {}: {e}", path.display())),
         },
         None => Trace::default(),
     };
@@ -401,6 +131,12 @@ fn run_cmd(cmd: RunCmd) -> ExitCode {
         print!("{}", human_report(&report));
     }
     report_failures(std::slice::from_ref(&report))
+}
+
+/// Refuses what clap cannot check alone (combinations of values, files), with clap's exit code.
+fn refuse(problem: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {problem}");
+    ExitCode::from(2)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {
@@ -454,31 +190,30 @@ fn sweep_rows(
 }
 
 fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
-    let base = RunConfig {
-        strategy: cmd.strategy.into(),
-        admission: cmd.admission.into(),
-        check_every: cmd.check_every,
-        ..RunConfig::default()
-    };
-    let preset = match cmd.preset {
-        PresetArg::Thesis => Preset::Thesis,
-        PresetArg::Chaos => Preset::Chaos,
-        PresetArg::Mixed => Preset::Mixed,
-    };
+    let base = cmd.config;
+    if let Err(e) = base.validate() {
+        return refuse(e);
+    }
+    let preset = cmd.preset;
     let rows = sweep::preset_rows(preset, &base);
+    let overridden = base.overridden_by(&rows);
+    if !overridden.is_empty() {
+        let given = overridden.join(", ");
+        return refuse(format!("the {preset} preset sets {given} itself"));
+    }
     let jobs = jobs(cmd.jobs);
     eprintln!(
         "sweep {}: {} configurations × {} seeds on {jobs} threads",
-        format!("{preset:?}").to_lowercase(),
+        preset.name(),
         rows.len(),
         cmd.seeds
     );
-    let (summary, reports, wall) = sweep_rows(&rows, cmd.seed_start, cmd.seeds, jobs);
+    let (summary, reports, wall) = sweep_rows(&rows, base.seed, cmd.seeds, jobs);
     if cmd.json {
         println!(
             "{}",
             to_json(&serde_json::json!({
-                "preset": format!("{preset:?}").to_lowercase(),
+                "preset": preset.name(),
                 "seeds": cmd.seeds,
                 "runs": reports.len(),
                 "wall_s": wall,
@@ -503,8 +238,7 @@ fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
         }
         eprintln!("chart written to {}", path.display());
     }
-    let out_of_bound: Vec<&SweepRow> = summary.iter().filter(|r| !r.within_bound()).collect();
-    for r in &out_of_bound {
+    for r in summary.iter().filter(|r| !r.within_bound()) {
         eprintln!(
             "ABOVE BOUND: target {} users {} churn {}: kendall_tau_mean {:.2e} > {:.2e}",
             r.target,
@@ -518,10 +252,9 @@ fn sweep_cmd(cmd: SweepCmd) -> ExitCode {
 }
 
 fn compare_cmd(cmd: CompareCmd) -> ExitCode {
-    let base = cmd.scenario.to_config();
+    let base = cmd.config;
     if let Err(e) = base.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
+        return refuse(e);
     }
     let rows: Vec<RunConfig> = Strategy::ALL
         .iter()
@@ -558,7 +291,7 @@ mod tests {
         let Command::Run(cmd) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(cmd.scenario.to_config(), RunConfig::default());
+        assert_eq!(cmd.config, RunConfig::default());
     }
 
     #[test]
@@ -588,14 +321,14 @@ mod tests {
         let Command::Run(cmd) = cli.command else {
             panic!("not run");
         };
-        let cfg = cmd.scenario.to_config();
+        let cfg = cmd.config;
         let line = cfg.to_command();
         let words: Vec<&str> = line.split_whitespace().skip(1).collect();
         let again = parse(&words).unwrap();
         let Command::Run(again) = again.command else {
             panic!("not run");
         };
-        assert_eq!(again.scenario.to_config(), cfg);
+        assert_eq!(again.config, cfg);
     }
 
     #[test]
@@ -617,6 +350,6 @@ mod tests {
         let Command::Run(cmd) = cli.command else {
             panic!("not run");
         };
-        assert!(cmd.scenario.to_config().validate().is_err());
+        assert!(cmd.config.validate().is_err());
     }
 }

@@ -5,11 +5,17 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 
-use crate::config::{Disturbance, RunConfig};
+use crate::config::{Disturbance, FaultOptions};
 
-/// Every planned disturbance of a run, in time order (ties keep plan order).
-pub fn plan(cfg: &RunConfig, start: Time, rng: &mut ChaCha8Rng) -> Vec<(Time, Disturbance)> {
-    let window = cfg.window_ms.max(1);
+/// Every planned disturbance of a run whose arrival window opens at `start` and lasts
+/// `window_ms`, in time order (ties keep plan order).
+pub fn plan(
+    cfg: &FaultOptions,
+    start: Time,
+    window_ms: Time,
+    rng: &mut ChaCha8Rng,
+) -> Vec<(Time, Disturbance)> {
+    let window = window_ms.max(1);
     let mut out = Vec::new();
     let mut random = |what: Disturbance, n: u32, out: &mut Vec<(Time, Disturbance)>| {
         for _ in 0..n {
@@ -37,15 +43,15 @@ mod tests {
 
     #[test]
     fn churn_gives_as_many_crashes_as_additions_inside_the_window() {
-        let cfg = RunConfig {
+        let cfg = FaultOptions {
             churn: 5,
             script: vec![Scripted {
                 at: 7,
                 what: Disturbance::Restart,
             }],
-            ..RunConfig::default()
+            ..FaultOptions::default()
         };
-        let p = plan(&cfg, 1_000, &mut rng(1, Stream::Disturbances));
+        let p = plan(&cfg, 1_000, 100_000, &mut rng(1, Stream::Disturbances));
         assert_eq!(p.len(), 11);
         let crashes = p.iter().filter(|d| d.1 == Disturbance::Crash).count();
         let adds = p.iter().filter(|d| d.1 == Disturbance::Add).count();

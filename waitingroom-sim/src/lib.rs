@@ -11,7 +11,10 @@
 //! ```
 //! use waitingroom_sim::{RunConfig, run};
 //!
-//! let report = run(&RunConfig { users: 50, window_ms: 5_000, ..RunConfig::default() });
+//! let mut cfg = RunConfig::default();
+//! cfg.workload.users = 50;
+//! cfg.workload.window_ms = 5_000;
+//! let report = run(&cfg);
 //! assert_eq!(report.lost, 0);
 //! assert_eq!(report.admitted, 50);
 //! ```

@@ -12,6 +12,35 @@ use crate::network::NetStats;
 /// Not admitted (yet).
 const NEVER: Time = Time::MAX;
 
+/// One admission of one visitor, as a waiting room reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// The visitor.
+    pub v: u32,
+    /// When the admission was decided.
+    pub decided_at: Time,
+    /// When the visitor was marked admitted.
+    pub at: Time,
+    /// Orders admissions decided at the same instant.
+    pub tie_break: (u64, u64),
+    /// Which node process admitted them (for double admissions; 0 where there are none).
+    pub by: u32,
+}
+
+impl Admission {
+    /// An admission decided and made at `now`, by a room without node processes (the
+    /// baselines) or without an admission event (straight through).
+    pub fn at_once(v: u32, now: Time, tie_break: (u64, u64)) -> Self {
+        Admission {
+            v,
+            decided_at: now,
+            at: now,
+            tie_break,
+            by: 0,
+        }
+    }
+}
+
 /// Per-visitor record of joining and of the first admission.
 pub struct Ledger {
     /// Join time as the waiting room recorded it (the fair order's first key).
@@ -76,18 +105,10 @@ impl Ledger {
         self.is_admitted(v).then(|| self.at[v as usize])
     }
 
-    /// Visitor `v` was admitted by node process `by`. `alive` says whether a node process is
-    /// still running. Returns whether this was their first admission.
-    pub fn admit(
-        &mut self,
-        v: u32,
-        decided_at: Time,
-        at: Time,
-        tie_break: (u64, u64),
-        by: u32,
-        alive: impl Fn(u32) -> bool,
-    ) -> bool {
-        let i = v as usize;
+    /// Records admission `a`. `alive` says whether a node process is still running. Returns
+    /// whether this was the visitor's first admission.
+    pub fn admit(&mut self, a: Admission, alive: impl Fn(u32) -> bool) -> bool {
+        let i = a.v as usize;
         if self.decided_at[i] != NEVER {
             if alive(self.by[i]) {
                 self.double_admissions += 1;
@@ -96,10 +117,10 @@ impl Ledger {
             }
             return false;
         }
-        self.decided_at[i] = decided_at;
-        self.at[i] = at;
-        self.tie_break[i] = tie_break;
-        self.by[i] = by;
+        self.decided_at[i] = a.decided_at;
+        self.at[i] = a.at;
+        self.tie_break[i] = a.tie_break;
+        self.by[i] = a.by;
         self.admitted += 1;
         self.on_site += 1;
         self.max_on_site = self.max_on_site.max(self.on_site);
@@ -282,6 +303,14 @@ pub fn peak_memory() -> u64 {
 mod tests {
     use super::*;
 
+    /// Visitor `v` admitted at `t` by process `by`.
+    fn admission(v: u32, t: Time, tie_break: (u64, u64), by: u32) -> Admission {
+        Admission {
+            by,
+            ..Admission::at_once(v, t, tie_break)
+        }
+    }
+
     #[test]
     fn fairness_of_a_fair_and_an_unfair_ledger() {
         let mut l = Ledger::new(4);
@@ -291,7 +320,7 @@ mod tests {
         // Admitted together, in key order: strictly fair; the thesis calls every pair a
         // disagreement (same admission ms, different join ms).
         for v in 0..4 {
-            l.admit(v, 1_000, 1_000, (10 * u64::from(v), 0), 1, |_| true);
+            l.admit(admission(v, 1_000, (10 * u64::from(v), 0), 1), |_| true);
         }
         let (kt, thesis) = l.fairness();
         assert_eq!(kt, 0.0);
@@ -302,9 +331,9 @@ mod tests {
         for v in 0..3 {
             l.joined(v, u64::from(v), 0);
         }
-        l.admit(2, 1, 1, (0, 0), 1, |_| true);
-        l.admit(0, 2, 2, (0, 0), 1, |_| true);
-        l.admit(1, 3, 3, (0, 0), 1, |_| true);
+        l.admit(admission(2, 1, (0, 0), 1), |_| true);
+        l.admit(admission(0, 2, (0, 0), 1), |_| true);
+        l.admit(admission(1, 3, (0, 0), 1), |_| true);
         let (kt, thesis) = l.fairness();
         assert!((kt - 2.0 / 3.0).abs() < 1e-12);
         assert!((thesis - 2.0 / 3.0).abs() < 1e-12);
@@ -313,10 +342,10 @@ mod tests {
     #[test]
     fn a_second_admission_is_double_only_while_the_first_node_lives() {
         let mut l = Ledger::new(2);
-        assert!(l.admit(0, 1, 1, (0, 0), 7, |_| true));
-        assert!(!l.admit(0, 2, 2, (0, 0), 8, |p| p != 7));
+        assert!(l.admit(admission(0, 1, (0, 0), 7), |_| true));
+        assert!(!l.admit(admission(0, 2, (0, 0), 8), |p| p != 7));
         assert_eq!((l.double_admissions, l.readmissions), (0, 1));
-        assert!(!l.admit(0, 3, 3, (0, 0), 8, |_| true));
+        assert!(!l.admit(admission(0, 3, (0, 0), 8), |_| true));
         assert_eq!(l.double_admissions, 1);
         assert_eq!(l.admitted, 1);
     }

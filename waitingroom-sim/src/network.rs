@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use waitingroom_core::Time;
 
-use crate::config::{Latency, RunConfig};
+use crate::config::{Latency, NetworkOptions};
 
 /// What the network did, for the report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,11 +29,7 @@ pub struct NetStats {
 
 /// The network model of one run.
 pub struct Network {
-    latency: Latency,
-    loss: f64,
-    dup: f64,
-    reorder: f64,
-    reorder_ms: Time,
+    options: NetworkOptions,
     rng: ChaCha8Rng,
     /// Partition side of each node slot; nodes talk only within a side.
     side: Vec<u8>,
@@ -42,14 +38,10 @@ pub struct Network {
 }
 
 impl Network {
-    /// The network described by `cfg`, drawing from `rng`.
-    pub fn new(cfg: &RunConfig, rng: ChaCha8Rng) -> Self {
+    /// The network `options` describe, drawing from `rng`.
+    pub fn new(options: &NetworkOptions, rng: ChaCha8Rng) -> Self {
         Network {
-            latency: cfg.latency,
-            loss: cfg.loss,
-            dup: cfg.dup,
-            reorder: cfg.reorder,
-            reorder_ms: cfg.reorder_ms,
+            options: options.clone(),
             rng,
             side: Vec::new(),
             stats: NetStats::default(),
@@ -89,12 +81,14 @@ impl Network {
     /// is duplicated.
     pub fn delays(&mut self) -> [Option<Time>; 2] {
         self.stats.sent += 1;
-        if self.loss > 0.0 && self.rng.random_bool(self.loss) {
+        let loss = self.options.loss_probability;
+        if loss > 0.0 && self.rng.random_bool(loss) {
             self.stats.lost += 1;
             return [None, None];
         }
         let first = self.one_delay();
-        let second = if self.dup > 0.0 && self.rng.random_bool(self.dup) {
+        let dup = self.options.duplicate_probability;
+        let second = if dup > 0.0 && self.rng.random_bool(dup) {
             self.stats.duplicated += 1;
             Some(self.one_delay())
         } else {
@@ -104,7 +98,7 @@ impl Network {
     }
 
     fn one_delay(&mut self) -> Time {
-        let base = match self.latency {
+        let base = match self.options.latency {
             Latency::Fixed(ms) => ms,
             Latency::Uniform { min, max } => self.rng.random_range(min..=max),
             Latency::Pareto { min, alpha, max } => {
@@ -114,9 +108,10 @@ impl Network {
                 (x.round() as Time).clamp(min, max)
             }
         };
-        if self.reorder > 0.0 && self.reorder_ms > 0 && self.rng.random_bool(self.reorder) {
+        let (reorder, reorder_ms) = (self.options.reorder_probability, self.options.reorder_ms);
+        if reorder > 0.0 && reorder_ms > 0 && self.rng.random_bool(reorder) {
             self.stats.reordered += 1;
-            base + self.rng.random_range(1..=self.reorder_ms)
+            base + self.rng.random_range(1..=reorder_ms)
         } else {
             base
         }
@@ -128,13 +123,13 @@ mod tests {
     use super::*;
     use crate::seeds::{Stream, rng};
 
-    fn net(cfg: RunConfig) -> Network {
-        Network::new(&cfg, rng(1, Stream::Network))
+    fn net(options: NetworkOptions) -> Network {
+        Network::new(&options, rng(1, Stream::Network))
     }
 
     #[test]
     fn uniform_latency_stays_in_range() {
-        let mut n = net(RunConfig::default());
+        let mut n = net(NetworkOptions::default());
         for _ in 0..1000 {
             let [a, b] = n.delays();
             assert!((10..=20).contains(&a.unwrap()));
@@ -144,10 +139,10 @@ mod tests {
 
     #[test]
     fn loss_and_duplication_happen_about_as_often_as_asked() {
-        let mut n = net(RunConfig {
-            loss: 0.1,
-            dup: 0.1,
-            ..RunConfig::default()
+        let mut n = net(NetworkOptions {
+            loss_probability: 0.1,
+            duplicate_probability: 0.1,
+            ..NetworkOptions::default()
         });
         for _ in 0..10_000 {
             n.delays();
@@ -158,13 +153,13 @@ mod tests {
 
     #[test]
     fn pareto_is_heavy_tailed_and_capped() {
-        let mut n = net(RunConfig {
+        let mut n = net(NetworkOptions {
             latency: Latency::Pareto {
                 min: 5,
                 alpha: 1.2,
                 max: 2_000,
             },
-            ..RunConfig::default()
+            ..NetworkOptions::default()
         });
         let d: Vec<Time> = (0..10_000).map(|_| n.delays()[0].unwrap()).collect();
         assert!(d.iter().all(|&x| (5..=2_000).contains(&x)));
@@ -174,7 +169,7 @@ mod tests {
 
     #[test]
     fn partitions_cut_and_heal() {
-        let mut n = net(RunConfig::default());
+        let mut n = net(NetworkOptions::default());
         assert!(n.connected(0, 5));
         n.cut_off(&[2]);
         assert!(!n.connected(0, 2));

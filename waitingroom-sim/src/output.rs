@@ -1,6 +1,8 @@
 //! How results are printed: the human-readable run report, sweep and comparison tables
 //! (plain, Markdown, CSV), and the Kendall-Tau-against-churn chart.
 
+use std::collections::BTreeMap;
+
 use crate::metrics::RunReport;
 use crate::svg;
 use crate::sweep::SweepRow;
@@ -14,76 +16,11 @@ pub fn human_report(r: &RunReport) -> String {
         ),
         String::new(),
     ];
-    let mut row = |k: &str, v: String| lines.push(format!("  {k:<34} {v}"));
-    row("kendall_tau", format!("{:.3e}", r.kendall_tau));
-    row(
-        "kendall_tau_thesis",
-        format!("{:.3e}", r.kendall_tau_thesis),
+    lines.extend(
+        report_fields(r)
+            .into_iter()
+            .map(|(k, v)| format!("  {k:<34} {v}")),
     );
-    row("admitted", r.admitted.to_string());
-    row("lost", r.lost.to_string());
-    row("abandoned", r.abandoned.to_string());
-    row("double_admissions", r.double_admissions.to_string());
-    row("readmissions (first node died)", r.readmissions.to_string());
-    row(
-        "wait_ms mean / max",
-        format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
-    );
-    row(
-        "sim_time_ms",
-        format!(
-            "{}{}",
-            r.sim_time_ms,
-            if r.timed_out { " (timed out)" } else { "" }
-        ),
-    );
-    row("max_on_site", r.max_on_site.to_string());
-    row("max_overshoot", r.max_overshoot.to_string());
-    row("messages", r.messages.to_string());
-    row(
-        "messages_per_admitted",
-        format!("{:.1}", r.messages_per_admitted),
-    );
-    row(
-        "invariant_violations (converged)",
-        r.invariant_violations.to_string(),
-    );
-    row(
-        "invariant_violations (recovering)",
-        r.invariant_violations_recovering.to_string(),
-    );
-    row("invariant_checks", r.invariant_checks.to_string());
-    row("events", r.events.to_string());
-    row("wall_ms", r.wall_ms.to_string());
-    row(
-        "peak_memory",
-        format!("{:.1} MiB", r.peak_memory as f64 / 1_048_576.0),
-    );
-    row("trace_hash", r.trace_hash.clone());
-    let n = &r.network;
-    row(
-        "network",
-        format!(
-            "{} sent, {} lost, {} duplicated, {} reordered, {} cut, {} to dead nodes",
-            n.sent, n.lost, n.duplicated, n.reordered, n.cut, n.to_dead
-        ),
-    );
-    if !r.protocol_events.is_empty() {
-        let ev: Vec<String> = r
-            .protocol_events
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        row("protocol events", ev.join(", "));
-    }
-    if !r.visitor_errors.is_empty() {
-        let ev: Vec<String> = r
-            .visitor_errors
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        row("refused visitor operations", ev.join(", "));
-    }
     for s in &r.violation_samples {
         lines.push(format!("  violation: {s}"));
     }
@@ -93,7 +30,73 @@ pub fn human_report(r: &RunReport) -> String {
     out
 }
 
-/// Runs `rows` × `seeds`, printing progress, and summarises per row.
+/// The fields of the human-readable report, in order, as (name, value).
+fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
+    let n = &r.network;
+    let timed_out = if r.timed_out { " (timed out)" } else { "" };
+    let mut fields = vec![
+        ("kendall_tau", format!("{:.3e}", r.kendall_tau)),
+        (
+            "kendall_tau_thesis",
+            format!("{:.3e}", r.kendall_tau_thesis),
+        ),
+        ("admitted", r.admitted.to_string()),
+        ("lost", r.lost.to_string()),
+        ("abandoned", r.abandoned.to_string()),
+        ("double_admissions", r.double_admissions.to_string()),
+        ("readmissions (first node died)", r.readmissions.to_string()),
+        (
+            "wait_ms mean / max",
+            format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
+        ),
+        ("sim_time_ms", format!("{}{timed_out}", r.sim_time_ms)),
+        ("max_on_site", r.max_on_site.to_string()),
+        ("max_overshoot", r.max_overshoot.to_string()),
+        ("messages", r.messages.to_string()),
+        (
+            "messages_per_admitted",
+            format!("{:.1}", r.messages_per_admitted),
+        ),
+        (
+            "invariant_violations (converged)",
+            r.invariant_violations.to_string(),
+        ),
+        (
+            "invariant_violations (recovering)",
+            r.invariant_violations_recovering.to_string(),
+        ),
+        ("invariant_checks", r.invariant_checks.to_string()),
+        ("events", r.events.to_string()),
+        ("wall_ms", r.wall_ms.to_string()),
+        (
+            "peak_memory",
+            format!("{:.1} MiB", r.peak_memory as f64 / 1_048_576.0),
+        ),
+        ("trace_hash", r.trace_hash.clone()),
+        (
+            "network",
+            format!(
+                "{} sent, {} lost, {} duplicated, {} reordered, {} cut, {} to dead nodes",
+                n.sent, n.lost, n.duplicated, n.reordered, n.cut, n.to_dead
+            ),
+        ),
+    ];
+    if !r.protocol_events.is_empty() {
+        fields.push(("protocol events", counts(&r.protocol_events)));
+    }
+    if !r.visitor_errors.is_empty() {
+        fields.push(("refused visitor operations", counts(&r.visitor_errors)));
+    }
+    fields
+}
+
+/// `name count, name count, …`
+fn counts(map: &BTreeMap<String, u64>) -> String {
+    let parts: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    parts.join(", ")
+}
+
+/// `fmt(v)`, or `-` without a value.
 fn opt(v: Option<f64>, fmt: fn(f64) -> String) -> String {
     v.map_or_else(|| "-".into(), fmt)
 }
@@ -208,42 +211,58 @@ pub fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
     s
 }
 
+/// A CSV column: its header and how a row's cell is written.
+type Column = (&'static str, fn(&SweepRow) -> String);
+
+/// The column of a field of [`SweepRow`], headed by the field's name; `?` marks an optional
+/// figure, written as an empty cell when missing.
+macro_rules! column {
+    ($field:ident) => {
+        (stringify!($field), |r: &SweepRow| r.$field.to_string())
+    };
+    ($field:ident?) => {
+        (stringify!($field), |r: &SweepRow| {
+            r.$field.map_or_else(String::new, |x| x.to_string())
+        })
+    };
+}
+
+/// Every field of [`SweepRow`], in order.
+const CSV_COLUMNS: [Column; 23] = [
+    column!(strategy),
+    column!(target),
+    column!(users),
+    column!(churn),
+    column!(seeds),
+    column!(kendall_tau_mean),
+    column!(kendall_tau_max),
+    column!(kendall_tau_thesis_mean),
+    column!(sim_time_ms_mean),
+    column!(wait_ms_mean),
+    column!(wait_ms_max),
+    column!(lost_total),
+    column!(invariant_violations_total),
+    column!(invariant_violations_recovering_total),
+    column!(double_admissions_total),
+    column!(timed_out_total),
+    column!(messages_per_admitted_mean),
+    column!(max_overshoot),
+    column!(wall_ms_mean),
+    column!(thesis_a2_kendall_tau?),
+    column!(thesis_a2_sim_time_ms?),
+    column!(reference_kendall_tau?),
+    column!(kendall_tau_bound?),
+];
+
 /// Sweep rows as CSV, every field of [`SweepRow`].
 pub fn csv(rows: &[SweepRow]) -> String {
-    let mut s = String::from(
-        "strategy,target,users,churn,seeds,kendall_tau_mean,kendall_tau_max,kendall_tau_thesis_mean,\
-         sim_time_ms_mean,wait_ms_mean,wait_ms_max,lost_total,invariant_violations_total,invariant_violations_recovering_total,\
-         double_admissions_total,timed_out_total,messages_per_admitted_mean,max_overshoot,wall_ms_mean,\
-         thesis_a2_kendall_tau,thesis_a2_sim_time_ms,reference_kendall_tau,kendall_tau_bound\n",
-    );
-    let o = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
+    let header: Vec<&str> = CSV_COLUMNS.iter().map(|c| c.0).collect();
+    let mut s = header.join(",");
+    s.push('\n');
     for r in rows {
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            r.strategy,
-            r.target,
-            r.users,
-            r.churn,
-            r.seeds,
-            r.kendall_tau_mean,
-            r.kendall_tau_max,
-            r.kendall_tau_thesis_mean,
-            r.sim_time_ms_mean,
-            r.wait_ms_mean,
-            r.wait_ms_max,
-            r.lost_total,
-            r.invariant_violations_total,
-            r.invariant_violations_recovering_total,
-            r.double_admissions_total,
-            r.timed_out_total,
-            r.messages_per_admitted_mean,
-            r.max_overshoot,
-            r.wall_ms_mean,
-            o(r.thesis_a2_kendall_tau),
-            o(r.thesis_a2_sim_time_ms),
-            o(r.reference_kendall_tau),
-            o(r.kendall_tau_bound),
-        ));
+        let cells: Vec<String> = CSV_COLUMNS.iter().map(|c| (c.1)(r)).collect();
+        s.push_str(&cells.join(","));
+        s.push('\n');
     }
     s
 }
@@ -281,36 +300,36 @@ pub fn churn_chart(rows: &[SweepRow]) -> String {
             })
             .collect::<Vec<_>>()
     };
-    let mut panels = Vec::new();
-    for &u in &users {
-        let mut s = series(u, |r| Some(r.kendall_tau_mean), false, "");
-        s.extend(series(
-            u,
+    // Per definition: (title, y label, ours, the thesis' figure, its legend tag).
+    type Value = fn(&SweepRow) -> Option<f64>;
+    let definitions: [(&str, &str, Value, Value, &str); 2] = [
+        (
+            "strict Kendall-Tau",
+            "mean Kendall-Tau distance",
+            |r| Some(r.kendall_tau_mean),
             |r| r.reference_kendall_tau,
-            true,
             " (thesis code)",
-        ));
-        panels.push(svg::Panel {
-            title: format!("{u} visitors: strict Kendall-Tau"),
-            x_label: "nodes added and removed".into(),
-            y_label: "mean Kendall-Tau distance".into(),
-            series: s,
-        });
-    }
-    for &u in &users {
-        let mut s = series(u, |r| Some(r.kendall_tau_thesis_mean), false, "");
-        s.extend(series(
-            u,
+        ),
+        (
+            "thesis definition",
+            "mean Kendall-Tau (ties discordant)",
+            |r| Some(r.kendall_tau_thesis_mean),
             |r| r.thesis_a2_kendall_tau,
-            true,
             " (thesis A.2)",
-        ));
-        panels.push(svg::Panel {
-            title: format!("{u} visitors: thesis definition"),
-            x_label: "nodes added and removed".into(),
-            y_label: "mean Kendall-Tau (ties discordant)".into(),
-            series: s,
-        });
+        ),
+    ];
+    let mut panels = Vec::new();
+    for (title, y_label, ours, theirs, tag) in definitions {
+        for &u in &users {
+            let mut s = series(u, ours, false, "");
+            s.extend(series(u, theirs, true, tag));
+            panels.push(svg::Panel {
+                title: format!("{u} visitors: {title}"),
+                x_label: "nodes added and removed".into(),
+                y_label: y_label.into(),
+                series: s,
+            });
+        }
     }
     svg::render(
         "Kendall-Tau distance against churn (solid: this simulator; dashed: thesis)",

@@ -185,6 +185,18 @@ impl Scheduler {
 mod tests {
     use super::*;
 
+    /// Pops everything left, as (time, event) in pop order.
+    fn pop_all(s: &mut Scheduler) -> Vec<(Time, String)> {
+        std::iter::from_fn(|| s.pop())
+            .map(|(t, e)| (t, format!("{e:?}")))
+            .collect()
+    }
+
+    /// The expected pops.
+    fn events(list: &[(Time, &str)]) -> Vec<(Time, String)> {
+        list.iter().map(|&(t, e)| (t, e.to_string())).collect()
+    }
+
     #[test]
     fn pops_by_time_then_schedule_order() {
         let mut s = Scheduler::default();
@@ -192,17 +204,14 @@ mod tests {
         s.at(3, Ev::Visitor(2));
         s.at(5, Ev::Visitor(3));
         s.at(4, Ev::Tick);
-        let order: Vec<(Time, String)> = std::iter::from_fn(|| s.pop())
-            .map(|(t, e)| (t, format!("{e:?}")))
-            .collect();
         assert_eq!(
-            order,
-            vec![
-                (3, "Visitor(2)".to_string()),
-                (4, "Tick".to_string()),
-                (5, "Visitor(1)".to_string()),
-                (5, "Visitor(3)".to_string()),
-            ]
+            pop_all(&mut s),
+            events(&[
+                (3, "Visitor(2)"),
+                (4, "Tick"),
+                (5, "Visitor(1)"),
+                (5, "Visitor(3)")
+            ])
         );
     }
 
@@ -222,17 +231,14 @@ mod tests {
         assert_eq!(s.pop().unwrap().0, far - 100);
         s.at(far, Ev::Visitor(4));
         s.at(far - 1, Ev::Tick);
-        let rest: Vec<(Time, String)> = std::iter::from_fn(|| s.pop())
-            .map(|(t, e)| (t, format!("{e:?}")))
-            .collect();
         assert_eq!(
-            rest,
-            vec![
-                (far - 1, "Tick".to_string()),
-                (far, "Visitor(1)".to_string()),
-                (far, "Visitor(2)".to_string()),
-                (far, "Visitor(4)".to_string()),
-            ]
+            pop_all(&mut s),
+            events(&[
+                (far - 1, "Tick"),
+                (far, "Visitor(1)"),
+                (far, "Visitor(2)"),
+                (far, "Visitor(4)"),
+            ])
         );
         assert!(s.is_empty());
     }

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 
 use crate::config::{RunConfig, Strategy};
-use crate::metrics::{Ledger, RunReport, peak_memory};
+use crate::metrics::{Admission, Ledger, RunReport, peak_memory};
 use crate::scheduler::{Ev, Scheduler};
 use crate::seeds::{self, Stream};
 use crate::strategies;
@@ -77,30 +77,22 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// A room admitted visitor `v`; `by` names the node process (for double admissions),
-    /// `alive` tells whether a node process is still running.
-    pub fn admitted(
-        &mut self,
-        v: u32,
-        decided_at: Time,
-        at: Time,
-        tie_break: (u64, u64),
-        by: u32,
-        alive: impl Fn(u32) -> bool,
-    ) {
+    /// A room admitted a visitor (`a`); `alive` tells whether a node process is still running.
+    pub fn admitted(&mut self, a: Admission, alive: impl Fn(u32) -> bool) {
+        let v = a.v;
         self.trace.note(
             self.now,
             "admit",
-            &[u64::from(v), decided_at, at, u64::from(by)],
+            &[u64::from(v), a.decided_at, a.at, u64::from(a.by)],
         );
-        let first = self.ledger.admit(v, decided_at, at, tie_break, by, alive);
+        let first = self.ledger.admit(a, alive);
         let gone = matches!(
             self.visitors.phase[v as usize],
             Phase::Abandoned | Phase::Refused
         );
         if first && gone {
             // Nobody comes to claim the place: it is held until the claim window closes.
-            let at = self.now + self.cfg.ticket_expiry_ms;
+            let at = self.now + self.cfg.protocol.ticket_expiry_ms;
             self.sched.at(at, Ev::Visitor(v));
         }
     }
@@ -114,109 +106,138 @@ pub fn run(cfg: &RunConfig) -> RunReport {
 /// Runs one simulation, recording its event trace in `trace`.
 pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
     let wall = Instant::now();
-    let start = cfg.warmup_ms;
-    let mut arrivals = seeds::rng(cfg.seed, Stream::Arrivals);
-    let visitors = Visitors::generate(cfg, start, &mut arrivals);
-    let n = visitors.len();
-    let mut ctx = Ctx {
-        cfg: cfg.clone(),
-        now: 0,
-        start,
-        sched: Scheduler::default(),
-        ledger: Ledger::new(n),
-        visitors,
-        rng: seeds::rng(cfg.seed, Stream::Visitors),
-        trace,
-        session_end: if cfg.session_ms > 0 {
-            vec![0; n]
-        } else {
-            Vec::new()
-        },
-    };
+    let mut ctx = Ctx::new(cfg, trace);
     let mut room = strategies::build(cfg);
     room.start(&mut ctx);
-    if n > 0 {
-        ctx.sched.at(ctx.visitors.arrival[0], Ev::Arrive(0));
-    }
-    let limit = start.saturating_add(cfg.time_limit());
-    let mut events = 0u64;
-    let mut timed_out = false;
-    let mut end = start;
-    while ctx.visitors.unfinished > 0 {
-        let Some((t, ev)) = ctx.sched.pop() else {
-            break;
-        };
-        if t > limit {
-            timed_out = true;
-            ctx.now = limit;
-            break;
-        }
-        ctx.now = t;
-        events += 1;
-        match ev {
-            Ev::Arrive(v) => arrive(&mut ctx, room.as_mut(), v),
-            Ev::Visitor(v) => visitor_step(&mut ctx, room.as_mut(), v),
-            other => room.handle(&mut ctx, other),
-        }
-        end = ctx.now;
-    }
-    if timed_out {
-        end = limit;
-    }
+    let ran = event_loop(&mut ctx, room.as_mut());
     let mut report = RunReport {
         seed: cfg.seed,
         strategy: cfg.strategy.to_string(),
         admission: match cfg.strategy {
-            Strategy::Qpid => format!("{:?}", cfg.admission).to_lowercase(),
+            Strategy::Qpid => cfg.protocol.admission.to_string(),
             _ => "-".into(),
         },
         nodes: cfg.nodes,
-        users: cfg.users,
-        target: cfg.target.to_string(),
-        churn: cfg.churn,
-        arrival: cfg.arrival.name().into(),
-        sim_time_ms: end.saturating_sub(start),
-        timed_out,
-        events,
+        users: cfg.workload.users,
+        target: cfg.protocol.target_on_site.to_string(),
+        churn: cfg.faults.churn,
+        arrival: cfg.workload.arrival.to_string(),
+        sim_time_ms: ran.end.saturating_sub(ctx.start),
+        timed_out: ran.timed_out,
+        events: ran.events,
         command: cfg.to_command(),
         ..RunReport::default()
     };
     room.finish(&mut ctx, &mut report);
-    let (kt, kt_thesis) = ctx.ledger.fairness();
-    report.kendall_tau = kt;
-    report.kendall_tau_thesis = kt_thesis;
-    (report.wait_ms_mean, report.wait_ms_max) = ctx.ledger.waits();
-    report.admitted = ctx.ledger.admitted;
-    report.double_admissions = ctx.ledger.double_admissions;
-    report.readmissions = ctx.ledger.readmissions;
-    report.max_on_site = ctx.ledger.max_on_site;
-    report.max_overshoot = ctx.ledger.max_on_site.saturating_sub(cfg.target.on_site());
-    for phase in &ctx.visitors.phase {
-        match phase {
-            Phase::Waiting => report.lost += 1,
-            Phase::Refused => {
-                report.lost += 1;
-                report.refused += 1;
-            }
-            Phase::Abandoned => report.abandoned += 1,
-            Phase::Coming | Phase::OnSite | Phase::Done => {}
-        }
-    }
-    report.messages_per_admitted = if report.admitted > 0 {
-        report.messages as f64 / report.admitted as f64
-    } else {
-        0.0
-    };
+    ctx.measure(&mut report);
     ctx.trace.note(
-        end,
+        ran.end,
         "end",
-        &[report.admitted, report.lost, report.messages, events],
+        &[report.admitted, report.lost, report.messages, ran.events],
     );
     ctx.trace.flush();
     report.trace_hash = ctx.trace.hex();
     report.wall_ms = wall.elapsed().as_millis() as u64;
     report.peak_memory = peak_memory();
     report
+}
+
+/// How the event loop ended.
+struct Ran {
+    /// When the last event ran (the time limit if it came first).
+    end: Time,
+    /// Events processed.
+    events: u64,
+    /// Whether the time limit came before every visitor was done.
+    timed_out: bool,
+}
+
+/// Processes events in time order until every visitor is done, nothing is left to happen, or
+/// the time limit comes.
+fn event_loop(ctx: &mut Ctx, room: &mut dyn Room) -> Ran {
+    if !ctx.visitors.is_empty() {
+        ctx.sched.at(ctx.visitors.arrival[0], Ev::Arrive(0));
+    }
+    let limit = ctx.start.saturating_add(ctx.cfg.time_limit());
+    let mut ran = Ran {
+        end: ctx.start,
+        events: 0,
+        timed_out: false,
+    };
+    while ctx.visitors.unfinished > 0 {
+        let Some((t, ev)) = ctx.sched.pop() else {
+            break;
+        };
+        if t > limit {
+            ctx.now = limit;
+            ran.end = limit;
+            ran.timed_out = true;
+            break;
+        }
+        ctx.now = t;
+        ran.events += 1;
+        match ev {
+            Ev::Arrive(v) => arrive(ctx, room, v),
+            Ev::Visitor(v) => visitor_step(ctx, room, v),
+            other => room.handle(ctx, other),
+        }
+        ran.end = ctx.now;
+    }
+    ran
+}
+
+impl Ctx {
+    /// The state of a run about to start: the visitors drawn, nothing scheduled yet.
+    fn new(cfg: &RunConfig, trace: Trace) -> Self {
+        let start = cfg.workload.warmup_ms;
+        let mut arrivals = seeds::rng(cfg.seed, Stream::Arrivals);
+        let visitors = Visitors::generate(&cfg.workload, start, &mut arrivals);
+        let n = visitors.len();
+        Ctx {
+            cfg: cfg.clone(),
+            now: 0,
+            start,
+            sched: Scheduler::default(),
+            ledger: Ledger::new(n),
+            visitors,
+            rng: seeds::rng(cfg.seed, Stream::Visitors),
+            trace,
+            session_end: if cfg.workload.session_ms > 0 {
+                vec![0; n]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Adds what the ledger and the visitors' phases measured to the report.
+    fn measure(&self, report: &mut RunReport) {
+        let ledger = &self.ledger;
+        (report.kendall_tau, report.kendall_tau_thesis) = ledger.fairness();
+        (report.wait_ms_mean, report.wait_ms_max) = ledger.waits();
+        report.admitted = ledger.admitted;
+        report.double_admissions = ledger.double_admissions;
+        report.readmissions = ledger.readmissions;
+        report.max_on_site = ledger.max_on_site;
+        let target = self.cfg.protocol.target_on_site.on_site();
+        report.max_overshoot = ledger.max_on_site.saturating_sub(target);
+        for phase in &self.visitors.phase {
+            match phase {
+                Phase::Waiting => report.lost += 1,
+                Phase::Refused => {
+                    report.lost += 1;
+                    report.refused += 1;
+                }
+                Phase::Abandoned => report.abandoned += 1,
+                Phase::Coming | Phase::OnSite | Phase::Done => {}
+            }
+        }
+        report.messages_per_admitted = if report.admitted > 0 {
+            report.messages as f64 / report.admitted as f64
+        } else {
+            0.0
+        };
+    }
 }
 
 fn arrive(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
@@ -243,7 +264,7 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
                 if let Some(at) = ctx.ledger.admitted_at(v) {
                     // Let in without knowing it: the place stays taken until the claim window
                     // of the admission closes.
-                    let until = (at + ctx.cfg.ticket_expiry_ms).max(ctx.now);
+                    let until = (at + ctx.cfg.protocol.ticket_expiry_ms).max(ctx.now);
                     ctx.sched.at(until, Ev::Visitor(v));
                 }
                 return;
@@ -271,9 +292,8 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
             if !ctx.ledger.is_admitted(v) {
                 // Let in without an admission event (straight through): decided right now.
                 ctx.ledger.silent_admissions += 1;
-                let tb = (ctx.now, u64::from(v));
-                let now = ctx.now;
-                ctx.admitted(v, now, now, tb, 0, |_| true);
+                let a = Admission::at_once(v, ctx.now, (ctx.now, u64::from(v)));
+                ctx.admitted(a, |_| true);
             }
             match room.leave(ctx, v) {
                 Some(expires) => enter_site(ctx, v, expires),
@@ -294,8 +314,8 @@ fn schedule_check_in(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
     let at = Visitors::next_check_in(
         ctx.now,
         asked,
-        ctx.cfg.refresh_ms,
-        ctx.cfg.jitter_ms,
+        ctx.cfg.protocol.refresh_interval_ms,
+        ctx.cfg.workload.jitter_ms,
         &mut ctx.rng,
     );
     ctx.sched.at(at, Ev::Visitor(v));
@@ -307,7 +327,7 @@ fn enter_site(ctx: &mut Ctx, v: u32, expires: Time) {
     ctx.visitors.unfinished -= 1;
     ctx.visitors.pass_expires[i] = expires;
     if !ctx.session_end.is_empty() {
-        ctx.session_end[i] = ctx.now + ctx.cfg.session_ms;
+        ctx.session_end[i] = ctx.now + ctx.cfg.workload.session_ms;
     }
     schedule_on_site(ctx, v);
 }
@@ -323,7 +343,7 @@ fn schedule_on_site(ctx: &mut Ctx, v: u32) {
         return;
     }
     let session_end = ctx.session_end.get(i).copied().unwrap_or(0);
-    let refresh_at = ctx.now + (ctx.cfg.pass_expiry_ms / 2).max(1);
+    let refresh_at = ctx.now + (ctx.cfg.protocol.pass_expiry_ms / 2).max(1);
     let at = if session_end > ctx.now && refresh_at < expires {
         refresh_at.min(session_end)
     } else {

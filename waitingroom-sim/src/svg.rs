@@ -85,30 +85,70 @@ pub fn render(title: &str, panels: &[Panel], columns: usize) -> String {
     s
 }
 
-fn draw_panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
-    let pts = p.series.iter().flat_map(|x| x.points.iter());
-    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
-    for &(x, y) in pts {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        if y.is_finite() {
-            y1 = y1.max(y);
+/// Where a panel is drawn and the data range it shows: x from `x0` to `x1`, y from 0 to `y1`.
+struct Frame {
+    left: f64,
+    top: f64,
+    w: f64,
+    h: f64,
+    x0: f64,
+    x1: f64,
+    y1: f64,
+}
+
+impl Frame {
+    /// The frame of panel `p` with its top left corner at (`ox`, `oy`): every point fits, y
+    /// starts at 0 with a tenth of headroom.
+    fn new(p: &Panel, ox: f64, oy: f64) -> Self {
+        let pts = p.series.iter().flat_map(|x| x.points.iter());
+        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+        for &(x, y) in pts {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            if y.is_finite() {
+                y1 = y1.max(y);
+            }
+        }
+        if !x0.is_finite() {
+            (x0, x1) = (0.0, 1.0);
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        if y1 <= 0.0 {
+            y1 = 1.0;
+        }
+        Frame {
+            left: ox + MARGIN_L,
+            top: oy + MARGIN_T,
+            w: PANEL_W - MARGIN_L - MARGIN_R,
+            h: PANEL_H - MARGIN_T - MARGIN_B,
+            x0,
+            x1,
+            y1: y1 * 1.1,
         }
     }
-    if !x0.is_finite() {
-        (x0, x1) = (0.0, 1.0);
+
+    fn sx(&self, x: f64) -> f64 {
+        self.left + (x - self.x0) / (self.x1 - self.x0) * self.w
     }
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
+
+    fn sy(&self, y: f64) -> f64 {
+        self.top + self.h - y / self.y1 * self.h
     }
-    if y1 <= 0.0 {
-        y1 = 1.0;
+}
+
+fn draw_panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
+    let f = Frame::new(p, ox, oy);
+    draw_axes(s, p, &f, ox, oy);
+    for (k, series) in p.series.iter().enumerate() {
+        draw_series(s, series, &f, oy + PANEL_H + k as f64 * LEGEND_H);
     }
-    y1 *= 1.1;
-    let (left, top) = (ox + MARGIN_L, oy + MARGIN_T);
-    let (w, h) = (PANEL_W - MARGIN_L - MARGIN_R, PANEL_H - MARGIN_T - MARGIN_B);
-    let sx = |x: f64| left + (x - x0) / (x1 - x0) * w;
-    let sy = |y: f64| top + h - y / y1 * h;
+}
+
+/// The title, the box, the y grid, the x ticks (one per x value) and the axis labels.
+fn draw_axes(s: &mut String, p: &Panel, f: &Frame, ox: f64, oy: f64) {
+    let (left, top, w, h) = (f.left, f.top, f.w, f.h);
     let _ = writeln!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle" font-size="12">{}</text>"#,
@@ -121,8 +161,8 @@ fn draw_panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
         r##"<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="none" stroke="#444"/>"##
     );
     for k in 0..=4 {
-        let v = y1 * f64::from(k) / 4.0;
-        let y = sy(v);
+        let v = f.y1 * f64::from(k) / 4.0;
+        let y = f.sy(v);
         let _ = writeln!(
             s,
             r##"<line x1="{left}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
@@ -143,7 +183,7 @@ fn draw_panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            sx(x),
+            f.sx(x),
             top + h + 14.0,
             tick_label(x)
         );
@@ -162,38 +202,40 @@ fn draw_panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
         top + h / 2.0,
         escape(&p.y_label)
     );
-    for (k, series) in p.series.iter().enumerate() {
-        let path: Vec<String> = series
-            .points
-            .iter()
-            .filter(|q| q.1.is_finite())
-            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
-            .collect();
-        let dash = if series.dashed {
-            r#" stroke-dasharray="5,4""#
-        } else {
-            ""
-        };
-        let color = escape(&series.color);
-        let _ = writeln!(
-            s,
-            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
-            path.join(" ")
-        );
-        for pt in &path {
-            let (x, y) = pt.split_once(',').unwrap_or(("0", "0"));
-            let _ = writeln!(s, r#"<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>"#);
-        }
-        let ly = oy + PANEL_H + k as f64 * LEGEND_H;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{left}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
-            left + 24.0,
-            left + 30.0,
-            ly + 4.0,
-            escape(&series.name)
-        );
+}
+
+/// One series: its line, a dot per point, and its legend entry at height `ly`.
+fn draw_series(s: &mut String, series: &Series, f: &Frame, ly: f64) {
+    let path: Vec<String> = series
+        .points
+        .iter()
+        .filter(|q| q.1.is_finite())
+        .map(|&(x, y)| format!("{:.1},{:.1}", f.sx(x), f.sy(y)))
+        .collect();
+    let dash = if series.dashed {
+        r#" stroke-dasharray="5,4""#
+    } else {
+        ""
+    };
+    let color = escape(&series.color);
+    let _ = writeln!(
+        s,
+        r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
+        path.join(" ")
+    );
+    for pt in &path {
+        let (x, y) = pt.split_once(',').unwrap_or(("0", "0"));
+        let _ = writeln!(s, r#"<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>"#);
     }
+    let left = f.left;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"#,
+        left + 24.0,
+        left + 30.0,
+        ly + 4.0,
+        escape(&series.name)
+    );
 }
 
 #[cfg(test)]

@@ -14,8 +14,7 @@ use crate::metrics::RunReport;
 use crate::sim;
 
 /// Named sets of configurations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
     /// The thesis' table 6.1: target 20/100/unlimited × 100/500/2,500 visitors × churn 0/1/5.
     Thesis,
@@ -86,7 +85,24 @@ impl SweepRow {
     }
 }
 
-/// The configurations of a preset, one per row, with seed left at 0.
+crate::config::named!(Preset);
+
+impl Preset {
+    /// Every preset.
+    pub const ALL: [Preset; 3] = [Preset::Thesis, Preset::Chaos, Preset::Mixed];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Thesis => "thesis",
+            Preset::Chaos => "chaos",
+            Preset::Mixed => "mixed",
+        }
+    }
+}
+
+/// The configurations of a preset, one per row: `base` (the command line, the thesis' table 6.1
+/// by default) with the options the preset is about set.
 pub fn preset_rows(preset: Preset, base: &RunConfig) -> Vec<RunConfig> {
     match preset {
         Preset::Thesis => {
@@ -94,49 +110,38 @@ pub fn preset_rows(preset: Preset, base: &RunConfig) -> Vec<RunConfig> {
             for target in [Target::Limited(20), Target::Limited(100), Target::Unlimited] {
                 for users in [100, 500, 2_500] {
                     for churn in [0, 1, 5] {
-                        rows.push(RunConfig {
-                            target,
-                            users,
-                            churn,
-                            ..thesis_base(base)
-                        });
+                        let mut row = base.clone();
+                        row.protocol.target_on_site = target;
+                        row.workload.users = users;
+                        row.faults.churn = churn;
+                        rows.push(row);
                     }
                 }
             }
             rows
         }
         Preset::Chaos => vec![chaos(base)],
-        Preset::Mixed => vec![RunConfig {
-            churn: 2,
-            restarts: 1,
-            ..chaos(base)
-        }],
+        Preset::Mixed => {
+            let mut row = chaos(base);
+            row.faults.churn = 2;
+            row.faults.restarts = 1;
+            vec![row]
+        }
     }
 }
 
 /// The chaos preset's one configuration: a lossy, duplicating, reordering network and a
 /// partition that heals.
 fn chaos(base: &RunConfig) -> RunConfig {
-    RunConfig {
-        users: 500,
-        target: Target::Limited(100),
-        loss: 0.05,
-        dup: 0.05,
-        reorder: 0.05,
-        partitions: 1,
-        partition_kind: PartitionKind::Random,
-        ..thesis_base(base)
-    }
-}
-
-/// Table 6.1's fixed parameters, keeping the caller's strategy, admission mode and checking.
-fn thesis_base(base: &RunConfig) -> RunConfig {
-    RunConfig {
-        strategy: base.strategy,
-        admission: base.admission,
-        check_every: base.check_every,
-        ..RunConfig::default()
-    }
+    let mut row = base.clone();
+    row.workload.users = 500;
+    row.protocol.target_on_site = Target::Limited(100);
+    row.network.loss_probability = 0.05;
+    row.network.duplicate_probability = 0.05;
+    row.network.reorder_probability = 0.05;
+    row.faults.partitions = 1;
+    row.faults.partition_kind = PartitionKind::Random;
+    row
 }
 
 /// The thesis' appendix A.2: (Kendall-Tau by its definition, simulated time in ms).
@@ -257,18 +262,23 @@ pub fn summarise(row: &RunConfig, reports: &[RunReport]) -> SweepRow {
     let n = reports.len().max(1) as f64;
     let mean = |f: &dyn Fn(&RunReport) -> f64| reports.iter().map(f).sum::<f64>() / n;
     let total = |f: &dyn Fn(&RunReport) -> u64| reports.iter().map(f).sum::<u64>();
-    let a2 = thesis_a2(row.target, row.users, row.churn);
-    let reference = reference_kendall_tau(row.target, row.users, row.churn);
+    let (target, users, churn) = (
+        row.protocol.target_on_site,
+        row.workload.users,
+        row.faults.churn,
+    );
+    let a2 = thesis_a2(target, users, churn);
+    let reference = reference_kendall_tau(target, users, churn);
     let thesis_grid = row.strategy == Strategy::Qpid
         && row.nodes == 8
-        && row.loss == 0.0
-        && row.partitions == 0
+        && row.network.loss_probability == 0.0
+        && row.faults.partitions == 0
         && a2.is_some();
     SweepRow {
         strategy: row.strategy.to_string(),
-        target: row.target.to_string(),
-        users: row.users,
-        churn: row.churn,
+        target: target.to_string(),
+        users,
+        churn,
         seeds: reports.len() as u64,
         kendall_tau_mean: mean(&|r| r.kendall_tau),
         kendall_tau_max: reports.iter().map(|r| r.kendall_tau).fold(0.0, f64::max),
@@ -289,7 +299,7 @@ pub fn summarise(row: &RunConfig, reports: &[RunReport]) -> SweepRow {
         reference_kendall_tau: reference.filter(|_| thesis_grid),
         kendall_tau_bound: reference
             .filter(|_| thesis_grid)
-            .map(|r| if row.churn == 0 { 1e-7 } else { r / 2.0 }),
+            .map(|r| if churn == 0 { 1e-7 } else { r / 2.0 }),
     }
 }
 
@@ -314,8 +324,10 @@ mod tests {
         let rows = preset_rows(Preset::Thesis, &RunConfig::default());
         assert_eq!(rows.len(), 27);
         for r in &rows {
-            assert!(thesis_a2(r.target, r.users, r.churn).is_some());
-            assert!(reference_kendall_tau(r.target, r.users, r.churn).is_some());
+            let (target, users, churn) =
+                (r.protocol.target_on_site, r.workload.users, r.faults.churn);
+            assert!(thesis_a2(target, users, churn).is_some());
+            assert!(reference_kendall_tau(target, users, churn).is_some());
             assert_eq!(r.nodes, 8);
             r.validate().unwrap();
         }
@@ -327,12 +339,13 @@ mod tests {
 
     #[test]
     fn results_come_back_in_order_whatever_the_threads() {
-        let rows = vec![RunConfig {
-            users: 20,
-            window_ms: 2_000,
+        let mut row = RunConfig {
             nodes: 3,
             ..RunConfig::default()
-        }];
+        };
+        row.workload.users = 20;
+        row.workload.window_ms = 2_000;
+        let rows = vec![row];
         let runs = expand(&rows, 5, 4);
         let one = run_all(&runs, 1, false);
         let two = run_all(&runs, 2, false);

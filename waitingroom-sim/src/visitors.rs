@@ -8,7 +8,7 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 
-use crate::config::{Arrival, RunConfig};
+use crate::config::{Arrival, WorkloadOptions};
 
 /// Where a visitor stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub struct Visitors {
 impl Visitors {
     /// Draws the visitors of a run: arrival times from the arrival process, shifted to open at
     /// `start`, and who gives up when.
-    pub fn generate(cfg: &RunConfig, start: Time, rng: &mut ChaCha8Rng) -> Self {
+    pub fn generate(cfg: &WorkloadOptions, start: Time, rng: &mut ChaCha8Rng) -> Self {
         let n = cfg.users as usize;
         let window = cfg.window_ms;
         let mut arrival: Vec<Time> = match cfg.arrival {
@@ -83,7 +83,8 @@ impl Visitors {
         let give_up_at = arrival
             .iter()
             .map(|&a| {
-                if cfg.abandon > 0.0 && rng.random_bool(cfg.abandon.clamp(0.0, 1.0)) {
+                let abandon = cfg.abandon_probability;
+                if abandon > 0.0 && rng.random_bool(abandon.clamp(0.0, 1.0)) {
                     let u: f64 = 1.0 - rng.random::<f64>();
                     a + (-u.ln() * cfg.patience_ms as f64) as Time
                 } else {
@@ -137,13 +138,13 @@ mod tests {
     use super::*;
     use crate::seeds::{Stream, rng};
 
-    fn draw(cfg: &RunConfig) -> Visitors {
+    fn draw(cfg: &WorkloadOptions) -> Visitors {
         Visitors::generate(cfg, 1_000, &mut rng(3, Stream::Arrivals))
     }
 
     #[test]
     fn uniform_arrivals_are_sorted_and_inside_the_window() {
-        let v = draw(&RunConfig::default());
+        let v = draw(&WorkloadOptions::default());
         assert_eq!(v.len(), 500);
         assert!(v.arrival.windows(2).all(|w| w[0] <= w[1]));
         assert!(v.arrival.iter().all(|&a| (1_000..101_000).contains(&a)));
@@ -152,18 +153,18 @@ mod tests {
 
     #[test]
     fn flash_crowd_front_loads_and_poisson_spreads() {
-        let cfg = RunConfig {
+        let cfg = WorkloadOptions {
             arrival: Arrival::Flash,
             users: 10_000,
-            ..RunConfig::default()
+            ..WorkloadOptions::default()
         };
         let v = draw(&cfg);
         let early = v.arrival.iter().filter(|&&a| a < 6_000).count();
         assert!(early > 8_000, "{early}");
-        let cfg = RunConfig {
+        let cfg = WorkloadOptions {
             arrival: Arrival::Poisson,
             users: 10_000,
-            ..RunConfig::default()
+            ..WorkloadOptions::default()
         };
         let v = draw(&cfg);
         let last = *v.arrival.last().unwrap();
@@ -172,9 +173,9 @@ mod tests {
 
     #[test]
     fn some_abandon_when_asked() {
-        let cfg = RunConfig {
-            abandon: 0.5,
-            ..RunConfig::default()
+        let cfg = WorkloadOptions {
+            abandon_probability: 0.5,
+            ..WorkloadOptions::default()
         };
         let v = draw(&cfg);
         let quitters = v.give_up_at.iter().filter(|&&g| g != Time::MAX).count();

@@ -3,18 +3,14 @@
 
 use std::process::Command;
 
-use waitingroom_sim::config::{Disturbance, PartitionKind, Scripted};
-use waitingroom_sim::{Arrival, RunConfig, RunReport, Strategy, Target, run};
+use waitingroom_sim::config::{Disturbance, PartitionKind};
+use waitingroom_sim::{RunConfig, RunReport, Strategy, run};
 
-/// A short scenario: 8 nodes as in the thesis, 20 s of arrivals.
-fn small(seed: u64) -> RunConfig {
-    RunConfig {
-        seed,
-        users: 200,
-        window_ms: 20_000,
-        target: Target::Limited(20),
-        ..RunConfig::default()
-    }
+/// A short scenario: 8 nodes as in the thesis, 20 s of arrivals, plus `flags` (the command
+/// line's options).
+fn small(seed: u64, flags: &str) -> RunConfig {
+    let line = format!("--seed {seed} --users 200 --window-ms 20000 --target-on-site 20 {flags}");
+    RunConfig::from_flags(line.split_whitespace()).unwrap()
 }
 
 fn assert_clean(r: &RunReport) {
@@ -27,14 +23,11 @@ fn assert_clean(r: &RunReport) {
 
 #[test]
 fn same_seed_same_trace_and_a_different_seed_differs() {
-    let cfg = RunConfig {
-        churn: 1,
-        loss: 0.02,
-        dup: 0.02,
-        reorder: 0.05,
-        jitter_ms: 50,
-        ..small(42)
-    };
+    let cfg = small(
+        42,
+        "--churn 1 --loss-probability 0.02 --duplicate-probability 0.02 \
+         --reorder-probability 0.05 --jitter-ms 50",
+    );
     let a = run(&cfg);
     let b = run(&cfg);
     assert_eq!(a.trace_hash, b.trace_hash);
@@ -54,11 +47,7 @@ fn same_seed_same_trace_and_a_different_seed_differs() {
 #[test]
 fn every_strategy_lets_everyone_in() {
     for strategy in Strategy::ALL {
-        let r = run(&RunConfig {
-            strategy,
-            arrival: Arrival::Flash,
-            ..small(7)
-        });
+        let r = run(&small(7, &format!("--strategy {strategy} --arrival flash")));
         assert_clean(&r);
         assert!(r.max_overshoot == 0, "{strategy}: {r:#?}");
         if strategy == Strategy::CentralFifo {
@@ -75,13 +64,10 @@ fn every_strategy_lets_everyone_in() {
 #[test]
 fn the_baselines_are_as_unfair_as_designed() {
     // A flash crowd larger than the target: visitors wait, so the order matters.
-    let base = RunConfig {
-        users: 600,
-        arrival: Arrival::Flash,
-        target: Target::Limited(10),
-        window_ms: 30_000,
-        ..small(3)
-    };
+    let base = small(
+        3,
+        "--users 600 --arrival flash --window-ms 30000 --target-on-site 10",
+    );
     let kt = |strategy| {
         run(&RunConfig {
             strategy,
@@ -96,11 +82,7 @@ fn the_baselines_are_as_unfair_as_designed() {
 
 #[test]
 fn crashes_and_additions_lose_nobody() {
-    let r = run(&RunConfig {
-        churn: 3,
-        restarts: 1,
-        ..small(11)
-    });
+    let r = run(&small(11, "--churn 3 --restarts 1"));
     assert_clean(&r);
     assert_eq!(r.double_admissions, 0, "{r:#?}");
     assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
@@ -108,13 +90,11 @@ fn crashes_and_additions_lose_nobody() {
 
 #[test]
 fn a_lossy_duplicating_reordering_network_loses_nobody() {
-    let r = run(&RunConfig {
-        loss: 0.1,
-        dup: 0.1,
-        reorder: 0.2,
-        latency: "pareto:5:1.5:400".parse().unwrap(),
-        ..small(5)
-    });
+    let r = run(&small(
+        5,
+        "--loss-probability 0.1 --duplicate-probability 0.1 --reorder-probability 0.2 \
+         --latency pareto:5:1.5:400",
+    ));
     assert_clean(&r);
     assert!(r.network.lost > 0 && r.network.duplicated > 0 && r.network.reordered > 0);
 }
@@ -122,14 +102,11 @@ fn a_lossy_duplicating_reordering_network_loses_nobody() {
 #[test]
 fn a_partition_that_heals_loses_nobody() {
     for kind in [PartitionKind::Isolate, PartitionKind::Split] {
-        let r = run(&RunConfig {
-            script: vec![Scripted {
-                at: 5_000,
-                what: Disturbance::Partition(kind),
-            }],
-            partition_ms: 4_000,
-            ..small(9)
-        });
+        let what = Disturbance::Partition(kind);
+        let r = run(&small(
+            9,
+            &format!("--partition-ms 4000 --script {what}@5000"),
+        ));
         assert_clean(&r);
         assert!(r.network.cut > 0, "{kind:?}");
     }
@@ -137,14 +114,11 @@ fn a_partition_that_heals_loses_nobody() {
 
 #[test]
 fn abandonment_and_sessions_keep_the_site_within_target() {
-    let r = run(&RunConfig {
-        abandon: 0.3,
-        patience_ms: 5_000,
-        session_ms: 3_000,
-        pass_expiry_ms: 2_000,
-        users: 300,
-        ..small(13)
-    });
+    let r = run(&small(
+        13,
+        "--abandon-probability 0.3 --patience-ms 5000 --session-ms 3000 --users 300 \
+         --pass-expiry-ms 2000",
+    ));
     assert_clean(&r);
     assert!(r.abandoned > 0);
     assert_eq!(r.max_overshoot, 0, "{r:#?}");
@@ -155,14 +129,10 @@ fn abandonment_and_sessions_keep_the_site_within_target() {
 #[test]
 fn a_crashed_nodes_passes_still_count_against_the_target() {
     for seed in [3, 4] {
-        let r = run(&RunConfig {
-            churn: 3,
-            restarts: 1,
-            pass_expiry_ms: 5_000,
-            users: 600,
-            target: Target::Limited(50),
-            ..small(seed)
-        });
+        let r = run(&small(
+            seed,
+            "--churn 3 --restarts 1 --pass-expiry-ms 5000 --users 600 --target-on-site 50",
+        ));
         assert_clean(&r);
         assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
         assert_eq!(r.max_overshoot, 0, "seed {seed}: {r:#?}");

@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 
 use crate::config::{RunConfig, Strategy};
-use crate::metrics::RunReport;
+use crate::metrics::{Admission, RunReport};
 use crate::scheduler::Ev;
 use crate::seeds::{self, Stream};
 use crate::sim::{Ctx, Reply, Room};
@@ -21,7 +21,7 @@ use crate::sim::{Ctx, Reply, Room};
 /// The room a configuration asks for.
 pub fn build(cfg: &RunConfig) -> Box<dyn Room> {
     let rng = seeds::rng(cfg.seed, Stream::Baseline);
-    let n = cfg.users as usize;
+    let n = cfg.workload.users as usize;
     match cfg.strategy {
         Strategy::Qpid => Box::new(qpid::QpidRoom::new(cfg)),
         Strategy::CentralFifo => {
@@ -70,18 +70,19 @@ impl<D: Discipline> Baseline<D> {
     fn admit(&mut self, ctx: &mut Ctx, v: u32) {
         self.admitted[v as usize] = true;
         self.sequence += 1;
-        let now = ctx.now;
-        ctx.admitted(v, now, now, (self.sequence, 0), 0, |_| true);
+        let a = Admission::at_once(v, ctx.now, (self.sequence, 0));
+        ctx.admitted(a, |_| true);
     }
 
     /// Whether `v`'s queue entry has expired: they stopped checking in (gave up) long enough
     /// ago, so a real waiting room would have swept them.
     fn expired(&self, ctx: &Ctx, v: u32) -> bool {
-        ctx.now >= self.last_seen[v as usize] + ctx.cfg.ticket_expiry_ms
+        ctx.now >= self.last_seen[v as usize] + ctx.cfg.protocol.ticket_expiry_ms
     }
 
     fn evict(&mut self, ctx: &mut Ctx) {
-        let mut free = ctx.cfg.target.on_site().saturating_sub(ctx.ledger.on_site);
+        let target = ctx.cfg.protocol.target_on_site.on_site();
+        let mut free = target.saturating_sub(ctx.ledger.on_site);
         while free > 0 {
             let Some(v) = self.discipline.pop(&mut self.rng) else {
                 break;
@@ -97,7 +98,7 @@ impl<D: Discipline> Baseline<D> {
 
 impl<D: Discipline> Room for Baseline<D> {
     fn start(&mut self, ctx: &mut Ctx) {
-        let interval = ctx.cfg.eviction_ms;
+        let interval = ctx.cfg.protocol.eviction_interval_ms;
         let first = ctx.start.div_ceil(interval) * interval;
         ctx.sched.at(first, Ev::Tick);
     }
@@ -106,8 +107,9 @@ impl<D: Discipline> Room for Baseline<D> {
         let ticket = ctx.visitors.ticket[v as usize];
         ctx.ledger.joined(v, ctx.now, ticket);
         self.last_seen[v as usize] = ctx.now;
-        let room_on_site = ctx.ledger.on_site < ctx.cfg.target.on_site();
-        if ctx.cfg.straight_through && self.discipline.is_empty() && room_on_site {
+        let p = &ctx.cfg.protocol;
+        let room_on_site = ctx.ledger.on_site < p.target_on_site.on_site();
+        if p.admit_straight_through && self.discipline.is_empty() && room_on_site {
             self.admit(ctx, v);
             return Reply::Admitted;
         }
@@ -125,18 +127,19 @@ impl<D: Discipline> Room for Baseline<D> {
     }
 
     fn leave(&mut self, ctx: &mut Ctx, _v: u32) -> Option<Time> {
-        Some(ctx.now + ctx.cfg.pass_expiry_ms)
+        Some(ctx.now + ctx.cfg.protocol.pass_expiry_ms)
     }
 
     fn refresh_pass(&mut self, ctx: &mut Ctx, _v: u32) -> Option<Time> {
-        Some(ctx.now + ctx.cfg.pass_expiry_ms)
+        Some(ctx.now + ctx.cfg.protocol.pass_expiry_ms)
     }
 
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {
         if let Ev::Tick = ev {
             ctx.trace.note(ctx.now, "tick", &[]);
             self.evict(ctx);
-            ctx.sched.at(ctx.now + ctx.cfg.eviction_ms, Ev::Tick);
+            let interval = ctx.cfg.protocol.eviction_interval_ms;
+            ctx.sched.at(ctx.now + interval, Ev::Tick);
         }
     }
 

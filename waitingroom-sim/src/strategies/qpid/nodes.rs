@@ -1,0 +1,101 @@
+//! The node processes of the simulated cluster, by slot: slot `i` holds node id `i + 1`, reached
+//! at address `n{i + 1}`. A slot outlives its processes: a restart puts a new process (a new
+//! `Node` with a higher incarnation) into the same slot.
+
+use waitingroom_core::{NodeId, Time};
+use waitingroom_distributed::Node;
+
+/// One node id's place in the cluster: the running node, if any, and its bookkeeping.
+#[derive(Default)]
+pub(super) struct Slot {
+    /// The running node; None while crashed.
+    pub(super) node: Option<Node>,
+    /// Number of the node process now running in this slot (restarts get a new one).
+    pub(super) process: u32,
+    /// When this slot's timer event is scheduled (None: not scheduled).
+    pub(super) timer_at: Option<Time>,
+    /// Highest incarnation this slot has had, so a restart comes back with a higher one.
+    pub(super) incarnation: u64,
+}
+
+/// Every slot, and which node processes still run.
+#[derive(Default)]
+pub(super) struct Nodes {
+    /// By slot.
+    pub(super) slots: Vec<Slot>,
+    /// Whether each node process (by number) is still running.
+    pub(super) alive: Vec<bool>,
+}
+
+impl Nodes {
+    /// Whether the node in `slot` serves visitors (runs and is a member).
+    pub(super) fn is_serving(&self, slot: usize) -> bool {
+        self.slots[slot]
+            .node
+            .as_ref()
+            .is_some_and(|n| n.is_member())
+    }
+
+    /// The addresses of the serving nodes but `except`.
+    pub(super) fn serving_addrs(&self, except: usize) -> Vec<String> {
+        (0..self.slots.len())
+            .filter(|&s| s != except && self.is_serving(s))
+            .map(addr)
+            .collect()
+    }
+
+    /// The slots whose node runs.
+    pub(super) fn alive_slots(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&s| self.slots[s].node.is_some())
+            .collect()
+    }
+
+    /// The running node in `slot`.
+    pub(super) fn node(&mut self, slot: usize) -> &mut Node {
+        self.slots[slot]
+            .node
+            .as_mut()
+            .expect("route and forward only pick live nodes")
+    }
+
+    /// Stops the node in `slot` abruptly; false if none ran there.
+    pub(super) fn stop(&mut self, slot: usize) -> bool {
+        let s = &mut self.slots[slot];
+        let Some(node) = s.node.take() else {
+            return false;
+        };
+        s.incarnation = s.incarnation.max(node.contact().incarnation);
+        s.timer_at = None;
+        self.alive[s.process as usize] = false;
+        true
+    }
+
+    /// Puts `node` into `slot` as a new process.
+    pub(super) fn put(&mut self, slot: usize, node: Node, incarnation: u64) {
+        let process = self.alive.len() as u32;
+        self.alive.push(true);
+        let s = &mut self.slots[slot];
+        s.node = Some(node);
+        s.process = process;
+        s.timer_at = None;
+        s.incarnation = incarnation;
+    }
+}
+
+/// The address of the node in `slot`.
+pub(super) fn addr(slot: usize) -> String {
+    format!("n{}", slot + 1)
+}
+
+/// The slot of the node at `addr`, if it is one of the first `slots`.
+pub(super) fn slot_of_addr(addr: &str, slots: usize) -> Option<usize> {
+    let id: usize = addr.strip_prefix('n')?.parse().ok()?;
+    (1..=slots).contains(&id).then(|| id - 1)
+}
+
+/// The slot of node `id`, if it is one of the first `slots`.
+pub(super) fn slot_of_id(id: NodeId, slots: usize) -> Option<usize> {
+    let id = usize::try_from(id.0).ok()?;
+    (1..=slots).contains(&id).then(|| id - 1)
+}

@@ -17,8 +17,9 @@ use serde::de::DeserializeOwned;
 use waitingroom_distributed::Envelope;
 
 use crate::app::App;
+use crate::client_addr::ClientAddr;
+use crate::clock::now_ms;
 use crate::cookies;
-use crate::driver::now_ms;
 use crate::errors::{ApiError, LoggedError};
 use crate::leaves;
 use crate::metrics::{Metrics, RouteLabels};
@@ -117,43 +118,7 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// Who is asking, for the join rate limit: the last entry of the last `client_ip_header`
-/// line (what the balancer in front of the node wrote), or the TCP peer address.
-///
-/// The *last* entry, because balancers that do not overwrite the header append to it (nginx's
-/// `$proxy_add_x_forwarded_for`) or add a line after the client's own (HAProxy's `option
-/// forwardfor`): everything before the balancer's entry is whatever the client sent, and keying
-/// on it would let one client rotate fake addresses past the limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientAddr(pub String);
-
-impl ClientAddr {
-    /// Longest key kept, bytes. A textual IPv6 address is at most 45; the bound keeps the rate
-    /// limiter's table small whatever a client puts in the header.
-    pub const MAX_LEN: usize = 64;
-
-    /// The client of a request with these headers and this TCP peer, keyed as configured.
-    pub fn from_parts(
-        headers: &HeaderMap,
-        peer: Option<SocketAddr>,
-        client_ip_header: Option<&str>,
-    ) -> Self {
-        if let Some(name) = client_ip_header
-            && let Some(v) = headers
-                .get_all(name)
-                .iter()
-                .next_back()
-                .and_then(|v| v.to_str().ok())
-            && let Some(last) = v.rsplit(',').map(str::trim).find(|s| !s.is_empty())
-        {
-            // The header is visible ASCII (`to_str`), so any byte index is a char boundary.
-            let key = &last[..last.len().min(Self::MAX_LEN)];
-            return ClientAddr(key.to_owned());
-        }
-        ClientAddr(peer.map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string()))
-    }
-}
-
+/// The client of a request, keyed as this node is configured (`client_ip_header`).
 impl FromRequestParts<Arc<App>> for ClientAddr {
     type Rejection = std::convert::Infallible;
 

@@ -13,6 +13,8 @@
 
 pub mod api;
 pub mod app;
+pub mod client_addr;
+pub mod clock;
 pub mod config;
 pub mod cookies;
 pub mod crypto;
@@ -24,6 +26,7 @@ pub mod metrics;
 pub mod origin;
 pub mod page;
 pub mod peer;
+pub mod rate_limit;
 pub mod server;
 pub mod visitor;
 

@@ -496,7 +496,7 @@ async fn visit(s: &Shared) {
 
     // Verify the pass as an origin's gate would.
     for _ in 0..ATTEMPTS {
-        let now = waitingroom_http::driver::now_ms();
+        let now = waitingroom_http::clock::now_ms();
         let bearer = format!("Bearer {}", pass.pass);
         let header = Some((reqwest::header::AUTHORIZATION.as_str(), bearer.as_str()));
         match s.request(Endpoint::Verify, None, header).await {

@@ -134,7 +134,7 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 pub async fn waiting_page(
     State(app): State<Arc<App>>,
     method: Method,
-    client: crate::api::ClientAddr,
+    client: crate::client_addr::ClientAddr,
     headers: HeaderMap,
 ) -> Response {
     if method == Method::HEAD {

@@ -22,9 +22,9 @@ use tokio::sync::{Notify, oneshot};
 use waitingroom_core::Ticket;
 use waitingroom_distributed::{Envelope, Transmit};
 
+use crate::clock::now_ms;
 use crate::config::Limits;
 use crate::crypto::{Crypto, HEADER_KID, HEADER_SIGNATURE, HEADER_TIMESTAMP, PeerAuthError};
-use crate::driver::now_ms;
 use crate::metrics::Metrics;
 
 /// The logical path of batched protocol messages (what signatures cover, whatever URL prefix

@@ -11,9 +11,9 @@ use waitingroom_core::SettingsError;
 use waitingroom_distributed::Node;
 
 use crate::app::App;
+use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::{Crypto, LoadKeyError};
-use crate::driver::now_ms;
 use crate::peer::Transport;
 
 /// Why a node could not start.

@@ -7,7 +7,7 @@ use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket};
 use waitingroom_distributed::VisitorError;
 
 use crate::app::App;
-use crate::driver::now_ms;
+use crate::clock::now_ms;
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
 use crate::peer::{ForwardItem, ForwardOp, ForwardReply};

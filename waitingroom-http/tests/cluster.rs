@@ -511,7 +511,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
         "body": {"JoinRequest": {"contact": {"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"}}}
     }]);
     let body = serde_json::to_vec(&batch).unwrap();
-    let now = waitingroom_http::driver::now_ms();
+    let now = waitingroom_http::clock::now_ms();
     let send = |sig: Option<(String, String, String)>| {
         let mut r = c
             .post(format!("{url}/peer/messages"))
@@ -582,7 +582,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 
     // Passes: forged with another key, edited, a ticket instead of a pass, garbage, none.
-    let now = waitingroom_http::driver::now_ms();
+    let now = waitingroom_http::clock::now_ms();
     let pass = Pass {
         id: TicketId(1),
         node: NodeId(1),
@@ -733,7 +733,7 @@ async fn bad_input_gets_json_errors() {
         assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()));
     }
     // An expired ticket, correctly signed.
-    let now = waitingroom_http::driver::now_ms();
+    let now = waitingroom_http::clock::now_ms();
     let expired = cl.crypto().sign_ticket(&Ticket {
         id: TicketId(9),
         join_time: now - 10_000,

@@ -47,6 +47,17 @@ pub enum ForwardOp {
     Leave,
 }
 
+impl ForwardOp {
+    /// The logical path of one such request sent alone (nodes send them in batches, to
+    /// [`FORWARD_PATH`]; the single routes stay served).
+    pub fn path(self) -> &'static str {
+        match self {
+            ForwardOp::Checkin => CHECKIN_PATH,
+            ForwardOp::Leave => LEAVE_PATH,
+        }
+    }
+}
+
 /// One forwarded visitor request: the ticket as the forwarding node verified it (the batch is
 /// authenticated, so the owner need not check the token's signature again).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use waitingroom_core::{Ties, kendall_tau, kendall_tau_permutation};
 
 use super::LoadArgs;
 use super::shared::{Admission, Endpoint, JoinKey, Shared, get, take};
+use crate::latency::{max_ms, percentile_ms};
 
 #[derive(Debug, Serialize)]
 pub(super) struct EndpointReport {
@@ -48,14 +49,6 @@ pub(super) struct Report {
     error_reasons: BTreeMap<String, u64>,
 }
 
-fn percentile(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    f64::from(sorted[i]) / 1000.0
-}
-
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
@@ -88,8 +81,8 @@ pub(super) fn report(args: &LoadArgs, s: &Shared, elapsed_s: f64) -> Report {
         duration_s: round3(elapsed_s),
         admitted_per_s: round3(admitted as f64 / elapsed_s),
         requests_per_s: round3(requests as f64 / elapsed_s),
-        p50_ms: percentile(&all, 0.50),
-        p99_ms: percentile(&all, 0.99),
+        p50_ms: percentile_ms(&all, 0.50),
+        p99_ms: percentile_ms(&all, 0.99),
         kendall_tau,
         kendall_tau_eviction,
         kendall_tau_thesis,
@@ -131,10 +124,10 @@ fn endpoint_reports(s: &Shared) -> (BTreeMap<&'static str, EndpointReport>, Vec<
             EndpointReport {
                 requests: l.len() as u64,
                 errors: e,
-                p50_ms: percentile(&l, 0.50),
-                p90_ms: percentile(&l, 0.90),
-                p99_ms: percentile(&l, 0.99),
-                max_ms: l.last().map_or(0.0, |&m| f64::from(m) / 1000.0),
+                p50_ms: percentile_ms(&l, 0.50),
+                p90_ms: percentile_ms(&l, 0.90),
+                p99_ms: percentile_ms(&l, 0.99),
+                max_ms: max_ms(&l),
             },
         );
         all.extend(l);

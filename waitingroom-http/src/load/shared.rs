@@ -13,6 +13,7 @@ use waitingroom_core::Time;
 use waitingroom_http::clock::now_ms;
 
 use super::LoadArgs;
+use crate::latency::micros_since;
 
 /// The requests a visitor makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,7 +242,7 @@ impl Shared {
             }
             Err(_) => Reply::Failed,
         };
-        let us = t0.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+        let us = micros_since(t0);
         self.stats[ep as usize]
             .latencies_us
             .lock()

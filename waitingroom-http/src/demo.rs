@@ -112,9 +112,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("waitingroom demo is running (key: {})", key_file.display());
     for i in 0..args.nodes {
         println!(
-            "  node {}:   {}/   (metrics {0}/metrics, cluster {0}/api/cluster)",
+            "  node {}:   {url}/   (metrics {url}/metrics, cluster {url}/api/cluster)",
             i + 1,
-            args.node_url(i)
+            url = args.node_url(i)
         );
     }
     println!("  origin:   {origin_url}  (sends visitors without a pass to node 1)");

@@ -37,6 +37,7 @@
 //! Bounded: `--max-seconds` of wall time and `--max-requests` requests in total; when either
 //! is reached every visitor stops and the unadmitted ones count as lost.
 
+mod args;
 mod report;
 mod shared;
 mod visit;
@@ -44,45 +45,11 @@ mod visit;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+pub use args::LoadArgs;
 use shared::{Shared, get};
-
-#[derive(Debug, Args)]
-pub struct LoadArgs {
-    /// Base URL of the cluster (the load balancer); several comma-separated URLs are used in
-    /// turn, request by request.
-    #[arg(long, value_delimiter = ',', required = true)]
-    url: Vec<String>,
-    /// Visitors in total.
-    #[arg(long, default_value_t = 1000)]
-    users: u64,
-    /// Most visitors active (joined, not finished) at once; each has at most one request in
-    /// flight.
-    #[arg(long, default_value_t = 100)]
-    concurrency: usize,
-    /// Spread the start of the first `--concurrency` visitors evenly over this many ms (0: all
-    /// at once). Later visitors start as soon as a place frees up.
-    #[arg(long, default_value_t = 0)]
-    ramp_up_ms: u64,
-    /// Stop after this many seconds; visitors not admitted by then count as lost.
-    #[arg(long, default_value_t = 600)]
-    max_seconds: u64,
-    /// Stop after this many requests in total. [default: 200 per visitor]
-    #[arg(long)]
-    max_requests: Option<u64>,
-    /// Timeout of one request, ms.
-    #[arg(long, default_value_t = 10_000)]
-    request_timeout_ms: u64,
-    /// Print one JSON object on stdout instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Seconds between progress lines on stderr (0: none).
-    #[arg(long, default_value_t = 2)]
-    progress_s: u64,
-}
 
 /// Runs the load: sets up, starts the visitors, waits for them, reports.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use waitingroom_core::{Ties, kendall_tau, kendall_tau_permutation};
 
-use super::LoadArgs;
+use super::args::LoadArgs;
 use super::shared::{Admission, Endpoint, JoinKey, Shared, get, take};
 use crate::latency::{max_ms, percentile_ms};
 

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use waitingroom_core::Time;
 use waitingroom_http::clock::now_ms;
 
-use super::LoadArgs;
+use super::args::LoadArgs;
 use crate::latency::micros_since;
 
 /// The requests a visitor makes.

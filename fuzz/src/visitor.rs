@@ -23,9 +23,9 @@ use waitingroom_core::{NodeId, Ticket, TokenError};
 use waitingroom_distributed::Node;
 use waitingroom_http::api::router;
 use waitingroom_http::app::App;
+use waitingroom_http::clock::now_ms;
 use waitingroom_http::config::{Options, ServerConfig};
 use waitingroom_http::crypto::{Crypto, HEADER_KID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
-use waitingroom_http::driver::now_ms;
 
 use crate::tokens::key;
 

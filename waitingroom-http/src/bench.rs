@@ -12,6 +12,8 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::latency::{max_ms, micros_since, percentile_ms};
+
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Base URL of the node.
@@ -59,6 +61,8 @@ async fn join(client: &reqwest::Client, url: &str) -> anyhow::Result<String> {
         .context("join answer without a ticket")
 }
 
+/// Joins `--concurrency` visitors, has each check in back to back for `--duration-s`, and
+/// reports requests/s and latency.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.concurrency == 0 || args.duration_s == 0 {
         bail!("--concurrency and --duration-s must be at least 1");
@@ -84,40 +88,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
     let start = Instant::now();
     let end = start + Duration::from_secs(args.duration_s);
-    let mut tasks = Vec::new();
-    for mut ticket in tickets {
-        let client = client.clone();
-        let url = format!("{url}/api/checkin");
-        tasks.push(tokio::spawn(async move {
-            let mut lat_us: Vec<u32> = Vec::with_capacity(100_000);
-            let mut errors = 0u64;
-            while Instant::now() < end {
-                let t0 = Instant::now();
-                let r = client
-                    .post(&url)
-                    .json(&serde_json::json!({ "ticket": ticket }))
-                    .send()
-                    .await;
-                let ok = match r {
-                    Ok(resp) if resp.status().is_success() => match resp.json::<Value>().await {
-                        Ok(v) => {
-                            if let Some(t) = v["ticket"].as_str() {
-                                ticket = t.to_owned();
-                            }
-                            true
-                        }
-                        Err(_) => false,
-                    },
-                    _ => false,
-                };
-                lat_us.push(t0.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                if !ok {
-                    errors += 1;
-                }
-            }
-            (lat_us, errors)
-        }));
-    }
+    let checkin_url = format!("{url}/api/checkin");
+    let tasks: Vec<_> = tickets
+        .into_iter()
+        .map(|ticket| {
+            tokio::spawn(check_in_until(
+                client.clone(),
+                checkin_url.clone(),
+                ticket,
+                end,
+            ))
+        })
+        .collect();
     let mut all: Vec<u32> = Vec::new();
     let mut errors = 0;
     for t in tasks {
@@ -127,26 +109,62 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     all.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if all.is_empty() {
-            return 0.0;
+    print(
+        &args,
+        &Report {
+            concurrency: args.concurrency,
+            duration_s: elapsed,
+            requests: all.len() as u64,
+            errors,
+            requests_per_s: all.len() as f64 / elapsed,
+            p50_ms: percentile_ms(&all, 0.50),
+            p90_ms: percentile_ms(&all, 0.90),
+            p99_ms: percentile_ms(&all, 0.99),
+            max_ms: max_ms(&all),
+        },
+    )
+}
+
+/// One visitor checking in back to back with the ticket it was last given, until `end`:
+/// each request's latency (µs) and how many failed.
+async fn check_in_until(
+    client: reqwest::Client,
+    url: String,
+    mut ticket: String,
+    end: Instant,
+) -> (Vec<u32>, u64) {
+    let mut lat_us: Vec<u32> = Vec::with_capacity(100_000);
+    let mut errors = 0u64;
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        let r = client
+            .post(&url)
+            .json(&serde_json::json!({ "ticket": ticket }))
+            .send()
+            .await;
+        let ok = match r {
+            Ok(resp) if resp.status().is_success() => match resp.json::<Value>().await {
+                Ok(v) => {
+                    if let Some(t) = v["ticket"].as_str() {
+                        ticket = t.to_owned();
+                    }
+                    true
+                }
+                Err(_) => false,
+            },
+            _ => false,
+        };
+        lat_us.push(micros_since(t0));
+        if !ok {
+            errors += 1;
         }
-        let i = ((all.len() as f64 - 1.0) * p).round() as usize;
-        f64::from(all[i]) / 1000.0
-    };
-    let r = Report {
-        concurrency: args.concurrency,
-        duration_s: elapsed,
-        requests: all.len() as u64,
-        errors,
-        requests_per_s: all.len() as f64 / elapsed,
-        p50_ms: pct(0.50),
-        p90_ms: pct(0.90),
-        p99_ms: pct(0.99),
-        max_ms: all.last().map_or(0.0, |&m| f64::from(m) / 1000.0),
-    };
+    }
+    (lat_us, errors)
+}
+
+fn print(args: &BenchArgs, r: &Report) -> anyhow::Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string(&r)?);
+        println!("{}", serde_json::to_string(r)?);
     } else {
         println!(
             "check-ins: {} in {:.1} s = {:.0}/s with {} concurrent; errors {}; latency p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",

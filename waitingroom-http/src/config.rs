@@ -332,12 +332,35 @@ pub fn read_file(path: &Path) -> Result<Options, ConfigError> {
     })
 }
 
+/// Calls macro `$m` with the names of the protocol knobs (after any names given it already):
+/// the settings that are [`NodeConfig`] fields of the same name and type. Listed once, for
+/// [`merge`] and for [`Options::resolve`].
+macro_rules! protocol_knobs {
+    ($m:ident!($($before:tt)*)) => {
+        $m!(
+            $($before)*
+            admission,
+            probe_interval_ms,
+            probe_timeout_ms,
+            indirect_probes,
+            suspect_rounds,
+            retransmit_ms,
+            join_retry_ms,
+            join_timeout_ms,
+            max_tree_degree,
+            select_limit,
+            watchdog_rounds
+        )
+    };
+}
+
 /// `flags_env` (from clap, already flags-over-environment) over `file`.
 pub fn merge(flags_env: Options, file: Options) -> Options {
+    // Every field, or the struct literal does not compile.
     macro_rules! merge {
         ($($f:ident),* $(,)?) => { Options { $($f: flags_env.$f.or(file.$f),)* } };
     }
-    merge!(
+    protocol_knobs!(merge!(
         listen,
         advertise,
         node_id,
@@ -351,17 +374,6 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         eviction_interval_ms,
         cleanup_interval_ms,
         admit_straight_through,
-        admission,
-        probe_interval_ms,
-        probe_timeout_ms,
-        indirect_probes,
-        suspect_rounds,
-        retransmit_ms,
-        join_retry_ms,
-        join_timeout_ms,
-        max_tree_degree,
-        select_limit,
-        watchdog_rounds,
         visitor_body_limit,
         peer_body_limit,
         peer_queue_limit,
@@ -380,14 +392,41 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         page_foreground,
         page_accent,
         page_template,
-    )
+    ))
 }
 
 impl Options {
-    /// Fills in defaults and checks everything, naming the setting at fault.
+    /// Fills in defaults and checks everything, naming the setting at fault. The checks run in
+    /// this order (of several bad settings, the first is named): the waiting room and protocol
+    /// settings, the node's addresses and identity, limits, the page, logs.
     pub fn resolve(self) -> Result<ServerConfig, ConfigError> {
+        let settings = self.settings();
+        let protocol = self.protocol(&settings)?;
+        let listen = self
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        // Fields are evaluated in the order written: that is the order of the checks.
+        Ok(ServerConfig {
+            advertise: self.advertise(listen)?,
+            node_id: self.node_id()?,
+            peers: self.seeds()?,
+            key_file: self.key_file()?,
+            origin_url: self.origin_url()?,
+            limits: self.limits()?,
+            branding: self.branding()?,
+            log_level: self.log_level()?,
+            log_format: self.log_format.unwrap_or_default(),
+            cookie_secure: self.cookie_secure.unwrap_or(false),
+            listen,
+            settings,
+            protocol,
+        })
+    }
+
+    /// The waiting room settings, defaults filled in (checked with the protocol's).
+    fn settings(&self) -> Settings {
         let d = Settings::default();
-        let settings = Settings {
+        Settings {
             target_on_site: self.target_on_site.unwrap_or(d.target_on_site),
             refresh_interval_ms: self.refresh_interval_ms.unwrap_or(d.refresh_interval_ms),
             ticket_expiry_ms: self.ticket_expiry_ms.unwrap_or(d.ticket_expiry_ms),
@@ -397,72 +436,92 @@ impl Options {
             admit_straight_through: self
                 .admit_straight_through
                 .unwrap_or(d.admit_straight_through),
-        };
-        // The id, incarnation and address are placeholders until the socket is bound; the
-        // protocol's own validation then names any bad knob.
+        }
+    }
+
+    /// The protocol configuration template, checked by the protocol itself (which names any
+    /// bad knob or setting). The id, incarnation and address are placeholders until the socket
+    /// is bound.
+    fn protocol(&self, settings: &Settings) -> Result<NodeConfig, SettingsError> {
         let mut protocol = NodeConfig::new(NodeId(1), 1, "", settings.clone());
         macro_rules! knob {
             ($($f:ident),*) => { $(if let Some(v) = self.$f { protocol.$f = v; })* };
         }
-        knob!(
-            admission,
-            probe_interval_ms,
-            probe_timeout_ms,
-            indirect_probes,
-            suspect_rounds,
-            retransmit_ms,
-            join_retry_ms,
-            join_timeout_ms,
-            max_tree_degree,
-            select_limit,
-            watchdog_rounds
-        );
+        protocol_knobs!(knob!());
         protocol.validate()?;
+        Ok(protocol)
+    }
 
-        let listen = self
-            .listen
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
-        if let Some(adv) = &self.advertise {
-            check_url("advertise", adv)?;
-        } else if listen.ip().is_unspecified() {
-            return Err(SettingsError::new(
+    /// The advertised URL, if given: peers must be able to reach it, so it is required when
+    /// `listen` is an unspecified address.
+    fn advertise(&self, listen: SocketAddr) -> Result<Option<String>, SettingsError> {
+        match &self.advertise {
+            Some(adv) => {
+                check_url("advertise", adv)?;
+                Ok(Some(adv.trim_end_matches('/').to_owned()))
+            }
+            None if listen.ip().is_unspecified() => Err(SettingsError::new(
                 "advertise",
                 "must be set when listen is an unspecified address (0.0.0.0 or ::): peers \
                  need an address they can reach",
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// The node id, if given (0 is no id).
+    fn node_id(&self) -> Result<Option<NodeId>, SettingsError> {
+        match self.node_id {
+            Some(0) => Err(SettingsError::new("node_id", "must not be 0")),
+            id => Ok(id.map(NodeId)),
+        }
+    }
+
+    /// The cluster key file (required: a node without the cluster's key can do nothing).
+    fn key_file(&self) -> Result<PathBuf, SettingsError> {
+        self.key_file.clone().ok_or_else(|| {
+            SettingsError::new(
+                "key_file",
+                "is required: create one with `waitingroom-node keygen --out FILE`",
             )
-            .into());
-        }
-        if self.node_id == Some(0) {
-            return Err(SettingsError::new("node_id", "must not be 0").into());
-        }
+        })
+    }
+
+    /// The members to join through, as base URLs without a trailing slash.
+    fn seeds(&self) -> Result<Vec<String>, SettingsError> {
         let peers: Vec<String> = self
             .peers
-            .unwrap_or_default()
-            .into_iter()
+            .iter()
+            .flatten()
             .map(|p| p.trim().trim_end_matches('/').to_owned())
             .filter(|p| !p.is_empty())
             .collect();
         for p in &peers {
             check_url("peers", p)?;
         }
-        let key_file = self.key_file.ok_or_else(|| {
-            SettingsError::new(
-                "key_file",
-                "is required: create one with `waitingroom-node keygen --out FILE`",
-            )
-        })?;
-        let origin_url = self.origin_url.unwrap_or_else(|| "/".to_owned());
+        Ok(peers)
+    }
+
+    /// Where admitted visitors go: it ends up in a `Location` header and the page.
+    fn origin_url(&self) -> Result<String, SettingsError> {
+        let origin_url = self.origin_url.clone().unwrap_or_else(|| "/".to_owned());
         if !(origin_url.starts_with('/') || check_url("origin_url", &origin_url).is_ok()) {
             return Err(SettingsError::new(
                 "origin_url",
                 "must be an http(s) URL or a path starting with /",
-            )
-            .into());
+            ));
         }
         if origin_url.contains(['"', '<', '>', '\n', '\r']) {
-            return Err(SettingsError::new("origin_url", "must not contain quotes or <>").into());
+            return Err(SettingsError::new(
+                "origin_url",
+                "must not contain quotes or <>",
+            ));
         }
+        Ok(origin_url)
+    }
 
+    /// Transport and abuse limits, defaults filled in.
+    fn limits(&self) -> Result<Limits, SettingsError> {
         let limits = Limits {
             visitor_body: self.visitor_body_limit.unwrap_or(16 * 1024),
             peer_body: self.peer_body_limit.unwrap_or(8 * 1024 * 1024),
@@ -474,6 +533,7 @@ impl Options {
             join_rate_limit: self.join_rate_limit.unwrap_or(0),
             client_ip_header: self
                 .client_ip_header
+                .as_ref()
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| !h.is_empty()),
         };
@@ -486,19 +546,34 @@ impl Options {
             ("forward_timeout_ms", limits.forward_timeout_ms),
         ] {
             if value == 0 {
-                return Err(SettingsError::new(field, "must be greater than 0").into());
+                return Err(SettingsError::new(field, "must be greater than 0"));
             }
         }
         if let Some(h) = &limits.client_ip_header
             && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()
         {
-            return Err(
-                SettingsError::new("client_ip_header", "is not a valid header name").into(),
-            );
+            return Err(SettingsError::new(
+                "client_ip_header",
+                "is not a valid header name",
+            ));
         }
+        Ok(limits)
+    }
 
-        let template = match self.page_template {
-            Some(path) => Some(std::fs::read_to_string(&path).map_err(|e| {
+    /// The log filter, checked now so a typo is not silently ignored at start.
+    fn log_level(&self) -> Result<String, SettingsError> {
+        let log_level = self.log_level.clone().unwrap_or_else(|| "info".to_owned());
+        if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
+            return Err(SettingsError::new("log_level", "is not a valid log filter"));
+        }
+        Ok(log_level)
+    }
+
+    /// The waiting page's look: texts, colours (checked: they go into a `<style>` block) and
+    /// the template file, read now.
+    fn branding(&self) -> Result<Branding, SettingsError> {
+        let template = match &self.page_template {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                 SettingsError::new(
                     "page_template",
                     format!("cannot read {}: {e}", path.display()),
@@ -506,39 +581,28 @@ impl Options {
             })?),
             None => None,
         };
-        let branding = Branding {
+        Ok(Branding {
             title: self
                 .page_title
+                .clone()
                 .unwrap_or_else(|| "You are in the queue".to_owned()),
-            text: self.page_text.unwrap_or_else(|| {
+            text: self.page_text.clone().unwrap_or_else(|| {
                 "The site is busy right now. Keep this page open: you keep your place in line \
                  and will be taken to the site automatically when it is your turn."
                     .to_owned()
             }),
-            background: colour("page_background", self.page_background, "#f7f7f2")?,
-            foreground: colour("page_foreground", self.page_foreground, "#1d1d1b")?,
-            accent: colour("page_accent", self.page_accent, "#0b5cad")?,
+            background: colour(
+                "page_background",
+                self.page_background.as_deref(),
+                "#f7f7f2",
+            )?,
+            foreground: colour(
+                "page_foreground",
+                self.page_foreground.as_deref(),
+                "#1d1d1b",
+            )?,
+            accent: colour("page_accent", self.page_accent.as_deref(), "#0b5cad")?,
             template,
-        };
-        let log_level = self.log_level.unwrap_or_else(|| "info".to_owned());
-        if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
-            return Err(SettingsError::new("log_level", "is not a valid log filter").into());
-        }
-
-        Ok(ServerConfig {
-            listen,
-            advertise: self.advertise.map(|a| a.trim_end_matches('/').to_owned()),
-            node_id: self.node_id.map(NodeId),
-            peers,
-            key_file,
-            origin_url,
-            settings,
-            protocol,
-            limits,
-            cookie_secure: self.cookie_secure.unwrap_or(false),
-            log_format: self.log_format.unwrap_or_default(),
-            log_level,
-            branding,
         })
     }
 }
@@ -559,10 +623,10 @@ fn check_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
 /// A CSS colour goes into a `<style>` block: allow only characters colours are written with.
 fn colour(
     field: &'static str,
-    value: Option<String>,
+    value: Option<&str>,
     default: &str,
 ) -> Result<String, SettingsError> {
-    let v = value.unwrap_or_else(|| default.to_owned());
+    let v = value.unwrap_or(default).to_owned();
     let ok = !v.is_empty()
         && v.len() <= 64
         && v.chars()

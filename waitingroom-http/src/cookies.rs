@@ -4,6 +4,8 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
+use crate::config::ServerConfig;
+
 /// Cookie holding the ticket.
 pub const TICKET: &str = "wr_ticket";
 /// Cookie holding the pass.
@@ -38,6 +40,23 @@ pub fn set(name: &str, value: &str, max_age_s: Option<u64>, secure: bool) -> Hea
 /// A `Set-Cookie` value that deletes cookie `name`.
 pub fn clear(name: &str, secure: bool) -> HeaderValue {
     set(name, "", Some(0), secure)
+}
+
+/// The ticket cookie for `token`: kept as long as a ticket stays valid without a check-in.
+pub fn for_ticket(cfg: &ServerConfig, token: &str) -> HeaderValue {
+    let max_age = cfg.settings.ticket_expiry_ms.div_ceil(1000);
+    set(TICKET, token, Some(max_age), cfg.cookie_secure)
+}
+
+/// The pass cookie for `token`: kept as long as the pass stays valid without a refresh.
+pub fn for_pass(cfg: &ServerConfig, token: &str) -> HeaderValue {
+    let max_age = cfg.settings.pass_expiry_ms.div_ceil(1000);
+    set(PASS, token, Some(max_age), cfg.cookie_secure)
+}
+
+/// The cookies of a ticket exchanged for the pass `token`: the pass set, the ticket deleted.
+pub fn after_leave(cfg: &ServerConfig, token: &str) -> Vec<HeaderValue> {
+    vec![for_pass(cfg, token), clear(TICKET, cfg.cookie_secure)]
 }
 
 /// The bearer token of an `Authorization` header.

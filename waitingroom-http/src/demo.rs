@@ -4,7 +4,7 @@
 //! through it) and one with `origin`, prints the URLs, and on Ctrl-C sends every child SIGTERM
 //! (they leave the cluster cleanly), then SIGKILL to any that did not stop in time.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,18 @@ pub struct DemoArgs {
 struct Children(Vec<(String, Child)>);
 
 impl Children {
+    /// The name of the first child to exit on its own (polled every 250 ms).
+    async fn first_exit(&mut self) -> String {
+        loop {
+            for (name, child) in &mut self.0 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return name.clone();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// SIGTERM to every child, then wait up to `grace` before SIGKILL.
     async fn stop(&mut self, grace: Duration) {
         for (_, child) in &self.0 {
@@ -89,7 +101,49 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if args.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
-    let dir = match args.dir {
+    let key_file = cluster_key(args.dir.clone())?;
+    let origin_url = format!("http://127.0.0.1:{}/", args.origin_port);
+    let client = reqwest::Client::new();
+    let mut children = Children(Vec::new());
+    if let Err(e) = start_all(&args, &key_file, &origin_url, &client, &mut children).await {
+        children.stop(Duration::from_secs(2)).await;
+        return Err(e);
+    }
+    println!("waitingroom demo is running (key: {})", key_file.display());
+    for i in 0..args.nodes {
+        println!(
+            "  node {}:   {url}/   (metrics {url}/metrics, cluster {url}/api/cluster)",
+            i + 1,
+            url = args.node_url(i)
+        );
+    }
+    println!("  origin:   {origin_url}  (sends visitors without a pass to node 1)");
+    println!(
+        "open {}/ in a few browser tabs; Ctrl-C stops everything",
+        args.node_url(0)
+    );
+
+    // Stop on Ctrl-C, or as soon as any child dies on its own.
+    let exited = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        name = children.first_exit() => Some(name),
+    };
+    children.stop(Duration::from_secs(5)).await;
+    match exited {
+        Some(name) => bail!("{name} exited unexpectedly; stopped the others"),
+        None => Ok(()),
+    }
+}
+
+impl DemoArgs {
+    fn node_url(&self, i: u16) -> String {
+        format!("http://127.0.0.1:{}", self.base_port + i)
+    }
+}
+
+/// The cluster key in `dir` (a new temporary directory if none), made if missing.
+fn cluster_key(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = match dir {
         Some(d) => d,
         None => {
             let d = std::env::temp_dir().join(format!("waitingroom-demo-{}", std::process::id()));
@@ -102,11 +156,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if !key_file.exists() {
         crate::write_private(&key_file, &Crypto::generate().to_pkcs8_pem(), false)?;
     }
-    let origin_url = format!("http://127.0.0.1:{}/", args.origin_port);
-    let node_url = |i: u16| format!("http://127.0.0.1:{}", args.base_port + i);
-    let client = reqwest::Client::new();
-    let mut children = Children(Vec::new());
+    Ok(key_file)
+}
 
+/// Starts the nodes one by one (each ready before the next: they join through the first),
+/// then the origin.
+async fn start_all(
+    args: &DemoArgs,
+    key_file: &Path,
+    origin_url: &str,
+    client: &reqwest::Client,
+    children: &mut Children,
+) -> anyhow::Result<()> {
     for i in 0..args.nodes {
         let mut a: Vec<String> = vec![
             "run".into(),
@@ -115,7 +176,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             "--key-file".into(),
             key_file.display().to_string(),
             "--origin-url".into(),
-            origin_url.clone(),
+            origin_url.to_owned(),
             // Small numbers so a few browser tabs already queue.
             "--target-on-site".into(),
             "3".into(),
@@ -123,15 +184,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             "30000".into(),
         ];
         if i > 0 {
-            a.extend(["--peers".into(), node_url(0)]);
+            a.extend(["--peers".into(), args.node_url(0)]);
         }
         a.extend(args.node_args.iter().cloned());
         children.0.push(spawn(&format!("node {}", i + 1), &a)?);
-        let ready = format!("{}/readyz", node_url(i));
-        if let Err(e) = wait_ready(&client, &ready).await {
-            children.stop(Duration::from_secs(2)).await;
-            return Err(e);
-        }
+        wait_ready(client, &format!("{}/readyz", args.node_url(i))).await?;
     }
     children.0.push(spawn(
         "origin",
@@ -140,48 +197,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             "--listen".into(),
             format!("127.0.0.1:{}", args.origin_port),
             "--waiting-room-url".into(),
-            format!("{}/", node_url(0)),
+            format!("{}/", args.node_url(0)),
             "--jwks-url".into(),
-            format!("{}/.well-known/jwks.json", node_url(0)),
+            format!("{}/.well-known/jwks.json", args.node_url(0)),
         ],
     )?);
-    if let Err(e) = wait_ready(&client, &format!("{origin_url}healthz")).await {
-        children.stop(Duration::from_secs(2)).await;
-        return Err(e);
-    }
-
-    println!("waitingroom demo is running (key: {})", key_file.display());
-    for i in 0..args.nodes {
-        println!(
-            "  node {}:   {}/   (metrics {0}/metrics, cluster {0}/api/cluster)",
-            i + 1,
-            node_url(i)
-        );
-    }
-    println!("  origin:   {origin_url}  (sends visitors without a pass to node 1)");
-    println!(
-        "open {}/ in a few browser tabs; Ctrl-C stops everything",
-        node_url(0)
-    );
-
-    // Stop on Ctrl-C, or as soon as any child dies on its own.
-    let mut exited = None;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        name = async {
-            loop {
-                for (name, child) in &mut children.0 {
-                    if let Ok(Some(_)) = child.try_wait() {
-                        return name.clone();
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        } => exited = Some(name),
-    }
-    children.stop(Duration::from_secs(5)).await;
-    match exited {
-        Some(name) => bail!("{name} exited unexpectedly; stopped the others"),
-        None => Ok(()),
-    }
+    wait_ready(client, &format!("{origin_url}healthz")).await
 }

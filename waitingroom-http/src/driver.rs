@@ -9,21 +9,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use waitingroom_core::Time;
 use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
 
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::peer::Transport;
-
-/// Unix time in milliseconds: the only clock the server reads. The protocol gets it as `now`.
-pub fn now_ms() -> Time {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Time)
-}
 
 /// The node plus everything that must happen after each call into it.
 #[derive(Debug)]

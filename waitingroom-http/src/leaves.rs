@@ -11,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 
 use waitingroom_core::{TicketId, Time};
 
-use crate::visitor::PassAnswer;
+use crate::wire::PassAnswer;
 
 /// The request header that names a leave, chosen by the client (RFC draft
 /// `draft-ietf-httpapi-idempotency-key-header`).

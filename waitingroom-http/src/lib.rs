@@ -1,18 +1,31 @@
 //! The waitingroom node server: translates HTTP and timers into the protocol state machine of
 //! `waitingroom-distributed`. No protocol decision lives here.
 //!
-//! - [`config`]: settings from file, environment and flags;
+//! The modules, each using only modules listed after it (so none import each other):
+//!
+//! - [`server`]: start, serve, and leave the cluster on SIGTERM;
+//! - [`api`]: the HTTP routes and every handler: visitor API, waiting page, peer endpoints
+//!   (one handler for forwarded check-ins and leaves), operations;
+//! - [`origin`]: a small demo origin site that checks passes offline;
+//! - [`visitor`]: the visitor operations handlers call: verify the token, ask the node, forward
+//!   to the node holding the ticket, sign the answer;
+//! - [`app`]: one node's parts assembled, the state every handler gets;
 //! - [`driver`]: owns the [`waitingroom_distributed::Node`] and its timer;
 //! - [`peer`]: batched, bounded, signed node-to-node transport;
-//! - [`api`], [`visitor`], [`page`]: the visitor API and the waiting page;
+//! - [`page`]: renders the waiting page (no handler, no state);
+//! - [`leaves`]: passes kept a minute so a leave whose answer was lost can be repeated;
 //! - [`metrics`], [`fairness`]: Prometheus metrics and the live inversion count;
-//! - [`origin`]: a small demo origin site that checks passes offline;
-//! - [`server`]: start, serve, and leave the cluster on SIGTERM.
+//! - [`errors`]: the one error type of handlers; [`cookies`]: the ticket and pass cookies;
+//! - [`config`]: settings from file, environment and flags; [`crypto`]: keys, tokens and peer
+//!   signatures; [`wire`]: the JSON bodies; [`clock`]: the one clock; [`rate_limit`]: the
+//!   per-client join limit; [`client_addr`]: who a request comes from.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod app;
+pub mod client_addr;
+pub mod clock;
 pub mod config;
 pub mod cookies;
 pub mod crypto;
@@ -24,8 +37,10 @@ pub mod metrics;
 pub mod origin;
 pub mod page;
 pub mod peer;
+pub mod rate_limit;
 pub mod server;
 pub mod visitor;
+pub mod wire;
 
 #[cfg(test)]
 mod abuse_tests;

@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod latency;
 mod load;
 
 use std::path::PathBuf;

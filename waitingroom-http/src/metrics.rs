@@ -90,10 +90,9 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// All metrics, registered.
+    /// All metrics, registered (in this order in the output).
     pub fn new() -> Self {
-        let mut r = Registry::with_prefix("waitingroom");
-        let m = Metrics {
+        let mut m = Metrics {
             admitted: Counter::default(),
             joins: Family::default(),
             checkins: Family::default(),
@@ -116,113 +115,141 @@ impl Metrics {
             cluster_queued: Gauge::default(),
             cluster_on_site: Gauge::default(),
             membership_version: Gauge::default(),
-            registry: Registry::default(),
+            registry: Registry::with_prefix("waitingroom"),
         };
+        m.register_visitors();
+        m.register_peers();
+        m.register_requests();
+        m.register_gauges();
+        m
+    }
+
+    /// The visitor counters.
+    fn register_visitors(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "admitted",
             "Visitors let out of the queue by this node",
-            m.admitted.clone(),
+            self.admitted.clone(),
         );
         r.register(
             "joins",
             "Visitor joins answered, by result",
-            m.joins.clone(),
+            self.joins.clone(),
         );
         r.register(
             "checkins",
             "Visitor check-ins answered, by result",
-            m.checkins.clone(),
+            self.checkins.clone(),
         );
         r.register(
             "leaves",
             "Tickets exchanged for passes, by result",
-            m.leaves.clone(),
+            self.leaves.clone(),
         );
         r.register(
             "forwards",
             "Visitor requests forwarded to the node holding the ticket, by result",
-            m.forwards.clone(),
+            self.forwards.clone(),
         );
         r.register(
             "requeues",
             "Visitors re-queued here under their original join time because their node did \
              not answer",
-            m.requeues.clone(),
+            self.requeues.clone(),
         );
         r.register(
             "admission_inversions",
             "Pairs admitted by this node out of join order: for each admission, the visitors \
              admitted earlier here who joined later (ms resolution, ~17 min window)",
-            m.inversions.clone(),
+            self.inversions.clone(),
         );
+    }
+
+    /// The peer transport counters.
+    fn register_peers(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "peer_messages_sent",
             "Protocol messages delivered to peers, by type",
-            m.peer_sent.clone(),
+            self.peer_sent.clone(),
         );
         r.register(
             "peer_messages_received",
             "Protocol messages received from peers, by type",
-            m.peer_received.clone(),
+            self.peer_received.clone(),
         );
         r.register(
             "peer_messages_dropped",
             "Protocol messages dropped: peer queue full or delivery failed (the protocol resends)",
-            m.peer_dropped.clone(),
+            self.peer_dropped.clone(),
         );
         r.register(
             "peer_request_failures",
             "Peer requests that failed",
-            m.peer_failures.clone(),
+            self.peer_failures.clone(),
         );
         r.register(
             "peer_auth_failures",
             "Peer requests refused for lack of a valid cluster signature",
-            m.peer_auth_failures.clone(),
+            self.peer_auth_failures.clone(),
         );
+    }
+
+    /// Refused joins and request latency.
+    fn register_requests(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "joins_rate_limited",
             "Joins refused by the per-client rate limit",
-            m.rate_limited.clone(),
+            self.rate_limited.clone(),
         );
         r.register_with_unit(
             "http_request_duration",
             "HTTP request latency by route",
             Unit::Seconds,
-            m.http_latency.clone(),
+            self.http_latency.clone(),
         );
-        r.register("queued", "Visitors waiting on this node", m.queued.clone());
+    }
+
+    /// The gauges, set from the node's status at each scrape.
+    fn register_gauges(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "queued",
+            "Visitors waiting on this node",
+            self.queued.clone(),
+        );
         r.register(
             "on_site",
             "Visitors on the site through this node",
-            m.on_site.clone(),
+            self.on_site.clone(),
         );
         r.register(
             "members",
             "Cluster members this node knows",
-            m.members.clone(),
+            self.members.clone(),
         );
         r.register(
             "is_root",
             "1 when this node is the QPID root",
-            m.is_root.clone(),
+            self.is_root.clone(),
         );
         r.register(
             "cluster_queued",
             "Visitors waiting cluster-wide at the last count this node saw",
-            m.cluster_queued.clone(),
+            self.cluster_queued.clone(),
         );
         r.register(
             "cluster_on_site",
             "Visitors on the site cluster-wide at the last count this node saw",
-            m.cluster_on_site.clone(),
+            self.cluster_on_site.clone(),
         );
         r.register(
             "membership_version",
             "Membership version applied",
-            m.membership_version.clone(),
+            self.membership_version.clone(),
         );
-        Metrics { registry: r, ..m }
     }
 
     /// Records an admission of a visitor who joined at `join_time`.

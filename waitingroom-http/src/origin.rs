@@ -12,9 +12,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
+use crate::clock::now_ms;
 use crate::cookies;
 use crate::crypto::PassVerifier;
-use crate::driver::now_ms;
 
 /// State of the origin app.
 #[derive(Debug)]

@@ -1,4 +1,6 @@
 //! The waiting page: what a browser gets from `GET /` (and any unknown page it asks for).
+//! This module only renders; the handler that joins, checks in and leaves for the browser is
+//! in [`crate::api`].
 //!
 //! The server does the work so the page needs no JavaScript: each load joins (no ticket
 //! cookie) or checks in (ticket cookie), and the page reloads itself with a `<meta refresh>`
@@ -11,17 +13,13 @@
 //! `refresh_seconds`, `refresh_ms`, `background`, `foreground`, `accent`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::app::App;
 use crate::config::Branding;
-use crate::cookies;
-use crate::errors::ApiError;
-use crate::visitor::VisitorAnswer;
+use crate::errors::{ApiError, LoggedError};
+use crate::wire::VisitorAnswer;
 
 const DEFAULT_TEMPLATE: &str = include_str!("../assets/waiting.html");
 
@@ -61,6 +59,48 @@ impl Page {
             ("refresh_seconds", refresh_ms.div_ceil(1000).to_string()),
         ]);
         substitute(&self.template, &values)
+    }
+
+    /// The page of a visitor waiting in line; sets `ticket_cookie` (their refreshed ticket).
+    pub fn queued(&self, a: &VisitorAnswer, ticket_cookie: HeaderValue) -> Response {
+        let html = self.render(
+            &a.position.to_string(),
+            &eta_text(a.eta_seconds),
+            "queued",
+            a.refresh_after_ms,
+        );
+        html_response(StatusCode::OK, vec![ticket_cookie], html)
+    }
+
+    /// The page of a visitor who could not be served: why, with `e`'s status; the page retries
+    /// by itself. The response carries `e` for the request log.
+    pub fn error(&self, e: &ApiError) -> Response {
+        let (status, text) = if e.status == StatusCode::SERVICE_UNAVAILABLE {
+            (
+                "starting",
+                "The waiting room is getting ready. This page retries by itself.".to_owned(),
+            )
+        } else if e.status == StatusCode::TOO_MANY_REQUESTS {
+            (
+                "error",
+                "Too many visits from your address; this page retries by itself.".to_owned(),
+            )
+        } else {
+            (
+                "error",
+                format!(
+                    "Something went wrong ({}); this page retries by itself.",
+                    e.message
+                ),
+            )
+        };
+        let html = self.render("…", &text, status, 2_000);
+        let mut resp = html_response(e.status, Vec::new(), html);
+        resp.extensions_mut().insert(LoggedError {
+            code: e.code.to_string(),
+            message: e.message.clone(),
+        });
+        resp
     }
 }
 
@@ -122,107 +162,8 @@ pub fn eta_text(eta_seconds: Option<u64>) -> String {
     }
 }
 
-/// Whether a request is a browser asking for a page.
-pub fn wants_html(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/html"))
-}
-
-/// `GET /`: join or check in, then show the position or send the visitor on.
-pub async fn waiting_page(
-    State(app): State<Arc<App>>,
-    method: Method,
-    client: crate::api::ClientAddr,
-    headers: HeaderMap,
-) -> Response {
-    if method == Method::HEAD {
-        // A monitor's HEAD must not make a visitor.
-        return page_headers(StatusCode::OK, Vec::new(), String::new());
-    }
-    let secure = app.cfg.cookie_secure;
-    if let Some(pass) = cookies::get(&headers, cookies::PASS)
-        && app.verify_pass(pass).is_ok()
-    {
-        return redirect(&app.cfg.origin_url, Vec::new());
-    }
-    let answer = match cookies::get(&headers, cookies::TICKET) {
-        Some(ticket) => match app.check_in(ticket).await {
-            // A ticket that can no longer be used (expired, forged, already exchanged for a
-            // pass that has since expired): start a new visit.
-            Err(e) if e.status == StatusCode::UNAUTHORIZED || e.code == "already_left" => {
-                crate::api::join_limited(&app, &client)
-            }
-            other => other,
-        },
-        None => crate::api::join_limited(&app, &client),
-    };
-    match answer {
-        Ok(a) if a.is_admitted() => match app.leave(&a.ticket, None).await {
-            Ok(p) => {
-                let max_age = app.cfg.settings.pass_expiry_ms.div_ceil(1000);
-                let set = vec![
-                    cookies::set(cookies::PASS, &p.pass, Some(max_age), secure),
-                    cookies::clear(cookies::TICKET, secure),
-                ];
-                redirect(&app.cfg.origin_url, set)
-            }
-            Err(e) => error_page(&app, &e),
-        },
-        Ok(a) => queued_page(&app, &a),
-        Err(e) => error_page(&app, &e),
-    }
-}
-
-fn queued_page(app: &App, a: &VisitorAnswer) -> Response {
-    let max_age = app.cfg.settings.ticket_expiry_ms.div_ceil(1000);
-    let set = vec![cookies::set(
-        cookies::TICKET,
-        &a.ticket,
-        Some(max_age),
-        app.cfg.cookie_secure,
-    )];
-    let html = app.page.render(
-        &a.position.to_string(),
-        &eta_text(a.eta_seconds),
-        "queued",
-        a.refresh_after_ms,
-    );
-    page_headers(StatusCode::OK, set, html)
-}
-
-fn error_page(app: &App, e: &ApiError) -> Response {
-    let (status, text) = if e.status == StatusCode::SERVICE_UNAVAILABLE {
-        (
-            "starting",
-            "The waiting room is getting ready. This page retries by itself.".to_owned(),
-        )
-    } else if e.status == StatusCode::TOO_MANY_REQUESTS {
-        (
-            "error",
-            "Too many visits from your address; this page retries by itself.".to_owned(),
-        )
-    } else {
-        (
-            "error",
-            format!(
-                "Something went wrong ({}); this page retries by itself.",
-                e.message
-            ),
-        )
-    };
-    tracing::info!(code = %e.code, error = %e.message, "waiting page could not serve the visitor");
-    let html = app.page.render("…", &text, status, 2_000);
-    let mut resp = page_headers(e.status, Vec::new(), html);
-    resp.extensions_mut().insert(crate::errors::LoggedError {
-        code: e.code.to_string(),
-        message: e.message.clone(),
-    });
-    resp
-}
-
-fn page_headers(status: StatusCode, cookies: Vec<HeaderValue>, html: String) -> Response {
+/// An HTML answer that no cache keeps, with `cookies` set.
+pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String) -> Response {
     let mut resp = (status, Html(html)).into_response();
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -240,8 +181,9 @@ fn page_headers(status: StatusCode, cookies: Vec<HeaderValue>, html: String) -> 
     resp
 }
 
-fn redirect(to: &str, cookies: Vec<HeaderValue>) -> Response {
-    let mut resp = page_headers(StatusCode::SEE_OTHER, cookies, String::new());
+/// A 303 to `to` (the origin, for an admitted visitor), with `cookies` set.
+pub fn redirect(to: &str, cookies: Vec<HeaderValue>) -> Response {
+    let mut resp = html_response(StatusCode::SEE_OTHER, cookies, String::new());
     if let Ok(v) = HeaderValue::from_str(to) {
         resp.headers_mut().insert(header::LOCATION, v);
     }

@@ -11,21 +11,23 @@
 //!
 //! Every peer request is signed with the cluster key (see [`crate::crypto`]).
 
-use std::collections::{HashMap, VecDeque};
+mod outbox;
+
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use waitingroom_core::Ticket;
 use waitingroom_distributed::{Envelope, Transmit};
 
+use crate::clock::now_ms;
 use crate::config::Limits;
 use crate::crypto::{Crypto, HEADER_KID, HEADER_SIGNATURE, HEADER_TIMESTAMP, PeerAuthError};
-use crate::driver::now_ms;
 use crate::metrics::Metrics;
+use outbox::{Outbox, Outboxes};
 
 /// The logical path of batched protocol messages (what signatures cover, whatever URL prefix
 /// the advertised address has).
@@ -45,6 +47,17 @@ pub enum ForwardOp {
     Checkin,
     /// A leave (ticket for a pass).
     Leave,
+}
+
+impl ForwardOp {
+    /// The logical path of one such request sent alone (nodes send them in batches, to
+    /// [`FORWARD_PATH`]; the single routes stay served).
+    pub fn path(self) -> &'static str {
+        match self {
+            ForwardOp::Checkin => CHECKIN_PATH,
+            ForwardOp::Leave => LEAVE_PATH,
+        }
+    }
 }
 
 /// One forwarded visitor request: the ticket as the forwarding node verified it (the batch is
@@ -74,24 +87,9 @@ pub struct ForwardReply {
 
 type Responder = oneshot::Sender<Result<ForwardReply, Unreachable>>;
 
-/// Forwarded visitor requests waiting for the batch to one owner.
-#[derive(Debug, Default)]
-struct ForwardQueue {
-    items: Mutex<Vec<(ForwardItem, Responder)>>,
-    ready: Notify,
-}
-
-/// A sender task with nothing to send for this long exits.
-const IDLE_EXIT: Duration = Duration::from_secs(30);
 /// Back-off after a failed request, doubled per failure up to the maximum.
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(1_000);
-
-#[derive(Debug, Default)]
-struct PeerQueue {
-    queue: Mutex<VecDeque<Envelope>>,
-    ready: Notify,
-}
 
 /// Outgoing peer traffic.
 #[derive(Debug)]
@@ -100,9 +98,10 @@ pub struct Transport {
     crypto: Arc<Crypto>,
     limits: Limits,
     metrics: Arc<Metrics>,
-    peers: Mutex<HashMap<String, Arc<PeerQueue>>>,
-    /// Forwarded visitor requests, per owner address.
-    forwards: Mutex<HashMap<String, Arc<ForwardQueue>>>,
+    /// Protocol messages, per peer address.
+    peers: Outboxes<Envelope>,
+    /// Forwarded visitor requests waiting for the batch to their owner, per owner address.
+    forwards: Outboxes<(ForwardItem, Responder)>,
     /// Peers a request failed to reach since the node last heard of it; the driver tells the
     /// node, which probes them first.
     unreachable: Mutex<Vec<String>>,
@@ -126,8 +125,8 @@ impl Transport {
             crypto,
             limits,
             metrics,
-            peers: Mutex::new(HashMap::new()),
-            forwards: Mutex::new(HashMap::new()),
+            peers: Outboxes::default(),
+            forwards: Outboxes::default(),
             unreachable: Mutex::new(Vec::new()),
         }
     }
@@ -146,59 +145,24 @@ impl Transport {
 
     /// Queues messages for delivery. Never blocks on the network.
     pub fn send_all(self: &Arc<Self>, out: Vec<Transmit>) {
-        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut peers = self.peers.lock();
         for t in out {
-            let peer = match peers.get(&*t.to_addr) {
-                Some(p) => p.clone(),
-                None => {
-                    let p = Arc::new(PeerQueue::default());
-                    peers.insert(t.to_addr.to_string(), p.clone());
-                    let this = self.clone();
-                    let addr = t.to_addr.to_string();
-                    let task_peer = p.clone();
-                    tokio::spawn(async move { this.sender(addr, task_peer).await });
-                    p
-                }
-            };
-            let mut q = peer.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            if q.len() >= self.limits.peer_queue {
-                q.pop_front();
+            let peer = Outboxes::get_or_start(&mut peers, &t.to_addr, |addr, q| {
+                let this = self.clone();
+                tokio::spawn(async move { this.sender(addr, q).await });
+            });
+            if peer.push(t.envelope, self.limits.peer_queue) {
                 self.metrics.peer_dropped.inc();
             }
-            q.push_back(t.envelope);
-            drop(q);
-            peer.ready.notify_one();
         }
     }
 
     /// Delivers one destination's queue until it has been idle for a while.
-    async fn sender(self: Arc<Self>, addr: String, peer: Arc<PeerQueue>) {
+    async fn sender(self: Arc<Self>, addr: String, peer: Arc<Outbox<Envelope>>) {
         let url = format!("{addr}{MESSAGES_PATH}");
         let mut backoff = BACKOFF_MIN;
-        loop {
-            let batch: Vec<Envelope> = {
-                let mut q = peer.queue.lock().unwrap_or_else(PoisonError::into_inner);
-                let n = q.len().min(self.limits.peer_batch);
-                q.drain(..n).collect()
-            };
-            if batch.is_empty() {
-                tokio::select! {
-                    _ = peer.ready.notified() => continue,
-                    _ = tokio::time::sleep(IDLE_EXIT) => {
-                        // Leave only if nothing arrived meanwhile; checked under the map lock,
-                        // which `send_all` holds while it pushes.
-                        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-                        let empty = peer.queue.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
-                        if empty {
-                            if peers.get(&addr).is_some_and(|p| Arc::ptr_eq(p, &peer)) {
-                                peers.remove(&addr);
-                            }
-                            return;
-                        }
-                        continue;
-                    }
-                }
-            }
+        let max = self.limits.peer_batch;
+        while let Some(batch) = self.peers.next_batch(&addr, &peer, max).await {
             match self.post_batch(&url, &batch).await {
                 Ok(()) => {
                     backoff = BACKOFF_MIN;
@@ -292,24 +256,13 @@ impl Transport {
     ) -> Result<(StatusCode, serde_json::Value), Unreachable> {
         let (tx, rx) = oneshot::channel();
         {
-            let mut queues = self.forwards.lock().unwrap_or_else(PoisonError::into_inner);
-            let q = match queues.get(addr) {
-                Some(q) => q.clone(),
-                None => {
-                    let q = Arc::new(ForwardQueue::default());
-                    queues.insert(addr.to_owned(), q.clone());
-                    let this = self.clone();
-                    let (a, task_q) = (addr.to_owned(), q.clone());
-                    tokio::spawn(async move { this.forward_sender(a, task_q).await });
-                    q
-                }
-            };
-            // Pushed under the map lock, which the idle sender takes before it leaves.
-            q.items
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((item, tx));
-            q.ready.notify_one();
+            let mut owners = self.forwards.lock();
+            let q = Outboxes::get_or_start(&mut owners, addr, |addr, q| {
+                let this = self.clone();
+                tokio::spawn(async move { this.forward_sender(addr, q).await });
+            });
+            // Unbounded: each item is a visitor request waiting for its answer.
+            q.push((item, tx), usize::MAX);
         }
         // A batch waits at most for the one in flight before it: twice the request timeout.
         let wait = Duration::from_millis(self.limits.forward_timeout_ms.saturating_mul(2));
@@ -327,30 +280,14 @@ impl Transport {
     }
 
     /// Posts one owner's forwarded requests in batches until it has been idle for a while.
-    async fn forward_sender(self: Arc<Self>, addr: String, q: Arc<ForwardQueue>) {
+    async fn forward_sender(
+        self: Arc<Self>,
+        addr: String,
+        q: Arc<Outbox<(ForwardItem, Responder)>>,
+    ) {
         let url = format!("{addr}{FORWARD_PATH}");
-        loop {
-            let batch: Vec<(ForwardItem, Responder)> = {
-                let mut items = q.items.lock().unwrap_or_else(PoisonError::into_inner);
-                let n = items.len().min(self.limits.peer_batch);
-                items.drain(..n).collect()
-            };
-            if batch.is_empty() {
-                tokio::select! {
-                    _ = q.ready.notified() => continue,
-                    _ = tokio::time::sleep(IDLE_EXIT) => {
-                        let mut queues = self.forwards.lock().unwrap_or_else(PoisonError::into_inner);
-                        let empty = q.items.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
-                        if empty {
-                            if queues.get(&addr).is_some_and(|x| Arc::ptr_eq(x, &q)) {
-                                queues.remove(&addr);
-                            }
-                            return;
-                        }
-                        continue;
-                    }
-                }
-            }
+        let max = self.limits.peer_batch;
+        while let Some(batch) = self.forwards.next_batch(&addr, &q, max).await {
             let (items, responders): (Vec<ForwardItem>, Vec<Responder>) = batch.into_iter().unzip();
             let result = self.post_forwards(&url, &items).await.and_then(|replies| {
                 if replies.len() == responders.len() {
@@ -459,12 +396,11 @@ mod tests {
                 })
                 .collect(),
         );
-        let peers = t.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        let q = peers[&*addr]
-            .queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let kept: Vec<u64> = q.iter().map(|e| e.to.0).collect();
+        let kept: Vec<u64> = t.peers.lock()[&*addr]
+            .queued()
+            .iter()
+            .map(|e| e.to.0)
+            .collect();
         assert_eq!(kept, [7, 8, 9]);
         assert_eq!(metrics.peer_dropped.get(), 7);
     }

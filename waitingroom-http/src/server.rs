@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use waitingroom_core::SettingsError;
 use waitingroom_distributed::Node;
 
 use crate::app::App;
+use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::{Crypto, LoadKeyError};
-use crate::driver::now_ms;
 use crate::peer::Transport;
 
 /// Why a node could not start.
@@ -55,55 +56,9 @@ pub fn init_logging(format: LogFormat, filter: &str) {
 /// Runs one node until SIGTERM or Ctrl-C, then leaves the cluster cleanly.
 pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let crypto = Arc::new(Crypto::load(&cfg.key_file)?);
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| ServerError::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| ServerError::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-    let advertise = cfg
-        .advertise
-        .clone()
-        .unwrap_or_else(|| format!("http://{local}"));
-    let id = cfg.node_id.unwrap_or_else(|| derive_node_id(&advertise));
-    // A new incarnation per process start, so peers tell this life from an earlier one.
-    let incarnation = now_ms().max(1);
-    let node = Node::new(cfg.node_config(id, incarnation, &advertise, rand::random()))?;
-
-    let cfg = Arc::new(cfg);
-    let app = App::assemble(cfg.clone(), crypto, node, Transport::build_client());
-    let driver = app.driver.clone();
-
-    let seeds: Vec<String> = cfg
-        .peers
-        .iter()
-        .filter(|p| **p != advertise)
-        .cloned()
-        .collect();
-    tracing::info!(
-        id = id.0,
-        incarnation,
-        %advertise,
-        listen = %local,
-        seeds = ?seeds,
-        "node starting"
-    );
-    driver.with(|node, now| {
-        if seeds.is_empty() {
-            node.start_cluster(now);
-        } else {
-            node.join_cluster(now, seeds);
-        }
-    });
-    tokio::spawn(driver.clone().run_timer());
-
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (listener, local) = bind(cfg.listen).await?;
+    let app = start_node(cfg, crypto, local)?;
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let service =
         crate::api::router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
@@ -118,15 +73,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let _ = std::io::stdout().flush();
 
     wait_for_signal().await;
-    tracing::info!("stopping: refusing visitors, leaving the cluster");
-    app.begin_stopping();
-    driver.with(|node, now| node.shutdown(now));
-    // Peer routes stay open meanwhile: the acknowledgements of the farewell come in there.
-    let deadline = Instant::now() + Duration::from_millis(cfg.limits.shutdown_grace_ms);
-    while !driver.read(Node::is_drained) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let drained = driver.read(Node::is_drained);
+    let drained = leave(&app).await;
     let _ = stop_tx.send(());
     // Peers keep idle keep-alive connections open; do not wait long for them to close.
     if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_millis(300), server).await {
@@ -134,6 +81,71 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     }
     tracing::info!(drained, "stopped");
     Ok(())
+}
+
+/// Binds the listening socket; returns it with the address it got (the port, when 0 was
+/// asked for).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let listen_error = |source| ServerError::Listen { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(listen_error)?;
+    let local = listener.local_addr().map_err(listen_error)?;
+    Ok((listener, local))
+}
+
+/// Makes this process's node (its id, a new incarnation), starts a cluster or joins one
+/// through the seeds, and runs its timer.
+fn start_node(
+    cfg: ServerConfig,
+    crypto: Arc<Crypto>,
+    local: SocketAddr,
+) -> Result<Arc<App>, ServerError> {
+    let advertise = cfg
+        .advertise
+        .clone()
+        .unwrap_or_else(|| format!("http://{local}"));
+    let id = cfg.node_id.unwrap_or_else(|| derive_node_id(&advertise));
+    // A new incarnation per process start, so peers tell this life from an earlier one.
+    let incarnation = now_ms().max(1);
+    let node = Node::new(cfg.node_config(id, incarnation, &advertise, rand::random()))?;
+    let seeds: Vec<String> = cfg
+        .peers
+        .iter()
+        .filter(|p| **p != advertise)
+        .cloned()
+        .collect();
+    let app = App::assemble(Arc::new(cfg), crypto, node, Transport::build_client());
+    tracing::info!(
+        id = id.0,
+        incarnation,
+        %advertise,
+        listen = %local,
+        seeds = ?seeds,
+        "node starting"
+    );
+    app.driver.with(|node, now| {
+        if seeds.is_empty() {
+            node.start_cluster(now);
+        } else {
+            node.join_cluster(now, seeds);
+        }
+    });
+    tokio::spawn(app.driver.clone().run_timer());
+    Ok(app)
+}
+
+/// Shutdown's first part: refuse visitors, tell the cluster this node leaves, and keep
+/// delivering (peer routes stay open: the acknowledgements of the farewell come in there)
+/// until the farewell is through or `shutdown_grace_ms` is over. Returns whether it is through.
+async fn leave(app: &App) -> bool {
+    tracing::info!("stopping: refusing visitors, leaving the cluster");
+    app.begin_stopping();
+    let driver = &app.driver;
+    driver.with(|node, now| node.shutdown(now));
+    let deadline = Instant::now() + Duration::from_millis(app.cfg.limits.shutdown_grace_ms);
+    while !driver.read(Node::is_drained) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    driver.read(Node::is_drained)
 }
 
 async fn wait_for_signal() {

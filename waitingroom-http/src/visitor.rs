@@ -1,87 +1,20 @@
 //! Visitor operations as the HTTP API and the waiting page both use them: verify the token,
-//! call the node, forward to the node holding the ticket when needed, sign the answer.
+//! call the node, forward to the node holding the ticket when needed, sign the answer. No HTTP
+//! here beyond status codes: the handlers in [`crate::api`] read requests and write responses.
 
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket};
-use waitingroom_distributed::VisitorError;
+use waitingroom_distributed::{Contact, VisitorError};
 
 use crate::app::App;
-use crate::driver::now_ms;
+use crate::client_addr::ClientAddr;
+use crate::clock::now_ms;
 use crate::errors::ApiError;
+use crate::leaves;
 use crate::metrics::Metrics;
-use crate::peer::{ForwardItem, ForwardOp, ForwardReply};
-
-/// The answer to a join or a check-in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VisitorAnswer {
-    /// `queued` or `admitted`.
-    pub status: String,
-    /// The refreshed ticket, to be used from now on.
-    pub ticket: String,
-    /// Place in line (1: next); 0 once admitted.
-    pub position: u64,
-    /// Estimated wait in seconds; null until an admission rate has been measured.
-    pub eta_seconds: Option<u64>,
-    /// When to check in next, in milliseconds from now.
-    pub refresh_after_ms: u64,
-}
-
-impl VisitorAnswer {
-    /// Whether the visitor may now leave the queue.
-    pub fn is_admitted(&self) -> bool {
-        self.status == "admitted"
-    }
-}
-
-/// The answer to a leave or a pass refresh.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PassAnswer {
-    /// The signed pass.
-    pub pass: String,
-    /// When it expires, Unix ms.
-    pub expires_at_ms: u64,
-}
-
-/// Body of check-in and leave: the ticket (optional: the cookie is used when absent).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TicketBody {
-    /// The ticket token.
-    #[serde(default)]
-    pub ticket: Option<String>,
-}
-
-/// Body of a check-in or leave forwarded to the node holding the ticket: the ticket's claims,
-/// already verified by the forwarding node (the peer request itself is authenticated, so the
-/// owner need not check the token's signature again), or the token itself.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ForwardBody {
-    /// The ticket token (checked by the receiver).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ticket: Option<String>,
-    /// The ticket as the forwarding node verified it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claims: Option<Ticket>,
-    /// A leave's `Idempotency-Key`, if the visitor sent one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idempotency_key: Option<String>,
-}
-
-/// Body of a pass refresh (optional: the cookie is used when absent).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PassBody {
-    /// The pass token.
-    #[serde(default)]
-    pub pass: Option<String>,
-}
-
-/// Body of a join: nothing is expected, but an object is accepted.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JoinBody {}
+use crate::peer::{ForwardItem, ForwardOp, Unreachable};
+use crate::wire::{ForwardAnswer, ForwardBody, PassAnswer, VisitorAnswer};
 
 impl App {
     fn serving(&self) -> Result<(), ApiError> {
@@ -130,17 +63,21 @@ impl App {
             .map_err(|e| ApiError::token("ticket", &e))
     }
 
-    /// A new visitor joins through this node.
-    pub fn join(&self) -> Result<VisitorAnswer, ApiError> {
+    /// A new visitor joins through this node, within `client`'s join allowance (see
+    /// [`crate::rate_limit`]).
+    pub fn join(&self, client: &ClientAddr) -> Result<VisitorAnswer, ApiError> {
+        if !self.join_limit.allow(&client.0, now_ms()) {
+            self.metrics.rate_limited.inc();
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many joins from this client; slow down",
+            ));
+        }
         self.serving()?;
         let r = self.driver.with(|node, now| node.join(now));
         let answer = r.map(|c| self.answer(c)).map_err(ApiError::from);
-        let result = match &answer {
-            Ok(a) if a.is_admitted() => "admitted",
-            Ok(_) => "queued",
-            Err(_) => "error",
-        };
-        Metrics::count(&self.metrics.joins, result);
+        Metrics::count(&self.metrics.joins, queue_result(&answer));
         answer
     }
 
@@ -151,44 +88,25 @@ impl App {
         let local = self.driver.with(|node, now| node.check_in(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let item = ForwardItem {
-                    op: ForwardOp::Checkin,
-                    claims: ticket.clone(),
-                    idempotency_key: None,
-                };
-                match self.transport.forward_batched(&owner.addr, item).await {
-                    Ok((status, body)) => {
-                        Metrics::count(&self.metrics.forwards, "ok");
-                        relay::<VisitorAnswer>(status, body)
-                    }
+                match self
+                    .forward(&owner, ForwardOp::Checkin, &ticket, None)
+                    .await
+                {
+                    Ok(relayed) => relayed,
                     Err(e) => {
                         // The thesis' re-queue: the visitor keeps their place (original join
                         // time) here; SWIM will remove the silent node.
-                        Metrics::count(&self.metrics.forwards, "unreachable");
-                        self.transport.report_unreachable(&owner.addr);
                         self.metrics.requeues.inc();
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
                             "owner unreachable: re-queueing the visitor here");
-                        self.driver
-                            .with(|node, now| node.check_in_here(now, &ticket))
-                            .map(|c| self.answer(c))
-                            .map_err(ApiError::from)
+                        self.check_in_here(&ticket)
                     }
                 }
             }
             other => other.map(|c| self.answer(c)).map_err(ApiError::from),
         };
-        self.count_checkin(&answer);
+        Metrics::count(&self.metrics.checkins, queue_result(&answer));
         answer
-    }
-
-    fn count_checkin(&self, answer: &Result<VisitorAnswer, ApiError>) {
-        let result = match answer {
-            Ok(a) if a.is_admitted() => "admitted",
-            Ok(_) => "queued",
-            Err(_) => "error",
-        };
-        Metrics::count(&self.metrics.checkins, result);
     }
 
     /// An admitted visitor exchanges their ticket for a pass, wherever the ticket is held. The
@@ -199,20 +117,10 @@ impl App {
         let local = self.driver.with(|node, now| node.leave(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                let item = ForwardItem {
-                    op: ForwardOp::Leave,
-                    claims: ticket.clone(),
-                    idempotency_key: key.map(str::to_owned),
-                };
-                match self.transport.forward_batched(&owner.addr, item).await {
-                    Ok((status, body)) => {
-                        Metrics::count(&self.metrics.forwards, "ok");
-                        relay::<PassAnswer>(status, body)
-                    }
+                match self.forward(&owner, ForwardOp::Leave, &ticket, key).await {
+                    Ok(relayed) => relayed,
                     Err(e) => {
                         // Same as a check-in: the signed ticket says whether they were let out.
-                        Metrics::count(&self.metrics.forwards, "unreachable");
-                        self.transport.report_unreachable(&owner.addr);
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
                             "owner unreachable: serving the leave here");
                         let here = self.driver.with(|node, now| node.leave_here(now, &ticket));
@@ -222,44 +130,73 @@ impl App {
             }
             other => self.passed(&ticket, key, other),
         };
-        let result = if answer.is_ok() { "ok" } else { "error" };
-        Metrics::count(&self.metrics.leaves, result);
+        Metrics::count(&self.metrics.leaves, pass_result(&answer));
         answer
     }
 
-    /// The ticket of a forwarded request: the claims the forwarding node verified, or the
-    /// token, verified here.
-    fn forwarded_ticket(&self, body: ForwardBody) -> Result<Ticket, ApiError> {
-        match (body.claims, body.ticket) {
-            (Some(t), _) => Ok(t),
-            (None, Some(token)) => self.ticket(&token),
-            (None, None) => Err(ApiError::missing_token("ticket")),
+    /// Asks the node holding the ticket (batched with the other requests going there) and
+    /// reads its answer as ours. `Err` when it did not answer: counted, and reported so the
+    /// node probes it first; the caller serves the visitor here.
+    async fn forward<T: DeserializeOwned>(
+        &self,
+        owner: &Contact,
+        op: ForwardOp,
+        ticket: &Ticket,
+        key: Option<&str>,
+    ) -> Result<Result<T, ApiError>, Unreachable> {
+        let item = ForwardItem {
+            op,
+            claims: ticket.clone(),
+            idempotency_key: key.map(str::to_owned),
+        };
+        match self.transport.forward_batched(&owner.addr, item).await {
+            Ok((status, body)) => {
+                Metrics::count(&self.metrics.forwards, "ok");
+                Ok(relay(status, body))
+            }
+            Err(e) => {
+                Metrics::count(&self.metrics.forwards, "unreachable");
+                self.transport.report_unreachable(&owner.addr);
+                Err(e)
+            }
         }
     }
 
-    /// A forwarded check-in from another node: served here, whatever the membership says.
-    pub fn check_in_here(&self, body: ForwardBody) -> Result<VisitorAnswer, ApiError> {
-        self.serving()?;
-        let ticket = self.forwarded_ticket(body)?;
-        let answer = self
-            .driver
-            .with(|node, now| node.check_in_here(now, &ticket))
+    /// A check-in served here, whatever the membership says (forwarded here, or re-queued).
+    fn check_in_here(&self, ticket: &Ticket) -> Result<VisitorAnswer, ApiError> {
+        self.driver
+            .with(|node, now| node.check_in_here(now, ticket))
             .map(|c| self.answer(c))
-            .map_err(ApiError::from);
-        self.count_checkin(&answer);
-        answer
+            .map_err(ApiError::from)
     }
 
-    /// A forwarded leave from another node.
-    pub fn leave_here(&self, body: ForwardBody) -> Result<PassAnswer, ApiError> {
+    /// A check-in or leave another node forwarded here: served here, whatever the membership
+    /// says. The ticket is the claims the forwarding node verified, or the token, verified here.
+    pub fn serve_forwarded(
+        &self,
+        op: ForwardOp,
+        body: ForwardBody,
+    ) -> Result<ForwardAnswer, ApiError> {
         self.serving()?;
-        let key = body.idempotency_key.clone();
-        let ticket = self.forwarded_ticket(body)?;
-        let result = self.driver.with(|node, now| node.leave_here(now, &ticket));
-        let answer = self.passed(&ticket, key.as_deref(), result);
-        let result = if answer.is_ok() { "ok" } else { "error" };
-        Metrics::count(&self.metrics.leaves, result);
-        answer
+        let key = body.idempotency_key;
+        let ticket = match (body.claims, body.ticket) {
+            (Some(t), _) => t,
+            (None, Some(token)) => self.ticket(&token)?,
+            (None, None) => return Err(ApiError::missing_token("ticket")),
+        };
+        match op {
+            ForwardOp::Checkin => {
+                let answer = self.check_in_here(&ticket);
+                Metrics::count(&self.metrics.checkins, queue_result(&answer));
+                answer.map(ForwardAnswer::Checkin)
+            }
+            ForwardOp::Leave => {
+                let result = self.driver.with(|node, now| node.leave_here(now, &ticket));
+                let answer = self.passed(&ticket, key.as_deref(), result);
+                Metrics::count(&self.metrics.leaves, pass_result(&answer));
+                answer.map(ForwardAnswer::Leave)
+            }
+        }
     }
 
     /// Signs the pass a leave got here and remembers it under the leave's key; or, for a ticket
@@ -272,7 +209,7 @@ impl App {
     ) -> Result<PassAnswer, ApiError> {
         // A forwarded key was checked by the node the visitor reached; this bounds what an
         // entry can cost whoever sent it.
-        let key = key.filter(|k| crate::leaves::valid_key(k));
+        let key = key.filter(|k| leaves::valid_key(k));
         match (result, key) {
             (Ok(pass), key) => {
                 let answer = self.pass_answer(&pass);
@@ -310,11 +247,22 @@ impl App {
     }
 }
 
+/// The `result` label of a join or check-in.
+fn queue_result(answer: &Result<VisitorAnswer, ApiError>) -> &'static str {
+    match answer {
+        Ok(a) if a.is_admitted() => "admitted",
+        Ok(_) => "queued",
+        Err(_) => "error",
+    }
+}
+
+/// The `result` label of a leave.
+fn pass_result(answer: &Result<PassAnswer, ApiError>) -> &'static str {
+    if answer.is_ok() { "ok" } else { "error" }
+}
+
 /// Reads another node's answer: its success body, or its error as ours.
-fn relay<T: for<'de> Deserialize<'de>>(
-    status: StatusCode,
-    body: serde_json::Value,
-) -> Result<T, ApiError> {
+fn relay<T: DeserializeOwned>(status: StatusCode, body: serde_json::Value) -> Result<T, ApiError> {
     if status.is_success() {
         serde_json::from_value(body).map_err(|e| {
             ApiError::new(
@@ -328,19 +276,5 @@ fn relay<T: for<'de> Deserialize<'de>>(
             status,
             &serde_json::to_vec(&body).unwrap_or_default(),
         ))
-    }
-}
-
-/// A visitor operation's outcome as one answer in a batch of forwarded requests.
-pub fn forward_reply<T: Serialize>(r: Result<T, ApiError>) -> ForwardReply {
-    match r {
-        Ok(v) => ForwardReply {
-            status: StatusCode::OK.as_u16(),
-            body: serde_json::to_value(v).unwrap_or_default(),
-        },
-        Err(e) => ForwardReply {
-            status: e.status.as_u16(),
-            body: serde_json::json!({ "error": e.message, "code": e.code }),
-        },
     }
 }

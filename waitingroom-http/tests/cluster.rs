@@ -88,8 +88,9 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// A cluster of `n` nodes with `extra` settings on top of [`FAST`].
-    fn start(name: &str, n: usize, extra: &[&str]) -> Cluster {
+    /// A cluster of `n` nodes with `extra` settings on top of [`FAST`], each ready and seeing
+    /// all `n` as members.
+    async fn start(name: &str, n: usize, extra: &[&str]) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "wr-{name}-{}-{}",
             std::process::id(),
@@ -107,6 +108,7 @@ impl Cluster {
         for _ in 0..n {
             c.add_node();
         }
+        c.settle(n).await;
         c
     }
 
@@ -147,6 +149,11 @@ impl Cluster {
 
     fn url(&self, i: usize) -> &str {
         &self.nodes[i].url
+    }
+
+    /// Every node's URL, in start order.
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url.clone()).collect()
     }
 
     /// Waits until every node is ready and sees `members` members.
@@ -212,6 +219,21 @@ async fn join(c: &reqwest::Client, node: &str) -> String {
     assert!(v["position"].as_u64().unwrap() >= 1);
     assert!(v["refresh_after_ms"].as_u64().is_some());
     v["ticket"].as_str().unwrap().to_owned()
+}
+
+/// `n` visitors join, `gap` apart, at the nodes `at(i)` names: their tickets, in join order.
+async fn join_each(
+    c: &reqwest::Client,
+    n: usize,
+    gap: Duration,
+    at: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let mut tickets = Vec::new();
+    for i in 0..n {
+        tickets.push(join(c, &at(i)).await);
+        tokio::time::sleep(gap).await;
+    }
+    tickets
 }
 
 async fn metric(c: &reqwest::Client, node: &str, name: &str) -> f64 {
@@ -301,17 +323,13 @@ async fn visitor_flow_across_nodes() {
         "flow",
         3,
         &["--target-on-site", "2", "--pass-expiry-ms", "1500"],
-    );
-    cl.settle(3).await;
+    )
+    .await;
     let c = client();
-    let urls: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    let urls = cl.urls();
 
     // Join at node 1, check in at nodes 2 and 3 (forwarded to node 1).
-    let mut tickets = Vec::new();
-    for _ in 0..4 {
-        tickets.push(join(&c, &urls[0]).await);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let tickets = join_each(&c, 4, Duration::from_millis(5), |_| urls[0].clone()).await;
     let (order, tickets, passes) =
         admit_all(&c, &urls[1..], tickets, Duration::from_secs(20)).await;
     // Two places: visitors let out in the same round may notice in either order.
@@ -437,16 +455,12 @@ async fn sigkill_requeues_visitors_in_order() {
         "kill",
         3,
         &["--target-on-site", "1", "--pass-expiry-ms", "400"],
-    );
-    cl.settle(3).await;
+    )
+    .await;
     let c = client();
-    let urls: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    let urls = cl.urls();
     // Six visitors join at node 3, which then dies before it can let them out.
-    let mut tickets = Vec::new();
-    for _ in 0..6 {
-        tickets.push(join(&c, &urls[2]).await);
-        tokio::time::sleep(Duration::from_millis(3)).await;
-    }
+    let tickets = join_each(&c, 6, Duration::from_millis(3), |_| urls[2].clone()).await;
     let victim = cl.nodes.remove(2);
     drop(victim); // SIGKILL
     let started = Instant::now();
@@ -474,16 +488,15 @@ async fn node_added_while_visitors_wait() {
         "add",
         2,
         &["--target-on-site", "1", "--pass-expiry-ms", "400"],
-    );
-    cl.settle(2).await;
+    )
+    .await;
     let c = client();
-    let mut tickets = Vec::new();
-    for i in 0..6 {
-        tickets.push(join(&c, cl.url(i % 2)).await);
-        tokio::time::sleep(Duration::from_millis(3)).await;
-    }
+    let tickets = join_each(&c, 6, Duration::from_millis(3), |i| {
+        cl.url(i % 2).to_owned()
+    })
+    .await;
     let added = cl.add_node();
-    let urls: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    let urls = cl.urls();
     // Visitors check in everywhere, the new node included, while it joins.
     let (order, _, _) = admit_all(&c, &urls, tickets, Duration::from_secs(30)).await;
     assert_eq!(order, vec![0, 1, 2, 3, 4, 5], "admitted in join order");
@@ -499,8 +512,7 @@ async fn node_added_while_visitors_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_peer_messages_and_passes_are_rejected() {
-    let cl = Cluster::start("forge", 1, &[]);
-    cl.settle(1).await;
+    let cl = Cluster::start("forge", 1, &[]).await;
     let c = client();
     let url = cl.url(0);
     // A join request from a node that is not in the cluster, which would add a member if it
@@ -511,7 +523,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
         "body": {"JoinRequest": {"contact": {"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"}}}
     }]);
     let body = serde_json::to_vec(&batch).unwrap();
-    let now = waitingroom_http::driver::now_ms();
+    let now = waitingroom_http::clock::now_ms();
     let send = |sig: Option<(String, String, String)>| {
         let mut r = c
             .post(format!("{url}/peer/messages"))
@@ -582,7 +594,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 
     // Passes: forged with another key, edited, a ticket instead of a pass, garbage, none.
-    let now = waitingroom_http::driver::now_ms();
+    let now = waitingroom_http::clock::now_ms();
     let pass = Pass {
         id: TicketId(1),
         node: NodeId(1),
@@ -643,8 +655,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_json_errors() {
-    let cl = Cluster::start("bad", 1, &["--target-on-site", "1"]);
-    cl.settle(1).await;
+    let cl = Cluster::start("bad", 1, &["--target-on-site", "1"]).await;
     let c = client();
     let url = cl.url(0);
     let raw = |path: &str, ctype: &str, body: Vec<u8>| {
@@ -733,7 +744,7 @@ async fn bad_input_gets_json_errors() {
         assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()));
     }
     // An expired ticket, correctly signed.
-    let now = waitingroom_http::driver::now_ms();
+    let now = waitingroom_http::clock::now_ms();
     let expired = cl.crypto().sign_ticket(&Ticket {
         id: TicketId(9),
         join_time: now - 10_000,
@@ -779,8 +790,7 @@ async fn bad_input_gets_json_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_the_cluster_and_exits_zero() {
-    let mut cl = Cluster::start("term", 2, &[]);
-    cl.settle(2).await;
+    let mut cl = Cluster::start("term", 2, &[]).await;
     let mut leaving = cl.nodes.remove(1);
     let pid = leaving.child.id().to_string();
     let t0 = Instant::now();

@@ -1,0 +1,133 @@
+//! The visitor API: `POST /api/join`, `/api/checkin`, `/api/leave`, `/api/pass/refresh` and
+//! `GET /api/pass/verify`. JSON in, JSON out; tokens from the body or the cookies, and every
+//! answer sets the cookies too.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::body::{self, RawBody};
+use crate::app::App;
+use crate::client_addr::ClientAddr;
+use crate::cookies;
+use crate::errors::ApiError;
+use crate::leaves;
+use crate::wire::{JoinBody, PassBody, TicketBody, VisitorAnswer};
+
+fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Response {
+    let mut resp = Json(value).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    for c in cookies {
+        h.append(header::SET_COOKIE, c);
+    }
+    resp
+}
+
+/// A join's or check-in's answer, with the refreshed ticket in its cookie too.
+fn ticket_response(app: &App, a: VisitorAnswer) -> Response {
+    let cookie = cookies::for_ticket(&app.cfg, &a.ticket);
+    with_cookies(a, vec![cookie])
+}
+
+fn token_from<'a>(body: Option<&'a str>, headers: &'a HeaderMap, cookie: &str) -> Option<&'a str> {
+    body.filter(|t| !t.is_empty())
+        .or_else(|| cookies::get(headers, cookie))
+}
+
+/// The ticket of a check-in or leave: from the body, else the cookie.
+fn ticket(headers: &HeaderMap, body: RawBody) -> Result<String, ApiError> {
+    let b: TicketBody = body::json(headers, body)?;
+    token_from(b.ticket.as_deref(), headers, cookies::TICKET)
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::missing_token("ticket"))
+}
+
+pub(super) async fn join(
+    State(app): State<Arc<App>>,
+    client: ClientAddr,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    let JoinBody {} = body::json(&headers, body)?;
+    Ok(ticket_response(&app, app.join(&client)?))
+}
+
+pub(super) async fn checkin(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    let token = ticket(&headers, body)?;
+    Ok(ticket_response(&app, app.check_in(&token).await?))
+}
+
+pub(super) async fn leave(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    let token = ticket(&headers, body)?;
+    let key = idempotency_key(&headers)?;
+    let p = app.leave(&token, key).await?;
+    let set = cookies::after_leave(&app.cfg, &p.pass);
+    Ok(with_cookies(p, set))
+}
+
+/// The leave's `Idempotency-Key` header, if any (see [`crate::leaves`]).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(v) = headers.get(leaves::IDEMPOTENCY_HEADER) else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(key) if leaves::valid_key(key) => Ok(Some(key)),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_idempotency_key",
+            format!(
+                "Idempotency-Key must be 1 to {} visible ASCII characters",
+                leaves::MAX_KEY_LEN
+            ),
+        )),
+    }
+}
+
+pub(super) async fn refresh_pass(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    let b: PassBody = body::json(&headers, body)?;
+    let token = token_from(b.pass.as_deref(), &headers, cookies::PASS)
+        .ok_or_else(|| ApiError::missing_token("pass"))?;
+    let p = app.refresh_pass(token)?;
+    let cookie = cookies::for_pass(&app.cfg, &p.pass);
+    Ok(with_cookies(p, vec![cookie]))
+}
+
+/// 204 for a valid pass (bearer token or cookie), 401 otherwise: an nginx `auth_request`
+/// target as is.
+pub(super) async fn verify_pass(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let token = cookies::bearer(&headers)
+        .or_else(|| cookies::get(&headers, cookies::PASS))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing_token",
+                "no pass in the Authorization header or cookie",
+            )
+        })?;
+    let pass = app.verify_pass(token)?;
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    if let Ok(v) = HeaderValue::from_str(&pass.id.to_string()) {
+        // Lets the gate pass the visitor's id on to the origin (auth_request_set).
+        resp.headers_mut().insert("x-waitingroom-ticket-id", v);
+    }
+    Ok(resp)
+}

@@ -1,0 +1,38 @@
+//! The flags of `waitingroom-node load` (see the module above for what is measured).
+
+use clap::Args;
+
+/// The flags of `waitingroom-node load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Base URL of the cluster (the load balancer); several comma-separated URLs are used in
+    /// turn, request by request.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(super) url: Vec<String>,
+    /// Visitors in total.
+    #[arg(long, default_value_t = 1000)]
+    pub(super) users: u64,
+    /// Most visitors active (joined, not finished) at once; each has at most one request in
+    /// flight.
+    #[arg(long, default_value_t = 100)]
+    pub(super) concurrency: usize,
+    /// Spread the start of the first `--concurrency` visitors evenly over this many ms (0: all
+    /// at once). Later visitors start as soon as a place frees up.
+    #[arg(long, default_value_t = 0)]
+    pub(super) ramp_up_ms: u64,
+    /// Stop after this many seconds; visitors not admitted by then count as lost.
+    #[arg(long, default_value_t = 600)]
+    pub(super) max_seconds: u64,
+    /// Stop after this many requests in total. [default: 200 per visitor]
+    #[arg(long)]
+    pub(super) max_requests: Option<u64>,
+    /// Timeout of one request, ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub(super) request_timeout_ms: u64,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Seconds between progress lines on stderr (0: none).
+    #[arg(long, default_value_t = 2)]
+    pub(super) progress_s: u64,
+}

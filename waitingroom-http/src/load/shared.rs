@@ -1,0 +1,315 @@
+//! What the visitors of one load run share: the HTTP client, the run's budget (deadline and
+//! request count), and everything measured, in one place the report reads at the end.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use reqwest::StatusCode;
+use serde::Deserialize;
+use waitingroom_core::Time;
+use waitingroom_http::clock::now_ms;
+
+use super::args::LoadArgs;
+use crate::latency::micros_since;
+
+/// The requests a visitor makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Endpoint {
+    Join,
+    Checkin,
+    Leave,
+    Verify,
+}
+
+impl Endpoint {
+    /// Every endpoint, in report order.
+    pub(super) const ALL: [Endpoint; 4] = [
+        Endpoint::Join,
+        Endpoint::Checkin,
+        Endpoint::Leave,
+        Endpoint::Verify,
+    ];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Endpoint::Join => "join",
+            Endpoint::Checkin => "checkin",
+            Endpoint::Leave => "leave",
+            Endpoint::Verify => "verify",
+        }
+    }
+
+    fn request(self, client: &reqwest::Client, base: &str) -> reqwest::RequestBuilder {
+        match self {
+            Endpoint::Join => client.post(format!("{base}/api/join")),
+            Endpoint::Checkin => client.post(format!("{base}/api/checkin")),
+            Endpoint::Leave => client.post(format!("{base}/api/leave")),
+            Endpoint::Verify => client.get(format!("{base}/api/pass/verify")),
+        }
+    }
+}
+
+/// Request latencies (µs) and error counts of one endpoint.
+#[derive(Debug, Default)]
+pub(super) struct EndpointStats {
+    pub(super) latencies_us: Mutex<Vec<u32>>,
+    pub(super) errors: AtomicU64,
+}
+
+/// The queue's order of a visitor: first ticket's join time, then ticket id.
+pub(super) type JoinKey = (u64, u64);
+
+/// One visitor that saw "admitted".
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Admission {
+    pub(super) key: JoinKey,
+    /// Client clock, ms since the start, when this client saw "admitted".
+    pub(super) seen_ms: u64,
+    /// The cluster's eviction time from the admitted ticket, Unix ms.
+    pub(super) eviction_time: Option<u64>,
+}
+
+/// Visitors by what happened to them (see the report's fields of the same names).
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) joined: AtomicU64,
+    pub(super) not_joined: AtomicU64,
+    /// Visitors started and not finished (for the progress line).
+    pub(super) active: AtomicU64,
+    pub(super) leave_failed: AtomicU64,
+    pub(super) verified: AtomicU64,
+    pub(super) verify_expired: AtomicU64,
+    pub(super) verify_failed: AtomicU64,
+    /// Leaves answered 409 `not_admitted` after a check-in said "admitted" (the visitor goes
+    /// back to checking in).
+    pub(super) readmissions: AtomicU64,
+    /// Admitted visitors whose leave was answered 409 `already_left`.
+    pub(super) pass_lost: AtomicU64,
+}
+
+/// Reads a counter.
+pub(super) fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// Adds one to a counter.
+pub(super) fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Takes what a mutex holds, leaving it empty.
+pub(super) fn take<T: Default>(m: &Mutex<T>) -> T {
+    std::mem::take(&mut *m.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// What one request came back with.
+pub(super) enum Reply {
+    Ok(axum::body::Bytes),
+    /// An error status with the error body's `code`.
+    Status(StatusCode, String),
+    Failed,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    code: String,
+}
+
+/// Back-off after a failed request.
+pub(super) const RETRY_MS: u64 = 200;
+/// Most attempts at a join, a leave or a pass check.
+const ATTEMPTS: u32 = 10;
+
+/// Everything the visitors share.
+pub(super) struct Shared {
+    client: reqwest::Client,
+    urls: Vec<String>,
+    next_url: AtomicU64,
+    pub(super) start: Instant,
+    deadline: Instant,
+    max_requests: u64,
+    pub(super) requests: AtomicU64,
+    stopped: AtomicBool,
+    pub(super) stats: [EndpointStats; 4],
+    pub(super) counters: Counters,
+    /// Failed requests by endpoint, status and error code.
+    pub(super) error_reasons: Mutex<BTreeMap<String, u64>>,
+    /// (created_at, expires_at) of every pass handed out.
+    pub(super) passes: Mutex<Vec<(u64, u64)>>,
+    /// In the order the clients saw "admitted" (pushed under the lock: that is the order).
+    pub(super) admissions: Mutex<Vec<Admission>>,
+}
+
+impl Shared {
+    /// Checks the arguments and starts the run's clock.
+    pub(super) fn new(args: &LoadArgs) -> anyhow::Result<Self> {
+        if args.concurrency == 0 || args.users == 0 || args.max_seconds == 0 {
+            bail!("--users, --concurrency and --max-seconds must be at least 1");
+        }
+        let urls: Vec<String> = args
+            .url
+            .iter()
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            bail!("--url is required");
+        }
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(args.concurrency)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .timeout(Duration::from_millis(args.request_timeout_ms))
+            .build()
+            .context("cannot build the HTTP client")?;
+        let start = Instant::now();
+        Ok(Shared {
+            client,
+            urls,
+            next_url: AtomicU64::new(0),
+            start,
+            deadline: start + Duration::from_secs(args.max_seconds),
+            max_requests: args.max_requests.unwrap_or(args.users.saturating_mul(200)),
+            requests: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            stats: Default::default(),
+            counters: Counters::default(),
+            error_reasons: Mutex::new(BTreeMap::new()),
+            passes: Mutex::new(Vec::new()),
+            admissions: Mutex::new(Vec::with_capacity(args.users as usize)),
+        })
+    }
+
+    /// The next base URL, in turn.
+    fn base_url(&self) -> &str {
+        let i = self.next_url.fetch_add(1, Ordering::Relaxed) as usize % self.urls.len();
+        &self.urls[i]
+    }
+
+    /// Whether the run is over (deadline or request budget reached; then for good).
+    pub(super) fn out_of_budget(&self) -> bool {
+        if self.stopped.load(Ordering::Relaxed) {
+            return true;
+        }
+        if Instant::now() >= self.deadline
+            || self.requests.load(Ordering::Relaxed) >= self.max_requests
+        {
+            self.stopped.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Sends one request and records its latency; `None` when the budget is spent.
+    pub(super) async fn request(
+        &self,
+        ep: Endpoint,
+        body: Option<&str>,
+        header: Option<(&str, &str)>,
+    ) -> Option<Reply> {
+        if self.out_of_budget() {
+            return None;
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut req = ep.request(&self.client, self.base_url());
+        if let Some(b) = body {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b.to_owned());
+        }
+        if let Some((name, value)) = header {
+            req = req.header(name, value);
+        }
+        let t0 = Instant::now();
+        let reply = match req.send().await {
+            Ok(resp) => {
+                let status = resp.status();
+                match resp.bytes().await {
+                    Ok(b) if status.is_success() => Reply::Ok(b),
+                    Ok(b) => Reply::Status(
+                        status,
+                        serde_json::from_slice::<ErrorBody>(&b)
+                            .map(|e| e.code)
+                            .unwrap_or_default(),
+                    ),
+                    Err(_) => Reply::Failed,
+                }
+            }
+            Err(_) => Reply::Failed,
+        };
+        let us = micros_since(t0);
+        self.stats[ep as usize]
+            .latencies_us
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(us);
+        Some(reply)
+    }
+
+    /// Sends `ep` until `read` makes something of an answer (it gets the reply and the Unix ms
+    /// the request was sent at, and counts what it does not accept): at most [`ATTEMPTS`]
+    /// times, [`RETRY_MS`] apart. `None` when every attempt failed or the run ended.
+    pub(super) async fn attempts<T>(
+        &self,
+        ep: Endpoint,
+        body: Option<&str>,
+        header: Option<(&str, &str)>,
+        mut read: impl FnMut(Reply, Time) -> Option<T>,
+    ) -> Option<T> {
+        for _ in 0..ATTEMPTS {
+            let sent_ms = now_ms();
+            if let Some(t) = read(self.request(ep, body, header).await?, sent_ms) {
+                return Some(t);
+            }
+            if !self.sleep(RETRY_MS).await {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Counts a failed request of `ep`, by reason (`status code`, or `transport`).
+    pub(super) fn error(&self, ep: Endpoint, reply: Option<&Reply>) {
+        self.stats[ep as usize]
+            .errors
+            .fetch_add(1, Ordering::Relaxed);
+        let reason = match reply {
+            Some(Reply::Status(status, code)) => {
+                format!("{} {} {code}", ep.name(), status.as_u16())
+            }
+            Some(Reply::Failed) => format!("{} transport", ep.name()),
+            _ => format!("{} bad answer", ep.name()),
+        };
+        *self
+            .error_reasons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Waits `ms`, or less if the run ends first; false when the run has ended.
+    pub(super) async fn sleep(&self, ms: u64) -> bool {
+        let until = (Instant::now() + Duration::from_millis(ms)).min(self.deadline);
+        tokio::time::sleep_until(until.into()).await;
+        !self.out_of_budget()
+    }
+
+    /// Records that a visitor saw "admitted", now.
+    pub(super) fn seen_admitted(&self, key: JoinKey, eviction_time: Option<u64>) {
+        let seen_ms = self.start.elapsed().as_millis() as u64;
+        self.admissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Admission {
+                key,
+                seen_ms,
+                eviction_time,
+            });
+    }
+}

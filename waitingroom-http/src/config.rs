@@ -46,6 +46,16 @@ pub struct Options {
     /// every node of a cluster uses the same key. Required.
     #[arg(long, env = "WAITINGROOM_KEY_FILE", value_name = "PATH")]
     pub key_file: Option<PathBuf>,
+    /// Files holding earlier cluster keys still accepted during a key rotation (repeatable, or
+    /// comma-separated): tickets, passes and peer requests they made keep verifying, and the
+    /// JWKS publishes their public halves; nothing new is signed with them. (default: none)
+    #[arg(
+        long,
+        env = "WAITINGROOM_EXTRA_VERIFY_KEY",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub extra_verify_key: Option<Vec<PathBuf>>,
     /// Where admitted visitors are sent: the protected site. (default: /)
     #[arg(long, env = "WAITINGROOM_ORIGIN_URL", value_name = "URL")]
     pub origin_url: Option<String>,
@@ -300,6 +310,8 @@ pub struct ServerConfig {
     pub peers: Vec<String>,
     /// Cluster key file.
     pub key_file: PathBuf,
+    /// Earlier cluster keys still accepted (key rotation).
+    pub extra_verify_keys: Vec<PathBuf>,
     /// Where admitted visitors go.
     pub origin_url: String,
     /// Waiting room settings.
@@ -366,6 +378,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         node_id,
         peers,
         key_file,
+        extra_verify_key,
         origin_url,
         target_on_site,
         refresh_interval_ms,
@@ -411,6 +424,7 @@ impl Options {
             node_id: self.node_id()?,
             peers: self.seeds()?,
             key_file: self.key_file()?,
+            extra_verify_keys: self.extra_verify_key.clone().unwrap_or_default(),
             origin_url: self.origin_url()?,
             limits: self.limits()?,
             branding: self.branding()?,
@@ -683,6 +697,18 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(c.settings, Settings::default());
         assert!(c.peers.is_empty());
+    }
+
+    #[test]
+    fn extra_verify_keys_come_from_the_file_or_flags() {
+        let file: Options =
+            toml::from_str("extra_verify_key = [\"old.pem\", \"older.pem\"]").unwrap();
+        let c = merge(base(), file).resolve().unwrap();
+        assert_eq!(
+            c.extra_verify_keys,
+            [PathBuf::from("old.pem"), "older.pem".into()]
+        );
+        assert!(base().resolve().unwrap().extra_verify_keys.is_empty());
     }
 
     #[test]

@@ -55,7 +55,10 @@ pub fn init_logging(format: LogFormat, filter: &str) {
 
 /// Runs one node until SIGTERM or Ctrl-C, then leaves the cluster cleanly.
 pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
-    let crypto = Arc::new(Crypto::load(&cfg.key_file)?);
+    let crypto = Arc::new(Crypto::load_with_previous(
+        &cfg.key_file,
+        &cfg.extra_verify_keys,
+    )?);
     let (listener, local) = bind(cfg.listen).await?;
     let app = start_node(cfg, crypto, local)?;
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

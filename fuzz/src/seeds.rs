@@ -9,13 +9,15 @@ use crate::peer::templates;
 use crate::tokens::key;
 
 /// The targets, by the names of their binaries.
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 8] = [
     "tokens",
     "cluster_key",
     "peer_message",
     "peer_batch",
     "peer_values",
     "visitor_request",
+    "peer_auth",
+    "replay_cache",
 ];
 
 /// The seed inputs of `target`.
@@ -27,6 +29,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "peer_batch" => peer_batches(),
         "peer_values" => peer_values(),
         "visitor_request" => visitor_requests(),
+        "peer_auth" => crate::peer_auth::peer_auth_seeds(),
+        "replay_cache" => crate::peer_auth::replay_cache_seeds(),
         _ => Vec::new(),
     }
 }

@@ -25,7 +25,8 @@ use waitingroom_http::api::router;
 use waitingroom_http::app::App;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::config::{Options, ServerConfig};
-use waitingroom_http::crypto::{Crypto, HEADER_KID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use waitingroom_http::crypto::Crypto;
+use waitingroom_http::peer_auth::{RequestHead, Route};
 
 use crate::tokens::key;
 
@@ -179,6 +180,8 @@ struct Session {
     /// Whether any request was signed as a peer's: a peer may legitimately take the node out of
     /// the cluster, so it may then answer joins with 503.
     signed: bool,
+    /// The nonce of the next signed request (each app is fresh, so its replay cache is empty).
+    nonces: u64,
 }
 
 impl Session {
@@ -246,20 +249,21 @@ impl Session {
         let body = self.substitute(body);
         if sign {
             self.signed = true;
-            let sig = app
-                .crypto
-                .sign_request(method.as_str(), uri.path(), now_ms(), &body);
-            let values = [
-                (HEADER_KID, HeaderValue::from_str(&sig.kid)),
-                (
-                    HEADER_TIMESTAMP,
-                    HeaderValue::from_str(&sig.timestamp.to_string()),
-                ),
-                (HEADER_SIGNATURE, HeaderValue::from_str(&sig.signature)),
-            ];
-            for (name, value) in values {
-                headers.insert(name, value.expect("signature headers are ASCII"));
+            // As node 2 would sign it for this node (id 1, incarnation 1), now, fresh.
+            let route = Route {
+                path: uri.path(),
+                from: NodeId(2),
+                to: NodeId(1),
+                to_incarnation: 1,
+            };
+            let nonce = self.nonces;
+            self.nonces += 1;
+            let (head, mac) = RequestHead::sign(&app.crypto, route, now_ms(), nonce, &body);
+            for (name, value) in head.headers(&mac) {
+                let value = HeaderValue::from_str(&value).expect("signature headers are ASCII");
+                headers.insert(name, value);
             }
+            headers.insert(header::CONTENT_LENGTH, body.len().into());
         }
         let mut req = Request::builder()
             .method(method)

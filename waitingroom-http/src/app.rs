@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::page::Page;
 use crate::peer::Transport;
 use crate::rate_limit::RateLimiter;
+use crate::replay::ReplayCache;
 
 /// Everything a handler needs.
 #[derive(Debug)]
@@ -34,6 +35,10 @@ pub struct App {
     pub join_limit: RateLimiter,
     /// Passes handed out lately, so a leave whose answer was lost can be repeated.
     pub recent_leaves: RecentLeaves,
+    /// Nonces of the peer requests accepted lately (see [`crate::peer_auth`]).
+    pub replay: ReplayCache,
+    /// One permit per peer request in progress (`max_peer_requests`).
+    pub peer_slots: Arc<tokio::sync::Semaphore>,
     stopping: AtomicBool,
 }
 
@@ -50,6 +55,11 @@ impl App {
             page: Page::new(&cfg.branding),
             join_limit: RateLimiter::new(cfg.limits.join_rate_limit),
             recent_leaves: RecentLeaves::default(),
+            replay: ReplayCache::new(
+                cfg.limits.peer_replay_capacity,
+                cfg.limits.peer_clock_window_ms,
+            ),
+            peer_slots: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_peer_requests)),
             driver,
             crypto,
             transport,
@@ -74,6 +84,7 @@ impl App {
             crypto.clone(),
             cfg.limits.clone(),
             metrics.clone(),
+            node.id(),
         ));
         let driver = Arc::new(Driver::new(node, transport.clone(), metrics.clone()));
         Arc::new(App::new(driver, crypto, transport, metrics, cfg))

@@ -132,9 +132,24 @@ pub struct Options {
     /// Largest request body on visitor routes, bytes. (default: 16384)
     #[arg(long, env = "WAITINGROOM_VISITOR_BODY_LIMIT", value_name = "BYTES")]
     pub visitor_body_limit: Option<usize>,
-    /// Largest request body on peer routes, bytes. (default: 8388608)
+    /// Largest request body on peer routes, bytes; a node also cuts what it sends to fit.
+    /// Checked from the signed Content-Length before any body byte is read. (default: 1048576)
     #[arg(long, env = "WAITINGROOM_PEER_BODY_LIMIT", value_name = "BYTES")]
     pub peer_body_limit: Option<usize>,
+    /// A peer request is accepted only within this distance of this node's clock, ms: a
+    /// captured request is good for this long at most (and its nonce is remembered for twice
+    /// as long). Nodes' clocks must agree within it. (default: 5000)
+    #[arg(long, env = "WAITINGROOM_PEER_CLOCK_WINDOW_MS", value_name = "MS")]
+    pub peer_clock_window_ms: Option<u64>,
+    /// Most peer request nonces remembered against replay (about 40 bytes each). When full of
+    /// nonces younger than twice the clock window, peer requests get 503 until some expire.
+    /// (default: 262144)
+    #[arg(long, env = "WAITINGROOM_PEER_REPLAY_CAPACITY", value_name = "N")]
+    pub peer_replay_capacity: Option<usize>,
+    /// Most peer requests in progress at once; more get 503 with Retry-After at once (each may
+    /// hold up to peer_body_limit of memory). (default: 64)
+    #[arg(long, env = "WAITINGROOM_MAX_PEER_REQUESTS", value_name = "N")]
+    pub max_peer_requests: Option<usize>,
     /// Most protocol messages queued for one peer; beyond it the oldest are dropped (the
     /// protocol resends what matters). (default: 20000)
     #[arg(long, env = "WAITINGROOM_PEER_QUEUE_LIMIT", value_name = "N")]
@@ -281,6 +296,12 @@ pub struct Limits {
     pub visitor_body: usize,
     /// Peer body limit, bytes.
     pub peer_body: usize,
+    /// Accepted distance of a peer request's timestamp from the clock, ms.
+    pub peer_clock_window_ms: u64,
+    /// Most nonces in the replay cache.
+    pub peer_replay_capacity: usize,
+    /// Most peer requests in progress.
+    pub max_peer_requests: usize,
     /// Per-peer queue bound, messages.
     pub peer_queue: usize,
     /// Messages per peer request.
@@ -389,6 +410,9 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         admit_straight_through,
         visitor_body_limit,
         peer_body_limit,
+        peer_clock_window_ms,
+        peer_replay_capacity,
+        max_peer_requests,
         peer_queue_limit,
         peer_batch_limit,
         peer_timeout_ms,
@@ -538,7 +562,10 @@ impl Options {
     fn limits(&self) -> Result<Limits, SettingsError> {
         let limits = Limits {
             visitor_body: self.visitor_body_limit.unwrap_or(16 * 1024),
-            peer_body: self.peer_body_limit.unwrap_or(8 * 1024 * 1024),
+            peer_body: self.peer_body_limit.unwrap_or(1024 * 1024),
+            peer_clock_window_ms: self.peer_clock_window_ms.unwrap_or(5_000),
+            peer_replay_capacity: self.peer_replay_capacity.unwrap_or(262_144),
+            max_peer_requests: self.max_peer_requests.unwrap_or(64),
             peer_queue: self.peer_queue_limit.unwrap_or(20_000),
             peer_batch: self.peer_batch_limit.unwrap_or(1024),
             peer_timeout_ms: self.peer_timeout_ms.unwrap_or(2_000),
@@ -554,6 +581,9 @@ impl Options {
         for (field, value) in [
             ("visitor_body_limit", limits.visitor_body as u64),
             ("peer_body_limit", limits.peer_body as u64),
+            ("peer_clock_window_ms", limits.peer_clock_window_ms),
+            ("peer_replay_capacity", limits.peer_replay_capacity as u64),
+            ("max_peer_requests", limits.max_peer_requests as u64),
             ("peer_queue_limit", limits.peer_queue as u64),
             ("peer_batch_limit", limits.peer_batch as u64),
             ("peer_timeout_ms", limits.peer_timeout_ms),

@@ -11,7 +11,8 @@ use thiserror::Error;
 use waitingroom_core::EngineError;
 use waitingroom_distributed::VisitorError;
 
-use crate::crypto::{PeerAuthError, TokenError};
+use crate::crypto::TokenError;
+use crate::peer_auth::PeerAuthError;
 
 /// An error answered to a client.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -102,9 +103,28 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, code, message)
     }
 
-    /// 401 for a peer request without a valid cluster signature.
+    /// A refused peer request: 401 `unauthorized_peer` when it is not a cluster member's, or
+    /// not for the first time; 421 `misdirected_peer` when it is signed for another node; 413
+    /// when its declared body is too large; 503 `peer_busy` when it cannot be checked now.
     pub fn peer_auth(e: &PeerAuthError) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized_peer", e.to_string())
+        let (status, code) = match e {
+            PeerAuthError::Misdirected { .. } => {
+                (StatusCode::MISDIRECTED_REQUEST, "misdirected_peer")
+            }
+            PeerAuthError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            PeerAuthError::ReplayCacheFull => (StatusCode::SERVICE_UNAVAILABLE, "peer_busy"),
+            _ => (StatusCode::UNAUTHORIZED, "unauthorized_peer"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+
+    /// 503 `peer_busy`: too many peer requests in progress.
+    pub fn peer_busy() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "peer_busy",
+            "too many peer requests in progress; retry shortly",
+        )
     }
 }
 

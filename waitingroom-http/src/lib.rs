@@ -12,6 +12,8 @@
 //! - [`app`]: one node's parts assembled, the state every handler gets;
 //! - [`driver`]: owns the [`waitingroom_distributed::Node`] and its timer;
 //! - [`peer`]: batched, bounded, signed node-to-node transport;
+//! - [`peer_auth`]: what a peer request's MAC covers, checked from its headers before its body
+//!   is read; [`replay`]: the nonces of recent peer requests;
 //! - [`page`]: renders the waiting page (no handler, no state);
 //! - [`leaves`]: passes kept a minute so a leave whose answer was lost can be repeated;
 //! - [`metrics`], [`fairness`]: Prometheus metrics and the live inversion count;
@@ -37,7 +39,9 @@ pub mod metrics;
 pub mod origin;
 pub mod page;
 pub mod peer;
+pub mod peer_auth;
 pub mod rate_limit;
+pub mod replay;
 pub mod server;
 pub mod visitor;
 pub mod wire;

@@ -29,6 +29,13 @@ pub struct TypeLabels {
     pub r#type: &'static str,
 }
 
+/// Label of refusal counters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why, e.g. `bad_signature`, `replayed`.
+    pub reason: &'static str,
+}
+
 /// Label of outcome counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -63,8 +70,10 @@ pub struct Metrics {
     pub peer_dropped: Counter,
     /// Peer requests that failed (error status or no answer).
     pub peer_failures: Counter,
-    /// Peer requests refused for lack of a valid cluster signature.
-    pub peer_auth_failures: Counter,
+    /// Peer requests (and answers) refused by authentication, by reason.
+    pub peer_auth_failures: Family<ReasonLabels, Counter>,
+    /// Requests refused at once with 503 because the node was at a limit, by reason.
+    pub shed: Family<ReasonLabels, Counter>,
     /// Joins refused by the rate limit.
     pub rate_limited: Counter,
     /// HTTP request latency by route.
@@ -105,7 +114,8 @@ impl Metrics {
             peer_received: Family::default(),
             peer_dropped: Counter::default(),
             peer_failures: Counter::default(),
-            peer_auth_failures: Counter::default(),
+            peer_auth_failures: Family::default(),
+            shed: Family::default(),
             rate_limited: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
             queued: Gauge::default(),
@@ -191,7 +201,8 @@ impl Metrics {
         );
         r.register(
             "peer_auth_failures",
-            "Peer requests refused for lack of a valid cluster signature",
+            "Peer requests and answers refused by authentication (no valid cluster MAC, stale, \
+             replayed, misdirected, body not the one signed), by reason",
             self.peer_auth_failures.clone(),
         );
     }
@@ -203,6 +214,11 @@ impl Metrics {
             "joins_rate_limited",
             "Joins refused by the per-client rate limit",
             self.rate_limited.clone(),
+        );
+        r.register(
+            "requests_shed",
+            "Requests refused at once with 503 because the node was at a limit, by reason",
+            self.shed.clone(),
         );
         r.register_with_unit(
             "http_request_duration",
@@ -266,6 +282,18 @@ impl Metrics {
     /// Counts one `result` on a family.
     pub fn count(family: &Family<ResultLabels, Counter>, result: &'static str) {
         family.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a refused peer request or answer.
+    pub fn count_auth_failure(&self, reason: &'static str) {
+        self.peer_auth_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a request shed at a limit.
+    pub fn count_shed(&self, reason: &'static str) {
+        self.shed.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Counts a peer message.

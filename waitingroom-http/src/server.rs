@@ -116,7 +116,12 @@ fn start_node(
         .filter(|p| **p != advertise)
         .cloned()
         .collect();
-    let app = App::assemble(Arc::new(cfg), crypto, node, Transport::build_client());
+    let app = App::assemble(
+        Arc::new(cfg),
+        crypto,
+        node,
+        Transport::build_client(std::time::Duration::from_secs(5)),
+    );
     tracing::info!(
         id = id.0,
         incarnation,

@@ -149,7 +149,7 @@ impl App {
             claims: ticket.clone(),
             idempotency_key: key.map(str::to_owned),
         };
-        match self.transport.forward_batched(&owner.addr, item).await {
+        match self.transport.forward_batched(owner, item).await {
             Ok((status, body)) => {
                 Metrics::count(&self.metrics.forwards, "ok");
                 Ok(relay(status, body))

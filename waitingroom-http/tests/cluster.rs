@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use waitingroom_core::{NodeId, Pass, Ticket, TicketId};
 use waitingroom_http::crypto::Crypto;
+use waitingroom_http::peer_auth::{RequestHead, Route};
 
 const BIN: &str = env!("CARGO_BIN_EXE_waitingroom-node");
 
@@ -524,41 +525,42 @@ async fn forged_peer_messages_and_passes_are_rejected() {
     }]);
     let body = serde_json::to_vec(&batch).unwrap();
     let now = waitingroom_http::clock::now_ms();
-    let send = |sig: Option<(String, String, String)>| {
+    let send = |sig: Option<Vec<(&'static str, String)>>| {
         let mut r = c
             .post(format!("{url}/peer/messages"))
             .header("content-type", "application/json")
             .body(body.clone());
-        if let Some((k, t, s)) = sig {
-            r = r
-                .header("x-waitingroom-kid", k)
-                .header("x-waitingroom-timestamp", t)
-                .header("x-waitingroom-signature", s);
+        for (name, value) in sig.into_iter().flatten() {
+            r = r.header(name, value);
         }
         r.send()
     };
-    let as_headers = |s: waitingroom_http::crypto::PeerSignature| {
-        Some((s.kid, s.timestamp.to_string(), s.signature))
+    let sign = |crypto: &Crypto, path: &str, at: u64, signed_body: &[u8]| {
+        let route = Route {
+            path,
+            from: NodeId(4242),
+            to: NodeId(0),
+            to_incarnation: 0,
+        };
+        let (head, mac) = RequestHead::sign(crypto, route, at, rand::random(), signed_body);
+        Some(head.headers(&mac).to_vec())
     };
     let other = Crypto::generate();
     let right = cl.crypto();
     let attempts = [
         ("unsigned", None),
-        (
-            "other key",
-            as_headers(other.sign_request("POST", "/peer/messages", now, &body)),
-        ),
+        ("other key", sign(&other, "/peer/messages", now, &body)),
         (
             "signed for another body",
-            as_headers(right.sign_request("POST", "/peer/messages", now, b"[]")),
+            sign(&right, "/peer/messages", now, b"[]"),
         ),
         (
             "stale timestamp",
-            as_headers(right.sign_request("POST", "/peer/messages", now - 60_000, &body)),
+            sign(&right, "/peer/messages", now - 60_000, &body),
         ),
         (
             "signed for another path",
-            as_headers(right.sign_request("POST", "/peer/visitor/checkin", now, &body)),
+            sign(&right, "/peer/visitor/checkin", now, &body),
         ),
     ];
     for (what, sig) in attempts {

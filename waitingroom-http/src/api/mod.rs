@@ -52,7 +52,9 @@ pub fn router(app: Arc<App>) -> Router {
     for op in [ForwardOp::Checkin, ForwardOp::Leave] {
         peers = peers.route(op.path(), peer::forwarded_route(op));
     }
-    let peers = peers.layer(DefaultBodyLimit::max(limits.peer_body));
+    // Peer handlers read their bodies themselves, after authentication, up to the signed
+    // length (itself within `peer_body_limit`).
+    let peers = peers.layer(DefaultBodyLimit::disable());
     let ops = Router::new()
         .route("/livez", get(ops::livez))
         .route("/readyz", get(ops::readyz))

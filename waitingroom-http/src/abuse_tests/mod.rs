@@ -27,6 +27,9 @@ use crate::clock::now_ms;
 use crate::config::Options;
 use crate::crypto::Crypto;
 use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
+use crate::peer_auth::{RequestHead, Route};
+
+mod peer;
 
 /// Fast timers; everything else as an operator gets it unless a test says otherwise.
 fn options() -> Options {
@@ -73,8 +76,12 @@ impl TestNode {
     /// (so visitors get admitted), else nobody is ever let out and positions stay put.
     fn start(options: Options, timer: bool) -> TestNode {
         let cfg = options.resolve().expect("valid test options");
-        let app = App::single_node(cfg, Crypto::generate(), Transport::build_client())
-            .expect("valid protocol settings");
+        let app = App::single_node(
+            cfg,
+            Crypto::generate(),
+            Transport::build_client(Duration::from_secs(5)),
+        )
+        .expect("valid protocol settings");
         if timer {
             tokio::spawn(app.driver.clone().run_timer());
         }
@@ -164,6 +171,15 @@ impl TestNode {
         signed(&self.app.crypto, path, body)
     }
 
+    /// Peer requests refused for `reason`.
+    fn auth_failures(&self, reason: &'static str) -> u64 {
+        self.app
+            .metrics
+            .peer_auth_failures
+            .get_or_create(&crate::metrics::ReasonLabels { reason })
+            .get()
+    }
+
     fn members(&self) -> usize {
         self.app.driver.status().members.len()
     }
@@ -194,15 +210,63 @@ fn from(mut req: Request<Body>, ip: [u8; 4]) -> Request<Body> {
     req
 }
 
+/// How a test signs a peer request: by default as node 2 would, for the test node (id 1,
+/// incarnation 1, see [`App::single_node`]), now, with a fresh nonce.
+#[derive(Debug, Clone, Copy)]
+struct PeerReq<'a> {
+    path: &'a str,
+    from: u64,
+    to: (u64, u64),
+    at: u64,
+    nonce: u64,
+}
+
+impl<'a> PeerReq<'a> {
+    fn new(path: &'a str) -> Self {
+        PeerReq {
+            path,
+            from: 2,
+            to: (1, 1),
+            at: now_ms(),
+            nonce: rand::random(),
+        }
+    }
+
+    /// The headers of this request for `body`, signed with `crypto`'s key.
+    fn headers(&self, crypto: &Crypto, body: &[u8]) -> HeaderMap {
+        let route = Route {
+            path: self.path,
+            from: NodeId(self.from),
+            to: NodeId(self.to.0),
+            to_incarnation: self.to.1,
+        };
+        let (head, mac) = RequestHead::sign(crypto, route, self.at, self.nonce, body);
+        let mut h = HeaderMap::new();
+        for (name, value) in head.headers(&mac) {
+            h.insert(name, value.parse().expect("header value"));
+        }
+        h.insert(header::CONTENT_LENGTH, body.len().into());
+        h.insert(
+            header::CONTENT_TYPE,
+            "application/json".parse().expect("header value"),
+        );
+        h
+    }
+
+    /// The request, body and all.
+    fn sign(&self, crypto: &Crypto, body: Vec<u8>) -> Request<Body> {
+        let headers = self.headers(crypto, &body);
+        let mut req = Request::post(self.path)
+            .body(Body::from(body))
+            .expect("request");
+        *req.headers_mut() = headers;
+        req
+    }
+}
+
+/// A peer request to the test node, signed with `crypto`'s key (see [`PeerReq`]).
 fn signed(crypto: &Crypto, path: &str, body: Vec<u8>) -> Request<Body> {
-    let sig = crypto.sign_request("POST", path, now_ms(), &body);
-    Request::post(path)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(crate::crypto::HEADER_KID, sig.kid)
-        .header(crate::crypto::HEADER_TIMESTAMP, sig.timestamp.to_string())
-        .header(crate::crypto::HEADER_SIGNATURE, sig.signature)
-        .body(Body::from(body))
-        .expect("request")
+    PeerReq::new(path).sign(crypto, body)
 }
 
 fn a_pass(now: u64) -> Pass {
@@ -521,7 +585,8 @@ async fn forged_forwarded_leave_is_401_and_changes_nothing() {
     n.send(unsigned)
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "unauthorized_peer");
-    assert_eq!(n.app.metrics.peer_auth_failures.get(), 2);
+    assert_eq!(n.auth_failures("bad_signature"), 1);
+    assert_eq!(n.auth_failures("missing"), 1);
     // Nothing was spent: the visitor's own leave still gets the one pass.
     let r = n.post("/api/leave", json!({ "ticket": ticket })).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.json());

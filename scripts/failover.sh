@@ -88,9 +88,11 @@ run() {
     local status=0
     wait "$LOAD_PID" || status=$?
     LOAD_PID=""
-    # Each surviving node's view, for the record.
-    local members
-    members=$(curl -fsS -m 2 "http://127.0.0.1:$FRONT_PORT/metrics" | awk '/^waitingroom_members /{print $2}')
+    # A surviving node's view, for the record (from its internal listener).
+    local members survivor=1
+    ((VICTIM != 1)) || survivor=2
+    members=$(curl -fsS -m 2 "$(bash "$ROOT/scripts/cluster.sh" internal-url "$survivor")/metrics" |
+        awk '/^waitingroom_members /{print $2}')
     bash "$ROOT/scripts/cluster.sh" down >/dev/null
     if ((status != 0)) || [[ ! -s "$out" ]]; then
         echo "failover $mode: the load generator failed (status $status)"

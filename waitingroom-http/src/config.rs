@@ -21,12 +21,22 @@ use waitingroom_distributed::{AdmissionMode, NodeConfig};
 #[serde(deny_unknown_fields)]
 pub struct Options {
     // ---- network and identity ----
-    /// Address to listen on for visitors and peers. Port 0 picks a free port (the chosen
-    /// address is printed on stdout as `listening on http://ADDR`). (default: 127.0.0.1:8080)
+    /// Address of the public listener: visitors, the waiting page, passes, the JWKS, /livez and
+    /// /readyz. Port 0 picks a free port (printed on stdout as `listening on http://ADDR`).
+    /// Without --internal-listen it serves the internal routes too, which is allowed only on a
+    /// loopback address. (default: 127.0.0.1:8080)
     #[arg(long, env = "WAITINGROOM_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Base URL other nodes use to reach this one. Required when listening on 0.0.0.0 or ::.
-    /// (default: http:// + the listen address)
+    /// Address of the internal listener: peer traffic (/peer/...), /metrics, /api/cluster (and
+    /// /livez, /readyz); the public listener answers 404 on those. Keep it on a network only
+    /// the nodes and operators reach. Port 0 picks a free port (printed as `internal listening
+    /// on http://ADDR`). Required unless --listen is a loopback address. (default: none: one
+    /// port, loopback only)
+    #[arg(long, env = "WAITINGROOM_INTERNAL_LISTEN", value_name = "ADDR")]
+    pub internal_listen: Option<SocketAddr>,
+    /// Base URL other nodes use to reach this one: its internal listener. Required when that
+    /// listener is on 0.0.0.0 or ::. (default: http:// + the internal listener's address, or
+    /// the public one's without --internal-listen)
     #[arg(long, env = "WAITINGROOM_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
     /// This node's id, unique in the cluster and never 0. (default: derived from the
@@ -164,6 +174,11 @@ pub struct Options {
     /// visitor is re-queued here under their original join time, ms. (default: 1000)
     #[arg(long, env = "WAITINGROOM_FORWARD_TIMEOUT_MS", value_name = "MS")]
     pub forward_timeout_ms: Option<u64>,
+    /// A request head (request line and headers) must arrive whole within this long of the
+    /// connection asking for it, ms; also the longest a kept-alive connection may sit idle
+    /// between requests. Slower clients are disconnected. (default: 10000)
+    #[arg(long, env = "WAITINGROOM_HEADER_READ_TIMEOUT_MS", value_name = "MS")]
+    pub header_read_timeout_ms: Option<u64>,
     /// On SIGTERM, how long to keep delivering the farewell before exiting, ms.
     /// (default: 2000)
     #[arg(long, env = "WAITINGROOM_SHUTDOWN_GRACE_MS", value_name = "MS")]
@@ -310,6 +325,8 @@ pub struct Limits {
     pub peer_timeout_ms: u64,
     /// Forwarded visitor request timeout, ms.
     pub forward_timeout_ms: u64,
+    /// Header read (and keep-alive idle) timeout, ms.
+    pub header_read_timeout_ms: u64,
     /// Shutdown grace, ms.
     pub shutdown_grace_ms: u64,
     /// Joins per client per second; 0 = off.
@@ -321,8 +338,10 @@ pub struct Limits {
 /// The resolved configuration of one node.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Listen address.
+    /// Public listen address.
     pub listen: SocketAddr,
+    /// Internal listen address; `None`: one port for everything (loopback only).
+    pub internal_listen: Option<SocketAddr>,
     /// Advertised URL, if given (else derived from the bound address).
     pub advertise: Option<String>,
     /// Node id, if given (else derived from the advertised URL).
@@ -395,6 +414,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
     }
     protocol_knobs!(merge!(
         listen,
+        internal_listen,
         advertise,
         node_id,
         peers,
@@ -417,6 +437,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         peer_batch_limit,
         peer_timeout_ms,
         forward_timeout_ms,
+        header_read_timeout_ms,
         shutdown_grace_ms,
         join_rate_limit,
         client_ip_header,
@@ -442,9 +463,10 @@ impl Options {
         let listen = self
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let internal_listen = self.internal_listen(listen)?;
         // Fields are evaluated in the order written: that is the order of the checks.
         Ok(ServerConfig {
-            advertise: self.advertise(listen)?,
+            advertise: self.advertise(internal_listen.unwrap_or(listen))?,
             node_id: self.node_id()?,
             peers: self.seeds()?,
             key_file: self.key_file()?,
@@ -456,6 +478,7 @@ impl Options {
             log_format: self.log_format.unwrap_or_default(),
             cookie_secure: self.cookie_secure.unwrap_or(false),
             listen,
+            internal_listen,
             settings,
             protocol,
         })
@@ -490,18 +513,40 @@ impl Options {
         Ok(protocol)
     }
 
+    /// The internal listener. Secure by default: without one, the internal routes (peer
+    /// traffic, metrics, the cluster's members) would be on the public port, which is allowed
+    /// only when that port is on loopback (a demo, tests, a script on one machine).
+    fn internal_listen(&self, listen: SocketAddr) -> Result<Option<SocketAddr>, SettingsError> {
+        match self.internal_listen {
+            Some(internal) if internal == listen && internal.port() != 0 => Err(
+                SettingsError::new("internal_listen", "must differ from listen"),
+            ),
+            Some(internal) => Ok(Some(internal)),
+            None if listen.ip().is_loopback() => Ok(None),
+            None => Err(SettingsError::new(
+                "internal_listen",
+                format!(
+                    "is required when listen ({listen}) is not a loopback address: peer \
+                     routes, /metrics and /api/cluster must not be served on the public port; \
+                     give --internal-listen ADDR on a network only the nodes reach"
+                ),
+            )),
+        }
+    }
+
     /// The advertised URL, if given: peers must be able to reach it, so it is required when
-    /// `listen` is an unspecified address.
-    fn advertise(&self, listen: SocketAddr) -> Result<Option<String>, SettingsError> {
+    /// the listener peers use (`peer_listen`: the internal one, else the public one) is an
+    /// unspecified address.
+    fn advertise(&self, peer_listen: SocketAddr) -> Result<Option<String>, SettingsError> {
         match &self.advertise {
             Some(adv) => {
                 check_url("advertise", adv)?;
                 Ok(Some(adv.trim_end_matches('/').to_owned()))
             }
-            None if listen.ip().is_unspecified() => Err(SettingsError::new(
+            None if peer_listen.ip().is_unspecified() => Err(SettingsError::new(
                 "advertise",
-                "must be set when listen is an unspecified address (0.0.0.0 or ::): peers \
-                 need an address they can reach",
+                "must be set when the listener peers use is on an unspecified address (0.0.0.0 \
+                 or ::): peers need an address they can reach",
             )),
             None => Ok(None),
         }
@@ -570,6 +615,7 @@ impl Options {
             peer_batch: self.peer_batch_limit.unwrap_or(1024),
             peer_timeout_ms: self.peer_timeout_ms.unwrap_or(2_000),
             forward_timeout_ms: self.forward_timeout_ms.unwrap_or(1_000),
+            header_read_timeout_ms: self.header_read_timeout_ms.unwrap_or(10_000),
             shutdown_grace_ms: self.shutdown_grace_ms.unwrap_or(2_000),
             join_rate_limit: self.join_rate_limit.unwrap_or(0),
             client_ip_header: self
@@ -588,6 +634,7 @@ impl Options {
             ("peer_batch_limit", limits.peer_batch as u64),
             ("peer_timeout_ms", limits.peer_timeout_ms),
             ("forward_timeout_ms", limits.forward_timeout_ms),
+            ("header_read_timeout_ms", limits.header_read_timeout_ms),
         ] {
             if value == 0 {
                 return Err(SettingsError::new(field, "must be greater than 0"));
@@ -793,7 +840,29 @@ mod tests {
                     listen: Some("0.0.0.0:80".parse().unwrap()),
                     ..base()
                 },
+                "internal_listen",
+            ),
+            (
+                Options {
+                    listen: Some("10.0.0.5:80".parse().unwrap()),
+                    ..base()
+                },
+                "internal_listen",
+            ),
+            (
+                Options {
+                    listen: Some("0.0.0.0:80".parse().unwrap()),
+                    internal_listen: Some("0.0.0.0:81".parse().unwrap()),
+                    ..base()
+                },
                 "advertise",
+            ),
+            (
+                Options {
+                    internal_listen: Some("127.0.0.1:8080".parse().unwrap()),
+                    ..base()
+                },
+                "internal_listen",
             ),
             (
                 Options {
@@ -814,6 +883,28 @@ mod tests {
             let err = o.resolve().unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
         }
+    }
+
+    /// One port for everything only on loopback; a public address needs an internal listener,
+    /// and the advertised URL is needed only where peers could not guess it.
+    #[test]
+    fn internal_routes_leave_the_public_port_unless_it_is_loopback() {
+        let with = |listen: &str, internal: Option<&str>| Options {
+            listen: Some(listen.parse().unwrap()),
+            internal_listen: internal.map(|a| a.parse().unwrap()),
+            ..base()
+        };
+        let c = with("127.0.0.1:8080", None).resolve().unwrap();
+        assert_eq!(c.internal_listen, None);
+        let c = with("[::1]:8080", None).resolve().unwrap();
+        assert_eq!(c.internal_listen, None);
+        let c = with("0.0.0.0:80", Some("10.0.0.5:9080")).resolve().unwrap();
+        assert_eq!(c.internal_listen, Some("10.0.0.5:9080".parse().unwrap()));
+        assert_eq!(
+            c.advertise, None,
+            "derived from the internal address at start"
+        );
+        assert!(with("0.0.0.0:80", None).resolve().is_err());
     }
 
     #[test]

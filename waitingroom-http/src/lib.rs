@@ -3,7 +3,8 @@
 //!
 //! The modules, each using only modules listed after it (so none import each other):
 //!
-//! - [`server`]: start, serve, and leave the cluster on SIGTERM;
+//! - [`server`]: start, serve, and leave the cluster on SIGTERM; [`serve`]: the connection
+//!   loop of one listener (header read timeout, peer address);
 //! - [`api`]: the HTTP routes and every handler: visitor API, waiting page, peer endpoints
 //!   (one handler for forwarded check-ins and leaves), operations;
 //! - [`origin`]: a small demo origin site that checks passes offline;
@@ -42,6 +43,7 @@ pub mod peer;
 pub mod peer_auth;
 pub mod rate_limit;
 pub mod replay;
+pub mod serve;
 pub mod server;
 pub mod visitor;
 pub mod wire;

@@ -49,8 +49,18 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 /// A running node process; killed (SIGKILL) on drop.
 struct NodeProc {
     child: Child,
+    /// The public listener's base URL.
     url: String,
+    /// The internal listener's, when it has one (else the public one serves everything).
+    internal: Option<String>,
     log: PathBuf,
+}
+
+impl NodeProc {
+    /// Where peers, metrics and the cluster view are.
+    fn internal_url(&self) -> &str {
+        self.internal.as_deref().unwrap_or(&self.url)
+    }
 }
 
 impl Drop for NodeProc {
@@ -66,6 +76,8 @@ struct Cluster {
     key: PathBuf,
     nodes: Vec<NodeProc>,
     settings: Vec<String>,
+    /// Whether each node gets an internal listener.
+    two_ports: bool,
 }
 
 impl Drop for Cluster {
@@ -92,6 +104,11 @@ impl Cluster {
     /// A cluster of `n` nodes with `extra` settings on top of [`FAST`], each ready and seeing
     /// all `n` as members.
     async fn start(name: &str, n: usize, extra: &[&str]) -> Cluster {
+        Self::start_with(name, n, extra, false).await
+    }
+
+    /// As [`Cluster::start`]; with `two_ports`, every node also has an internal listener.
+    async fn start_with(name: &str, n: usize, extra: &[&str], two_ports: bool) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "wr-{name}-{}-{}",
             std::process::id(),
@@ -105,6 +122,7 @@ impl Cluster {
             key,
             nodes: Vec::new(),
             settings: extra.iter().map(|s| s.to_string()).collect(),
+            two_ports,
         };
         for _ in 0..n {
             c.add_node();
@@ -123,8 +141,11 @@ impl Cluster {
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
             .args(FAST)
             .args(&self.settings);
+        if self.two_ports {
+            cmd.args(["--internal-listen", "127.0.0.1:0"]);
+        }
         if let Some(first) = self.nodes.first() {
-            cmd.args(["--peers", &first.url]);
+            cmd.args(["--peers", first.internal_url()]);
         }
         let mut child = cmd
             .stdin(Stdio::null())
@@ -137,14 +158,24 @@ impl Cluster {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(url) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(url.to_owned());
+                    let _ = tx.send((false, url.to_owned()));
+                } else if let Some(url) = line.strip_prefix("internal listening on ") {
+                    let _ = tx.send((true, url.to_owned()));
                 }
             }
         });
-        let url = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("node printed its address");
-        self.nodes.push(NodeProc { child, url, log });
+        let next = || {
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("node printed its address")
+        };
+        let (_, url) = next();
+        let internal = self.two_ports.then(|| next().1);
+        self.nodes.push(NodeProc {
+            child,
+            url,
+            internal,
+            log,
+        });
         i
     }
 
@@ -173,7 +204,7 @@ impl Cluster {
                         return None;
                     }
                     let s: Value = client
-                        .get(format!("{}/api/cluster", n.url))
+                        .get(format!("{}/api/cluster", n.internal_url()))
                         .send()
                         .await
                         .ok()?
@@ -790,6 +821,70 @@ async fn bad_input_gets_json_errors() {
     assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
 }
 
+/// Two listeners per node: the cluster forms over the internal ones (the advertised URL is the
+/// internal address), visitors are served on the public ones, forwarded between nodes, and the
+/// public ports answer 404 on every internal route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_routes_live_on_their_own_listener() {
+    let cl = Cluster::start_with("ports", 2, &["--target-on-site", "5"], true).await;
+    let c = client();
+    let (public, internal) = (cl.url(0), cl.nodes[0].internal_url());
+    assert_ne!(public, internal);
+    for path in ["/metrics", "/api/cluster", "/peer/messages"] {
+        let r = c
+            .get(format!("{public}{path}"))
+            .header("accept", "text/html")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(r.json::<Value>().await.unwrap()["code"], "not_found");
+    }
+    let r = c
+        .post(format!("{public}/peer/messages"))
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = c.post(format!("{internal}/api/join")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let status: Value = c
+        .get(format!("{internal}/api/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let addrs: Vec<&str> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["addr"].as_str().unwrap())
+        .collect();
+    assert!(
+        addrs.contains(&internal),
+        "members advertise their internal URL: {addrs:?}"
+    );
+    // A visitor joins at node 1 and is served at node 2 (forwarded over the internal ports).
+    let t = join(&c, cl.url(0)).await;
+    let (_, _, passes) = admit_all(&c, &cl.urls()[1..], vec![t], Duration::from_secs(20)).await;
+    assert_eq!(
+        verify(&c, cl.url(0), &passes[0]).await,
+        StatusCode::NO_CONTENT
+    );
+    assert!(
+        metric(
+            &c,
+            cl.nodes[1].internal_url(),
+            "waitingroom_forwards_total{result=\"ok\"}"
+        )
+        .await
+            > 0.0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_the_cluster_and_exits_zero() {
     let mut cl = Cluster::start("term", 2, &[]).await;
@@ -852,6 +947,11 @@ fn bad_config_is_refused_naming_the_setting() {
             vec!["run", "--key-file", key, "--peers", "127.0.0.1:1"],
             vec![],
             "peers",
+        ),
+        (
+            vec!["run", "--key-file", key, "--listen", "0.0.0.0:0"],
+            vec![],
+            "internal_listen",
         ),
         (
             vec![

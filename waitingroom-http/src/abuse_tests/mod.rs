@@ -29,6 +29,7 @@ use crate::crypto::Crypto;
 use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
 use crate::peer_auth::{RequestHead, Route};
 
+mod doors;
 mod peer;
 
 /// Fast timers; everything else as an operator gets it unless a test says otherwise.
@@ -89,6 +90,25 @@ impl TestNode {
             router: router(app.clone()),
             app,
         }
+    }
+
+    /// Serves the router on a real listener on 127.0.0.1, as the node does (see
+    /// [`crate::serve`]); its address and the server task.
+    async fn listen(
+        &self,
+        header_read_timeout: Duration,
+    ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let (listener, addr) = crate::serve::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind 127.0.0.1");
+        let router = self.router.clone();
+        let server = tokio::spawn(crate::serve::serve(
+            listener,
+            router,
+            header_read_timeout,
+            std::future::pending(),
+        ));
+        (addr, server)
     }
 
     async fn send(&self, req: Request<Body>) -> Reply {
@@ -603,15 +623,7 @@ async fn oversized_headers_get_431_and_the_node_keeps_serving() {
         },
         false,
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1");
-    let addr = listener.local_addr().expect("local address");
-    let service = n
-        .router
-        .clone()
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let server = tokio::spawn(axum::serve(listener, service).into_future());
+    let (addr, server) = n.listen(Duration::from_secs(10)).await;
 
     let mut many = String::from("GET /livez HTTP/1.1\r\nhost: x\r\n");
     for i in 0..150 {

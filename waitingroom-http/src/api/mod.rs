@@ -8,8 +8,9 @@
 //! - `body.rs`: reading request bodies, shared by the visitor and peer handlers.
 //!
 //! Handlers read the request, call [`App`] (the visitor operations in [`crate::visitor`], or
-//! the node through its driver) and write the response; this module wires them into one
-//! router with the request log and the error fallbacks.
+//! the node through its driver) and write the response; this module wires them into the
+//! routers of the two listeners ([`public_router`], [`internal_router`]; [`router`] for one
+//! port) with the request log and the error fallbacks.
 
 mod body;
 mod ops;
@@ -24,7 +25,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,17 +36,53 @@ use crate::errors::{ApiError, LoggedError};
 use crate::metrics::RouteLabels;
 use crate::peer::{FORWARD_PATH, ForwardOp, MESSAGES_PATH};
 
-/// Every route of a node.
+/// Every route of a node on one port: the public and the internal routes together. For a node
+/// without `--internal-listen` (allowed on loopback only) and for in-process tests.
 pub fn router(app: Arc<App>) -> Router {
-    let limits = &app.cfg.limits;
-    let visitor = Router::new()
+    let routes = visitor_routes(&app)
+        .merge(public_ops())
+        .merge(peer_routes())
+        .merge(internal_ops());
+    finish(routes, app, fallback)
+}
+
+/// The public listener's routes: the visitor API, the waiting page, passes, the JWKS, health.
+/// The internal routes answer 404 here, as JSON (never the waiting page), like any unknown API
+/// route.
+pub fn public_router(app: Arc<App>) -> Router {
+    let routes = visitor_routes(&app).merge(public_ops());
+    finish(routes, app, fallback)
+}
+
+/// The internal listener's routes: peer traffic, metrics, the cluster view, health. Anything
+/// else is 404.
+pub fn internal_router(app: Arc<App>) -> Router {
+    let routes = peer_routes().merge(internal_ops()).merge(health());
+    finish(routes, app, internal_fallback)
+}
+
+/// Whether `path` is one of the routes only the internal listener serves (`/peer/...`,
+/// `/metrics`, `/api/cluster`, and `/admin/...`, reserved for the operator's API).
+pub fn is_internal_path(path: &str) -> bool {
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    under("/peer") || under("/admin") || under("/metrics") || under("/api/cluster")
+}
+
+fn visitor_routes(app: &App) -> Router<Arc<App>> {
+    Router::new()
         .route("/", get(page::waiting_page))
         .route("/api/join", post(visitor::join))
         .route("/api/checkin", post(visitor::checkin))
         .route("/api/leave", post(visitor::leave))
         .route("/api/pass/refresh", post(visitor::refresh_pass))
         .route("/api/pass/verify", get(visitor::verify_pass))
-        .layer(DefaultBodyLimit::max(limits.visitor_body));
+        .layer(DefaultBodyLimit::max(app.cfg.limits.visitor_body))
+}
+
+fn peer_routes() -> Router<Arc<App>> {
     let mut peers = Router::new()
         .route(MESSAGES_PATH, post(peer::messages))
         .route(FORWARD_PATH, post(peer::forwarded_batch));
@@ -54,16 +91,32 @@ pub fn router(app: Arc<App>) -> Router {
     }
     // Peer handlers read their bodies themselves, after authentication, up to the signed
     // length (itself within `peer_body_limit`).
-    let peers = peers.layer(DefaultBodyLimit::disable());
-    let ops = Router::new()
+    peers.layer(DefaultBodyLimit::disable())
+}
+
+fn health() -> Router<Arc<App>> {
+    Router::new()
         .route("/livez", get(ops::livez))
         .route("/readyz", get(ops::readyz))
+}
+
+fn public_ops() -> Router<Arc<App>> {
+    health().route("/.well-known/jwks.json", get(ops::jwks))
+}
+
+fn internal_ops() -> Router<Arc<App>> {
+    Router::new()
         .route("/metrics", get(ops::metrics))
         .route("/api/cluster", get(ops::cluster))
-        .route("/.well-known/jwks.json", get(ops::jwks));
-    visitor
-        .merge(peers)
-        .merge(ops)
+}
+
+/// The request log and the error answers every listener shares.
+fn finish<H, T>(routes: Router<Arc<App>>, app: Arc<App>, fallback: H) -> Router
+where
+    H: axum::handler::Handler<T, Arc<App>>,
+    T: 'static,
+{
+    routes
         .route_layer(middleware::from_fn_with_state(app.clone(), track))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(fallback)
@@ -109,14 +162,23 @@ async fn track(
 async fn fallback(
     State(app): State<Arc<App>>,
     method: Method,
+    uri: Uri,
     client: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    // A browser that lands on any page of the room gets the waiting page.
-    if (method == Method::GET || method == Method::HEAD) && page::wants_html(&headers) {
+    // A browser that lands on any page of the room gets the waiting page; not on an internal
+    // route, which is only "not here".
+    let page = (method == Method::GET || method == Method::HEAD)
+        && page::wants_html(&headers)
+        && !is_internal_path(uri.path());
+    if page {
         return page::waiting_page(State(app), method, client, headers).await;
     }
     ApiError::not_found().into_response()
+}
+
+async fn internal_fallback() -> ApiError {
+    ApiError::not_found()
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -99,7 +99,7 @@ run() {
         failed=1
         return
     fi
-    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors) \(.error_reasons | tostring), re-checked-in after a refused leave \(.readmissions), passes lost \(.pass_lost), most on site at once \(.max_on_site), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
+    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors) \(.error_reasons | tostring), re-checked-in after a refused leave \(.readmissions), retried later (503, not errors) \(.retried_later), passes lost \(.pass_lost), most on site at once \(.max_on_site), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
     if [[ "$(jq '.lost + .not_joined' "$out")" != 0 ]] ||
         [[ "$(jq '.admitted == .users' "$out")" != true ]]; then
         echo "failover $mode: FAILED (visitors lost)"

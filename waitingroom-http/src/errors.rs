@@ -89,6 +89,19 @@ impl ApiError {
         }
     }
 
+    /// 503 `owner_unavailable`: the node holding the visitor's ticket is a member but did not
+    /// answer; the visitor retries (`Retry-After`) and keeps their place.
+    pub fn owner_unavailable(owner: waitingroom_core::NodeId) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "owner_unavailable",
+            format!(
+                "the node holding this ticket ({owner}) is not answering; retry shortly, your \
+                 place is kept"
+            ),
+        )
+    }
+
     /// 404.
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")

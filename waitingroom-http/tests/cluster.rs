@@ -885,6 +885,221 @@ async fn internal_routes_live_on_their_own_listener() {
     );
 }
 
+/// A ticket checked in at `node` until it is admitted there: its last ticket.
+async fn admitted_at(c: &reqwest::Client, node: &str, mut ticket: String) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, v) = post(
+            c,
+            &format!("{node}/api/checkin"),
+            json!({ "ticket": ticket }),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        ticket = v["ticket"].as_str().unwrap().to_owned();
+        if v["status"] == "admitted" {
+            return ticket;
+        }
+        assert!(Instant::now() < deadline, "never admitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `POST /api/leave` at `node` with the `Idempotency-Key` `key`, if any: status, body and the
+/// `Retry-After` header.
+async fn leave_with(
+    c: &reqwest::Client,
+    node: &str,
+    ticket: &str,
+    key: Option<&str>,
+) -> (StatusCode, Value, Option<String>) {
+    let mut req = c
+        .post(format!("{node}/api/leave"))
+        .json(&json!({ "ticket": ticket }));
+    if let Some(key) = key {
+        req = req.header("idempotency-key", key);
+    }
+    let r = req.send().await.unwrap();
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        r.status(),
+        r.json().await.unwrap_or(Value::Null),
+        retry_after,
+    )
+}
+
+fn signal(node: &NodeProc, sig: &str) {
+    let pid = node.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// The owner of a ticket is frozen (SIGSTOP) right after it exchanged the ticket for a pass.
+/// Another node must not exchange it again while the owner is still a member: it answers 503
+/// `owner_unavailable` with `Retry-After` to the leave and to the check-in. Once the owner
+/// answers again, the leave repeated with its `Idempotency-Key` gets the same pass, and without
+/// it nothing. (Before: the other node served the leave itself after the forward timeout, and
+/// the visitor had two passes for one admission.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_owner_gives_no_second_pass() {
+    // SWIM takes ~20 failed probe rounds to declare the frozen node dead: it stays a member
+    // throughout.
+    let cl = Cluster::start(
+        "frozen",
+        2,
+        &["--target-on-site", "5", "--suspect-rounds", "20"],
+    )
+    .await;
+    let c = client();
+    let (owner, other) = (cl.url(0), cl.url(1));
+    let ticket = admitted_at(&c, owner, join(&c, owner).await).await;
+    let (s, first, _) = leave_with(&c, owner, &ticket, Some("visit-1")).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    signal(&cl.nodes[0], "-STOP");
+    let frozen = Instant::now();
+    for key in [None, Some("visit-1")] {
+        let (s, v, retry_after) = leave_with(&c, other, &ticket, key).await;
+        assert_eq!(
+            s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "leave {key:?} at the other node: {v}"
+        );
+        assert_eq!(v["code"], "owner_unavailable", "{v}");
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+    let r = c
+        .post(format!("{other}/api/checkin"))
+        .json(&json!({ "ticket": ticket }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["code"],
+        "owner_unavailable"
+    );
+    let members: Value = c
+        .get(format!("{}/api/cluster", cl.nodes[1].internal_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        members["members"].as_array().unwrap().len(),
+        2,
+        "still a member"
+    );
+    eprintln!(
+        "refused for {:?} while the owner was frozen",
+        frozen.elapsed()
+    );
+    signal(&cl.nodes[0], "-CONT");
+    let (s, again, _) = leave_with(&c, other, &ticket, Some("visit-1")).await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again, first, "the same pass, not a second one");
+    let (s, v, _) = leave_with(&c, other, &ticket, None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_left"))
+    );
+}
+
+/// A forwarded leave captured on its way from node 2 to node 1 and sent to node 3 is refused
+/// (421: it is signed for node 1); sent to node 1 again, it is a replay (401). And even a
+/// request correctly signed for node 3 gets nothing for a ticket of node 1, a live member
+/// (`wrong_node`). (Before: the MAC bound neither the destination nor a nonce, and node 3
+/// served the forwarded leave itself: a second pass.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_forward_replayed_elsewhere_gets_nothing() {
+    let cl = Cluster::start("replay", 3, &["--target-on-site", "5"]).await;
+    let c = client();
+    let ticket = admitted_at(&c, cl.url(0), join(&c, cl.url(0)).await).await;
+    let claims = cl
+        .crypto()
+        .verify_ticket(&ticket, waitingroom_http::clock::now_ms())
+        .unwrap();
+    let status: Value = c
+        .get(format!("{}/api/cluster", cl.nodes[0].internal_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let contact = |i: usize| {
+        let m = status["members"].as_array().unwrap();
+        let url = cl.nodes[i].internal_url();
+        let me = m.iter().find(|m| m["addr"] == url).unwrap();
+        (
+            NodeId(me["id"].as_u64().unwrap()),
+            me["incarnation"].as_u64().unwrap(),
+        )
+    };
+    let body = serde_json::to_vec(&json!([{ "op": "leave", "claims": claims }])).unwrap();
+    let crypto = cl.crypto();
+    let signed_for = |to: (NodeId, u64)| {
+        let route = Route {
+            path: "/peer/visitor/batch",
+            from: contact(1).0,
+            to: to.0,
+            to_incarnation: to.1,
+        };
+        let now = waitingroom_http::clock::now_ms();
+        let (head, mac) = RequestHead::sign(&crypto, route, now, rand::random(), &body);
+        head.headers(&mac).to_vec()
+    };
+    let send = |node: usize, headers: Vec<(&'static str, String)>| {
+        let mut r = c
+            .post(format!(
+                "{}/peer/visitor/batch",
+                cl.nodes[node].internal_url()
+            ))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        for (name, value) in headers {
+            r = r.header(name, value);
+        }
+        r.send()
+    };
+    let captured = signed_for(contact(0));
+    let r = send(2, captured.clone()).await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::MISDIRECTED_REQUEST,
+        "to another node"
+    );
+    let r = send(0, captured.clone()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the original, to node 1");
+    let answers: Value = r.json().await.unwrap();
+    assert_eq!(answers[0]["status"], 200, "{answers}");
+    let r = send(0, captured).await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "the replay, to node 1"
+    );
+    let r = send(2, signed_for(contact(2))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let answers: Value = r.json().await.unwrap();
+    assert_eq!(answers[0]["status"], 409, "{answers}");
+    assert_eq!(answers[0]["body"]["code"], "wrong_node", "{answers}");
+    let (s, v, _) = leave_with(&c, cl.url(1), &ticket, None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_left"))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_the_cluster_and_exits_zero() {
     let mut cl = Cluster::start("term", 2, &[]).await;

@@ -329,3 +329,37 @@ async fn forged_answers_to_a_forward_are_not_believed() {
         server.abort();
     }
 }
+
+/// A forwarded leave for a ticket another node holds — a live member, or a node this one never
+/// heard of — is refused (`wrong_node`), even when the request itself is genuine: only the node
+/// a ticket names serves it, until SWIM removes that node. Here the ticket is admitted (it
+/// carries an eviction time), so serving it would hand out a pass. (Before: a forwarded item
+/// was served "whatever the membership says".)
+#[tokio::test]
+async fn a_forwarded_ticket_of_another_node_is_refused() {
+    let n = TestNode::start(options(), false);
+    let now = now_ms();
+    let ticket = |node: u64| Ticket {
+        id: TicketId(0x5eed + node),
+        join_time: now - 5_000,
+        node: NodeId(node),
+        issued_at: now - 1_000,
+        next_refresh: now + 1_000,
+        expires_at: now + 10_000,
+        previous_position: None,
+        eviction_time: Some(now - 500),
+    };
+    let batch = |node: u64| {
+        json!([{ "op": "leave", "claims": ticket(node) }])
+            .to_string()
+            .into_bytes()
+    };
+    let r = n.send(signed(&n.app.crypto, FORWARD_PATH, batch(7))).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let answers = r.json();
+    assert_eq!(answers[0]["status"], 409, "{answers}");
+    assert_eq!(answers[0]["body"]["code"], "wrong_node", "{answers}");
+    // Its own ticket it serves.
+    let r = n.send(signed(&n.app.crypto, FORWARD_PATH, batch(1))).await;
+    assert_eq!(r.json()[0]["status"], 200, "{}", r.json());
+}

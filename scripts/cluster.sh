@@ -282,6 +282,8 @@ EOF
             proxy_pass http://nodes;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # The client's Host (a join's Origin is checked against it without --public-url).
+            proxy_set_header Host \$http_host;
             proxy_set_header X-Forwarded-For \$remote_addr;
             proxy_connect_timeout 1s;
             proxy_next_upstream error timeout http_503 non_idempotent;

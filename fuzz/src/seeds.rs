@@ -213,11 +213,15 @@ fn visitor_requests() -> Vec<Vec<u8>> {
                 "GET /api/pass/verify\nauthorization: Bearer \n\n",
             ],
         ),
-        // A browser on the waiting page.
+        // A browser on the waiting page: the page, its button, the page again; a button
+        // pressed from another site.
         session(
             straight,
             &[
                 "GET /\naccept: text/html\n\n",
+                "POST /\ncontent-type: application/x-www-form-urlencoded\norigin: http://x\nhost: x\n\njoin=1",
+                "POST /\nsec-fetch-site: cross-site\n\n",
+                "POST /api/join\norigin: null\n\n",
                 "GET /some/page?x=1\naccept: text/html,*/*\ncookie: wr_ticket=$T\n\n",
                 "HEAD /\naccept: text/html\n\n",
                 "GET /\naccept: text/html\ncookie: wr_pass=$P\n\n",

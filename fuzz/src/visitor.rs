@@ -162,6 +162,7 @@ fn fresh_app(flags: u8) -> Arc<App> {
     let t = template(flags);
     let mut cfg = t.cfg.clone();
     cfg.limits.join_rate_limit = if flags & 4 != 0 { 2 } else { 0 };
+    cfg.limits.join_burst = cfg.limits.join_rate_limit;
     cfg.limits.client_ip_header = (flags & 8 != 0).then(|| "x-forwarded-for".to_owned());
     if flags & 16 != 0 {
         cfg.limits.visitor_body = 64;
@@ -291,9 +292,12 @@ impl Session {
         );
         if status.is_client_error() || status.is_server_error() {
             if html {
-                // Only the waiting page answers in HTML, and only to GET (and HEAD).
+                // Only the waiting page answers in HTML: to GET (and HEAD), and to its button
+                // (POST /).
                 assert!(
-                    method == Method::GET || method == Method::HEAD,
+                    method == Method::GET
+                        || method == Method::HEAD
+                        || (method == Method::POST && path == "/"),
                     "{what}: an HTML error"
                 );
             } else {
@@ -301,9 +305,12 @@ impl Session {
             }
         }
         if status == StatusCode::SEE_OTHER {
+            // The page's button sends the browser back to the page; everything else to the
+            // origin.
+            let to = if method == Method::POST { "/" } else { ORIGIN };
             assert_eq!(
                 headers.get(header::LOCATION).map(HeaderValue::as_bytes),
-                Some(ORIGIN.as_bytes()),
+                Some(to.as_bytes()),
                 "{what}: redirects go to the origin"
             );
         }
@@ -389,7 +396,15 @@ fn check_json_error(what: &str, method: &Method, headers: &HeaderMap, body: &[u8
         v["error"].as_str().is_some_and(|e| !e.is_empty()),
         "{what}: error message {v}"
     );
-    if code == "rate_limited" || code == "not_ready" || code == "stopping" {
+    let later = [
+        "rate_limited",
+        "not_ready",
+        "stopping",
+        "owner_unavailable",
+        "overloaded",
+        "peer_busy",
+    ];
+    if later.contains(&code) {
         assert!(
             headers.contains_key(header::RETRY_AFTER),
             "{what}: {code} without Retry-After"

@@ -1,7 +1,7 @@
 //! Shared state of the HTTP handlers: one node's parts, assembled.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use waitingroom_core::{NodeId, SettingsError};
 use waitingroom_distributed::Node;
@@ -39,6 +39,8 @@ pub struct App {
     pub replay: ReplayCache,
     /// One permit per peer request in progress (`max_peer_requests`).
     pub peer_slots: Arc<tokio::sync::Semaphore>,
+    /// Requests in progress on the public routes (`max_pending_requests`).
+    pub pending: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -53,7 +55,8 @@ impl App {
     ) -> Self {
         App {
             page: Page::new(&cfg.branding),
-            join_limit: RateLimiter::new(cfg.limits.join_rate_limit),
+            join_limit: RateLimiter::new(cfg.limits.join_rate_limit, cfg.limits.join_burst),
+            pending: AtomicUsize::new(0),
             recent_leaves: RecentLeaves::default(),
             replay: ReplayCache::new(
                 cfg.limits.peer_replay_capacity,

@@ -16,6 +16,8 @@ use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 use waitingroom_distributed::{AdmissionMode, NodeConfig};
 
+use crate::client_addr::Cidr;
+
 /// Every setting of `waitingroom-node run`; `None` means "not given here".
 #[derive(Debug, Clone, Default, Args, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +71,11 @@ pub struct Options {
     /// Where admitted visitors are sent: the protected site. (default: /)
     #[arg(long, env = "WAITINGROOM_ORIGIN_URL", value_name = "URL")]
     pub origin_url: Option<String>,
+    /// The URL visitors reach the room at (e.g. https://queue.shop.example). Joins from pages
+    /// of any other origin are refused (403 cross_site). (default: none: a join's Origin must
+    /// match its Host header)
+    #[arg(long, env = "WAITINGROOM_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
 
     // ---- waiting room ----
     /// How many visitors may be on the site at once; "unlimited" for no limit. (default: 100)
@@ -183,15 +190,36 @@ pub struct Options {
     /// (default: 2000)
     #[arg(long, env = "WAITINGROOM_SHUTDOWN_GRACE_MS", value_name = "MS")]
     pub shutdown_grace_ms: Option<u64>,
-    /// Joins allowed per client per second (burst: the same number); 0 = no limit. The client
-    /// is the peer IP, or the client_ip_header when set. (default: 0)
+    /// Joins allowed per client per second, each node; 0 = no limit (benchmarks from one
+    /// address). The client is the address a trusted proxy reports, else the TCP peer; IPv6 by
+    /// its /64. Generous for people (one join per visit; hundreds behind one NAT at a sale's
+    /// start fit the burst), tight for a flood from one address. (default: 20)
     #[arg(long, env = "WAITINGROOM_JOIN_RATE_LIMIT", value_name = "N")]
     pub join_rate_limit: Option<u32>,
-    /// Header the load balancer sets to the client's address (e.g. x-forwarded-for). Its last
-    /// entry, the one the balancer wrote, is the client. Only set it when nodes are reachable
-    /// through the balancer alone. (default: none)
+    /// Most joins one client may make at once before the rate applies. (default: twice
+    /// join_rate_limit)
+    #[arg(long, env = "WAITINGROOM_JOIN_BURST", value_name = "N")]
+    pub join_burst: Option<u32>,
+    /// Header in which trusted proxies report the client's address; "" for none. Read only
+    /// from trusted_proxies; its entries are read from the last (the one the proxy wrote),
+    /// skipping trusted proxies. (default: x-forwarded-for)
     #[arg(long, env = "WAITINGROOM_CLIENT_IP_HEADER", value_name = "NAME")]
     pub client_ip_header: Option<String>,
+    /// Networks of the proxies (balancers) whose client_ip_header is believed, comma-separated
+    /// CIDRs or addresses; "" for none. From anyone else the TCP peer address is the client.
+    /// (default: 127.0.0.0/8,::1)
+    #[arg(
+        long,
+        env = "WAITINGROOM_TRUSTED_PROXIES",
+        value_name = "CIDR,...",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Most requests in progress on the public listener; beyond it a request gets 503
+    /// `overloaded` with Retry-After at once instead of waiting behind the others (/livez and
+    /// /readyz are never refused). (default: 4096)
+    #[arg(long, env = "WAITINGROOM_MAX_PENDING_REQUESTS", value_name = "N")]
+    pub max_pending_requests: Option<usize>,
     /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). (default: false)
     #[arg(long, env = "WAITINGROOM_COOKIE_SECURE", value_name = "BOOL")]
     pub cookie_secure: Option<bool>,
@@ -331,8 +359,14 @@ pub struct Limits {
     pub shutdown_grace_ms: u64,
     /// Joins per client per second; 0 = off.
     pub join_rate_limit: u32,
-    /// Header holding the client address.
+    /// Most joins per client at once.
+    pub join_burst: u32,
+    /// Header in which trusted proxies report the client address.
     pub client_ip_header: Option<String>,
+    /// Proxies whose header is believed.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Most requests in progress on the public listener.
+    pub max_pending_requests: usize,
 }
 
 /// The resolved configuration of one node.
@@ -354,6 +388,8 @@ pub struct ServerConfig {
     pub extra_verify_keys: Vec<PathBuf>,
     /// Where admitted visitors go.
     pub origin_url: String,
+    /// The room's public URL and its origin (for the `Origin` check of joins), if given.
+    pub public_url: Option<(String, String)>,
     /// Waiting room settings.
     pub settings: Settings,
     /// Protocol configuration template (id, incarnation, address and seed are filled in at
@@ -421,6 +457,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         key_file,
         extra_verify_key,
         origin_url,
+        public_url,
         target_on_site,
         refresh_interval_ms,
         ticket_expiry_ms,
@@ -440,7 +477,10 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         header_read_timeout_ms,
         shutdown_grace_ms,
         join_rate_limit,
+        join_burst,
         client_ip_header,
+        trusted_proxies,
+        max_pending_requests,
         cookie_secure,
         log_format,
         log_level,
@@ -472,6 +512,7 @@ impl Options {
             key_file: self.key_file()?,
             extra_verify_keys: self.extra_verify_key.clone().unwrap_or_default(),
             origin_url: self.origin_url()?,
+            public_url: self.public_url()?,
             limits: self.limits()?,
             branding: self.branding()?,
             log_level: self.log_level()?,
@@ -617,12 +658,13 @@ impl Options {
             forward_timeout_ms: self.forward_timeout_ms.unwrap_or(1_000),
             header_read_timeout_ms: self.header_read_timeout_ms.unwrap_or(10_000),
             shutdown_grace_ms: self.shutdown_grace_ms.unwrap_or(2_000),
-            join_rate_limit: self.join_rate_limit.unwrap_or(0),
-            client_ip_header: self
-                .client_ip_header
-                .as_ref()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty()),
+            join_rate_limit: self.join_rate_limit.unwrap_or(20),
+            join_burst: self
+                .join_burst
+                .unwrap_or_else(|| self.join_rate_limit.unwrap_or(20).saturating_mul(2)),
+            client_ip_header: self.client_ip_header()?,
+            trusted_proxies: self.trusted_proxies()?,
+            max_pending_requests: self.max_pending_requests.unwrap_or(4096),
         };
         for (field, value) in [
             ("visitor_body_limit", limits.visitor_body as u64),
@@ -635,20 +677,68 @@ impl Options {
             ("peer_timeout_ms", limits.peer_timeout_ms),
             ("forward_timeout_ms", limits.forward_timeout_ms),
             ("header_read_timeout_ms", limits.header_read_timeout_ms),
+            ("max_pending_requests", limits.max_pending_requests as u64),
         ] {
             if value == 0 {
                 return Err(SettingsError::new(field, "must be greater than 0"));
             }
         }
-        if let Some(h) = &limits.client_ip_header
-            && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()
-        {
+        Ok(limits)
+    }
+
+    /// The header trusted proxies report clients in (`None`: "" was given).
+    fn client_ip_header(&self) -> Result<Option<String>, SettingsError> {
+        let name = self
+            .client_ip_header
+            .as_deref()
+            .unwrap_or("x-forwarded-for")
+            .trim()
+            .to_ascii_lowercase();
+        if name.is_empty() {
+            return Ok(None);
+        }
+        if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err(SettingsError::new(
                 "client_ip_header",
                 "is not a valid header name",
             ));
         }
-        Ok(limits)
+        Ok(Some(name))
+    }
+
+    /// The networks whose client-address header is believed.
+    fn trusted_proxies(&self) -> Result<Vec<Cidr>, SettingsError> {
+        let Some(list) = &self.trusted_proxies else {
+            return Ok(["127.0.0.0/8", "::1"]
+                .iter()
+                .filter_map(|c| Cidr::parse(c))
+                .collect());
+        };
+        list.iter()
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                Cidr::parse(c).ok_or_else(|| {
+                    SettingsError::new(
+                        "trusted_proxies",
+                        format!("`{c}` is not an address or a network like 10.0.0.0/8"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The room's public URL, if given, and its origin (`scheme://host[:port]` as browsers
+    /// write it in an `Origin` header).
+    fn public_url(&self) -> Result<Option<(String, String)>, SettingsError> {
+        let Some(url) = &self.public_url else {
+            return Ok(None);
+        };
+        let url = url.trim().trim_end_matches('/').to_owned();
+        check_url("public_url", &url)?;
+        let origin = web_origin(&url)
+            .ok_or_else(|| SettingsError::new("public_url", format!("`{url}` has no host")))?;
+        Ok(Some((url, origin)))
     }
 
     /// The log filter, checked now so a typo is not silently ignored at start.
@@ -696,6 +786,23 @@ impl Options {
             template,
         })
     }
+}
+
+/// The origin of an absolute http(s) URL as a browser serialises it: scheme and host in lower
+/// case, the port only when it is not the scheme's default. `None` without a host.
+pub fn web_origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = rest.split(['/', '?', '#']).next()?.to_ascii_lowercase();
+    // Credentials (`user@`) never appear in an Origin.
+    let host = authority.rsplit('@').next()?;
+    let default = match scheme.as_str() {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return None,
+    };
+    let host = host.strip_suffix(default).unwrap_or(host);
+    (!host.is_empty()).then(|| format!("{scheme}://{host}"))
 }
 
 fn check_url(field: &'static str, url: &str) -> Result<(), SettingsError> {

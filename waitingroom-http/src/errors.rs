@@ -102,6 +102,24 @@ impl ApiError {
         )
     }
 
+    /// 503 `overloaded`: too many requests in progress; shed at once.
+    pub fn overloaded() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "this node is busy; retry shortly (your place is kept)",
+        )
+    }
+
+    /// 403 `cross_site`: a join from a page of another site.
+    pub fn cross_site(why: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            format!("joins from another site are refused ({why})"),
+        )
+    }
+
     /// 404.
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")

@@ -2,15 +2,19 @@
 //! This module only renders; the handler that joins, checks in and leaves for the browser is
 //! in [`crate::api`].
 //!
-//! The server does the work so the page needs no JavaScript: each load joins (no ticket
-//! cookie) or checks in (ticket cookie), and the page reloads itself with a `<meta refresh>`
-//! at the interval the room asks for. When the visitor is admitted the same request exchanges
-//! the ticket for a pass, sets the pass cookie and redirects to the origin. With JavaScript the
-//! page instead polls `/api/checkin` and updates the position in place.
+//! The server does the work so the page needs no JavaScript. A load without a ticket shows the
+//! page in its `new` state: it takes the visitor's place with its own POST (the script's
+//! `/api/join` at once, or without JavaScript its button, a form posting to `/`): a GET never
+//! takes a place. A load with a ticket checks in, and the page reloads itself with a `<meta
+//! refresh>` at the interval the room asks for. When the visitor is admitted the same request
+//! exchanges the ticket for a pass, sets the pass cookie and redirects to the origin. With
+//! JavaScript the page instead polls `/api/checkin` and updates the position in place, backing
+//! off on 503 and 429.
 //!
 //! Templates use `{{placeholder}}` substitution; every value is HTML-escaped. Placeholders:
-//! `title`, `text`, `position`, `eta`, `status` (`queued`, `starting` or `error`),
-//! `refresh_seconds`, `refresh_ms`, `background`, `foreground`, `accent`.
+//! `title`, `text`, `position`, `eta`, `status` (`new`, `queued`, `starting` or `error`),
+//! `refresh_seconds`, `refresh_ms`, `reload_seconds` (the `<meta refresh>`: the refresh
+//! interval, or an hour on the `new` page), `background`, `foreground`, `accent`.
 
 use std::collections::HashMap;
 
@@ -42,9 +46,15 @@ impl Page {
         }
     }
 
-    /// Renders the page.
+    /// Renders the page. A page in the `new` state does not reload itself (its `reload_seconds`
+    /// is an hour): it waits for the visitor's button, or its script joins.
     pub fn render(&self, position: &str, eta: &str, status: &str, refresh_ms: u64) -> String {
         let refresh_ms = refresh_ms.max(500);
+        let reload_seconds = if status == "new" {
+            3_600
+        } else {
+            refresh_ms.div_ceil(1000)
+        };
         let b = &self.branding;
         let values: HashMap<&str, String> = HashMap::from([
             ("title", b.title.clone()),
@@ -57,6 +67,7 @@ impl Page {
             ("status", status.to_owned()),
             ("refresh_ms", refresh_ms.to_string()),
             ("refresh_seconds", refresh_ms.div_ceil(1000).to_string()),
+            ("reload_seconds", reload_seconds.to_string()),
         ]);
         substitute(&self.template, &values)
     }
@@ -72,13 +83,38 @@ impl Page {
         html_response(StatusCode::OK, vec![ticket_cookie], html)
     }
 
+    /// The page of a visitor who has no place yet (no ticket, or one that can no longer be
+    /// used): the page takes one with its own POST — at once with JavaScript, with its button
+    /// without — then checks in every `refresh_ms`.
+    pub fn fresh(&self, refresh_ms: u64) -> Response {
+        let html = self.render(
+            "…",
+            "Take your place in line with the button below.",
+            "new",
+            refresh_ms,
+        );
+        html_response(StatusCode::OK, Vec::new(), html)
+    }
+
     /// The page of a visitor who could not be served: why, with `e`'s status; the page retries
     /// by itself. The response carries `e` for the request log.
     pub fn error(&self, e: &ApiError) -> Response {
-        let (status, text) = if e.status == StatusCode::SERVICE_UNAVAILABLE {
+        let (status, text) = if e.code == "owner_unavailable" || e.code == "overloaded" {
+            (
+                "starting",
+                "The waiting room is busy. You keep your place; this page retries by itself."
+                    .to_owned(),
+            )
+        } else if e.status == StatusCode::SERVICE_UNAVAILABLE {
             (
                 "starting",
                 "The waiting room is getting ready. This page retries by itself.".to_owned(),
+            )
+        } else if e.code == "cross_site" {
+            (
+                "error",
+                "This page was opened from another site. Open the waiting room directly."
+                    .to_owned(),
             )
         } else if e.status == StatusCode::TOO_MANY_REQUESTS {
             (
@@ -171,9 +207,12 @@ pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String
         header::HeaderName::from_static("x-content-type-options"),
         HeaderValue::from_static("nosniff"),
     );
+    // Not `no-referrer`: with it a browser sends `Origin: null` with the page's own form POST,
+    // which the join's same-site check must refuse. `same-origin` still tells other sites
+    // nothing.
     h.insert(
         header::HeaderName::from_static("referrer-policy"),
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     for c in cookies {
         h.append(header::SET_COOKIE, c);

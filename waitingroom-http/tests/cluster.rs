@@ -421,8 +421,9 @@ async fn visitor_flow_across_nodes() {
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
 
-    // The waiting page: a browser without cookies is queued and gets a ticket cookie; once
-    // admitted, the same page sets the pass cookie and redirects to the origin.
+    // The waiting page: a browser without cookies gets the page that takes a place (a GET
+    // never takes one); its button (POST /) does, with a ticket cookie; once admitted, the
+    // same page sets the pass cookie and redirects to the origin.
     let page = c
         .get(format!("{}/some/page", urls[1]))
         .header("accept", "text/html")
@@ -430,7 +431,17 @@ async fn visitor_flow_across_nodes() {
         .await
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
-    let cookie = page
+    assert!(page.headers().get("set-cookie").is_none());
+    let html = page.text().await.unwrap();
+    assert!(html.contains("id=\"position\"") && html.contains("data-status=\"new\""));
+    let button = c
+        .post(format!("{}/", urls[1]))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(button.status(), StatusCode::SEE_OTHER);
+    let cookie = button
         .headers()
         .get("set-cookie")
         .unwrap()
@@ -438,8 +449,6 @@ async fn visitor_flow_across_nodes() {
         .unwrap()
         .to_owned();
     assert!(cookie.starts_with("wr_ticket=") && cookie.contains("HttpOnly"));
-    let html = page.text().await.unwrap();
-    assert!(html.contains("id=\"position\"") && html.contains("http-equiv=\"refresh\""));
     let ticket_cookie = cookie.split(';').next().unwrap().to_owned();
     let mut cookie = ticket_cookie;
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -688,6 +688,7 @@ async fn join_rate_limit_is_per_client_address() {
     let n = TestNode::start(
         Options {
             join_rate_limit: Some(2),
+            join_burst: Some(2),
             ..options()
         },
         false,
@@ -701,8 +702,8 @@ async fn join_rate_limit_is_per_client_address() {
     assert_eq!(r.headers[header::RETRY_AFTER], "1");
     // Another address has its own allowance.
     assert_eq!(n.send(join([127, 0, 0, 3])).await.status, StatusCode::OK);
-    // The waiting page joins through the same limit (and says so in HTML).
-    let page = bodiless(Request::get("/"), header::ACCEPT, "text/html");
+    // The waiting page's button joins through the same limit (and says so in HTML).
+    let page = bodiless(Request::post("/"), header::ACCEPT, "text/html");
     let r = n.send(from(page, a)).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(String::from_utf8_lossy(&r.body).contains("Too many visits"));
@@ -717,6 +718,7 @@ async fn join_rate_limit_keys_on_the_balancer_entry_of_the_header() {
     let n = TestNode::start(
         Options {
             join_rate_limit: Some(1),
+            join_burst: Some(1),
             client_ip_header: Some("X-Forwarded-For".into()),
             ..options()
         },
@@ -770,6 +772,7 @@ async fn join_flood_does_not_push_honest_visitors_back() {
         let n = TestNode::start(
             Options {
                 join_rate_limit: Some(limit),
+                join_burst: Some(limit),
                 admit_straight_through: Some(false),
                 ..options()
             },

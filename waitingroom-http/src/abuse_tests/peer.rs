@@ -43,7 +43,11 @@ impl http_body::Body for Watched {
 }
 
 /// A request to `path` with `headers` and a watched body of `len` bytes (`None`: never sent).
-fn watched(path: &str, headers: HeaderMap, len: Option<usize>) -> (Request<Body>, Arc<AtomicBool>) {
+pub(super) fn watched(
+    path: &str,
+    headers: HeaderMap,
+    len: Option<usize>,
+) -> (Request<Body>, Arc<AtomicBool>) {
     let read = Arc::new(AtomicBool::new(false));
     let body = Watched {
         read: read.clone(),

@@ -20,6 +20,7 @@ mod visitor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use axum::Router;
@@ -43,7 +44,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(public_ops())
         .merge(peer_routes())
         .merge(internal_ops());
-    finish(routes, app, fallback)
+    shedding(finish(routes, app.clone(), fallback), app)
 }
 
 /// The public listener's routes: the visitor API, the waiting page, passes, the JWKS, health.
@@ -51,7 +52,7 @@ pub fn router(app: Arc<App>) -> Router {
 /// route.
 pub fn public_router(app: Arc<App>) -> Router {
     let routes = visitor_routes(&app).merge(public_ops());
-    finish(routes, app, fallback)
+    shedding(finish(routes, app.clone(), fallback), app)
 }
 
 /// The internal listener's routes: peer traffic, metrics, the cluster view, health. Anything
@@ -73,7 +74,7 @@ pub fn is_internal_path(path: &str) -> bool {
 
 fn visitor_routes(app: &App) -> Router<Arc<App>> {
     Router::new()
-        .route("/", get(page::waiting_page))
+        .route("/", get(page::waiting_page).post(page::join_form))
         .route("/api/join", post(visitor::join))
         .route("/api/checkin", post(visitor::checkin))
         .route("/api/leave", post(visitor::leave))
@@ -123,6 +124,52 @@ where
         .with_state(app)
 }
 
+/// `routes` behind the overload shedder (see [`shed`]).
+fn shedding(routes: Router, app: Arc<App>) -> Router {
+    routes.layer(middleware::from_fn_with_state(app, shed))
+}
+
+/// Sheds load rather than queueing it: with `max_pending_requests` requests already in progress
+/// on the public routes, a request gets 503 `overloaded` with `Retry-After` at once (a browser
+/// asking for a page gets the waiting page saying so), so a spike makes some clients come back
+/// a second later instead of making every client wait behind it. `/livez` and `/readyz` are
+/// never refused (a balancer must not take a busy node for a dead one), nor peer traffic (it
+/// has its own limit, `max_peer_requests`).
+async fn shed(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path == "/livez" || path == "/readyz" || is_internal_path(path) {
+        return next.run(req).await;
+    }
+    let Some(_slot) = Pending::take(&app.pending, app.cfg.limits.max_pending_requests) else {
+        app.metrics.count_shed("overloaded");
+        let e = ApiError::overloaded();
+        if req.method() == Method::GET && page::wants_html(req.headers()) {
+            return app.page.error(&e);
+        }
+        return e.into_response();
+    };
+    next.run(req).await
+}
+
+/// One request counted in progress, until dropped (also when the request is cancelled).
+struct Pending<'a>(&'a AtomicUsize);
+
+impl<'a> Pending<'a> {
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::AcqRel) >= max {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Pending(count))
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Records latency per route and logs refused requests with their reason.
 async fn track(
     State(app): State<Arc<App>>,
@@ -163,7 +210,6 @@ async fn fallback(
     State(app): State<Arc<App>>,
     method: Method,
     uri: Uri,
-    client: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
     // A browser that lands on any page of the room gets the waiting page; not on an internal
@@ -172,7 +218,7 @@ async fn fallback(
         && page::wants_html(&headers)
         && !is_internal_path(uri.path());
     if page {
-        return page::waiting_page(State(app), method, client, headers).await;
+        return page::waiting_page(State(app), method, headers).await;
     }
     ApiError::not_found().into_response()
 }
@@ -189,7 +235,8 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// The client of a request, keyed as this node is configured (`client_ip_header`).
+/// The client of a request, keyed as this node is configured (`client_ip_header`,
+/// `trusted_proxies`).
 impl FromRequestParts<Arc<App>> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
@@ -201,10 +248,12 @@ impl FromRequestParts<Arc<App>> for ClientAddr {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
+        let limits = &app.cfg.limits;
         Ok(ClientAddr::from_parts(
             &parts.headers,
             peer,
-            app.cfg.limits.client_ip_header.as_deref(),
+            limits.client_ip_header.as_deref(),
+            &limits.trusted_proxies,
         ))
     }
 }

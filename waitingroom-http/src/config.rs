@@ -186,6 +186,11 @@ pub struct Options {
     /// between requests. Slower clients are disconnected. (default: 10000)
     #[arg(long, env = "WAITINGROOM_HEADER_READ_TIMEOUT_MS", value_name = "MS")]
     pub header_read_timeout_ms: Option<u64>,
+    /// The longest a request may take from its head to its answer (a slow client's body
+    /// included), ms; past it, 408 `request_timeout`. Above forward_timeout_ms, twice over: a
+    /// forwarded request may wait for the batch ahead of it. (default: 10000)
+    #[arg(long, env = "WAITINGROOM_REQUEST_TIMEOUT_MS", value_name = "MS")]
+    pub request_timeout_ms: Option<u64>,
     /// On SIGTERM, how long to keep delivering the farewell before exiting, ms.
     /// (default: 2000)
     #[arg(long, env = "WAITINGROOM_SHUTDOWN_GRACE_MS", value_name = "MS")]
@@ -220,7 +225,8 @@ pub struct Options {
     /// /readyz are never refused). (default: 4096)
     #[arg(long, env = "WAITINGROOM_MAX_PENDING_REQUESTS", value_name = "N")]
     pub max_pending_requests: Option<usize>,
-    /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). (default: false)
+    /// Mark cookies `Secure` (browsers send them over HTTPS only). Always on when public_url
+    /// is https. (default: false, or true with an https public_url)
     #[arg(long, env = "WAITINGROOM_COOKIE_SECURE", value_name = "BOOL")]
     pub cookie_secure: Option<bool>,
 
@@ -355,6 +361,8 @@ pub struct Limits {
     pub forward_timeout_ms: u64,
     /// Header read (and keep-alive idle) timeout, ms.
     pub header_read_timeout_ms: u64,
+    /// Whole-request timeout, ms.
+    pub request_timeout_ms: u64,
     /// Shutdown grace, ms.
     pub shutdown_grace_ms: u64,
     /// Joins per client per second; 0 = off.
@@ -475,6 +483,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         peer_timeout_ms,
         forward_timeout_ms,
         header_read_timeout_ms,
+        request_timeout_ms,
         shutdown_grace_ms,
         join_rate_limit,
         join_burst,
@@ -517,7 +526,12 @@ impl Options {
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
-            cookie_secure: self.cookie_secure.unwrap_or(false),
+            // Secure whenever visitors reach the room over https.
+            cookie_secure: self.cookie_secure.unwrap_or(false)
+                || self
+                    .public_url
+                    .as_deref()
+                    .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://")),
             listen,
             internal_listen,
             settings,
@@ -626,13 +640,18 @@ impl Options {
         Ok(peers)
     }
 
-    /// Where admitted visitors go: it ends up in a `Location` header and the page.
+    /// Where admitted visitors go: it ends up in a `Location` header. When given, an absolute
+    /// http(s) URL with a host: no `//host` (which a browser reads as "any scheme"), no
+    /// `javascript:` or other scheme, no path alone. The default, `/`, is this host's root:
+    /// for a room in front of its site, where a gate sends pass holders on.
     fn origin_url(&self) -> Result<String, SettingsError> {
-        let origin_url = self.origin_url.clone().unwrap_or_else(|| "/".to_owned());
-        if !(origin_url.starts_with('/') || check_url("origin_url", &origin_url).is_ok()) {
+        let Some(origin_url) = self.origin_url.clone() else {
+            return Ok("/".to_owned());
+        };
+        if check_url("origin_url", &origin_url).is_err() || web_origin(&origin_url).is_none() {
             return Err(SettingsError::new(
                 "origin_url",
-                "must be an http(s) URL or a path starting with /",
+                format!("`{origin_url}` is not an absolute http:// or https:// URL with a host"),
             ));
         }
         if origin_url.contains(['"', '<', '>', '\n', '\r']) {
@@ -657,6 +676,7 @@ impl Options {
             peer_timeout_ms: self.peer_timeout_ms.unwrap_or(2_000),
             forward_timeout_ms: self.forward_timeout_ms.unwrap_or(1_000),
             header_read_timeout_ms: self.header_read_timeout_ms.unwrap_or(10_000),
+            request_timeout_ms: self.request_timeout_ms.unwrap_or(10_000),
             shutdown_grace_ms: self.shutdown_grace_ms.unwrap_or(2_000),
             join_rate_limit: self.join_rate_limit.unwrap_or(20),
             join_burst: self
@@ -677,11 +697,18 @@ impl Options {
             ("peer_timeout_ms", limits.peer_timeout_ms),
             ("forward_timeout_ms", limits.forward_timeout_ms),
             ("header_read_timeout_ms", limits.header_read_timeout_ms),
+            ("request_timeout_ms", limits.request_timeout_ms),
             ("max_pending_requests", limits.max_pending_requests as u64),
         ] {
             if value == 0 {
                 return Err(SettingsError::new(field, "must be greater than 0"));
             }
+        }
+        if limits.request_timeout_ms <= limits.forward_timeout_ms.saturating_mul(2) {
+            return Err(SettingsError::new(
+                "request_timeout_ms",
+                "must exceed twice forward_timeout_ms (a forwarded request may wait that long)",
+            ));
         }
         Ok(limits)
     }
@@ -985,6 +1012,27 @@ mod tests {
                 },
                 "node_id",
             ),
+            (
+                Options {
+                    trusted_proxies: Some(vec!["10.0.0.0/8".into(), "balancer".into()]),
+                    ..base()
+                },
+                "trusted_proxies",
+            ),
+            (
+                Options {
+                    public_url: Some("queue.example".into()),
+                    ..base()
+                },
+                "public_url",
+            ),
+            (
+                Options {
+                    request_timeout_ms: Some(1_500),
+                    ..base()
+                },
+                "request_timeout_ms",
+            ),
         ];
         for (o, field) in cases {
             let err = o.resolve().unwrap_err().to_string();
@@ -1012,6 +1060,54 @@ mod tests {
             "derived from the internal address at start"
         );
         assert!(with("0.0.0.0:80", None).resolve().is_err());
+    }
+
+    /// Where admitted visitors are sent must be an absolute http(s) URL with a host: a
+    /// protocol-relative `//host`, another scheme or a bare path are refused at start.
+    #[test]
+    fn origin_url_must_be_an_absolute_http_url() {
+        let with = |url: &str| {
+            Options {
+                origin_url: Some(url.into()),
+                ..base()
+            }
+            .resolve()
+        };
+        for bad in [
+            "//evil.example/",
+            "javascript:alert(1)",
+            "ftp://shop.example/",
+            "/shop",
+            "https://",
+            "http:///x",
+            "https://shop.example/\"<",
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.contains("origin_url"), "{bad}: {err}");
+        }
+        for good in ["https://shop.example/", "http://127.0.0.1:9/origin"] {
+            assert_eq!(with(good).unwrap().origin_url, good);
+        }
+        assert_eq!(base().resolve().unwrap().origin_url, "/", "the default");
+    }
+
+    #[test]
+    fn public_url_gives_the_origin_and_secure_cookies() {
+        let c = Options {
+            public_url: Some("https://Queue.Example:443/waiting/".into()),
+            ..base()
+        }
+        .resolve()
+        .unwrap();
+        let (url, origin) = c.public_url.unwrap();
+        assert_eq!(url, "https://Queue.Example:443/waiting");
+        assert_eq!(origin, "https://queue.example");
+        assert!(c.cookie_secure);
+        assert!(!base().resolve().unwrap().cookie_secure);
+        assert_eq!(
+            web_origin("http://a.example:8080/x?y").as_deref(),
+            Some("http://a.example:8080")
+        );
     }
 
     #[test]

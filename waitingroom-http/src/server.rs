@@ -58,6 +58,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         &cfg.key_file,
         &cfg.extra_verify_keys,
     )?);
+    for path in std::iter::once(&cfg.key_file).chain(&cfg.extra_verify_keys) {
+        if let Some(warning) = key_file_warning(path) {
+            tracing::warn!(path = %path.display(), "{warning}");
+        }
+    }
     let public = bind(cfg.listen).await?;
     let internal = match cfg.internal_listen {
         Some(addr) => Some(bind(addr).await?),
@@ -175,6 +180,28 @@ fn start_node(
     });
     tokio::spawn(app.driver.clone().run_timer());
     Ok(app)
+}
+
+/// Why the key file at `path` is a risk, if it is: readable by other users than its owner
+/// (anyone who reads it can forge passes and talk to the cluster as a node).
+pub fn key_file_warning(path: &std::path::Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        (mode & 0o077 != 0).then(|| {
+            format!(
+                "the cluster key file is readable by others than its owner (mode {:o}): \
+                 anyone who reads it can forge passes; chmod 600 it",
+                mode & 0o777
+            )
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// Shutdown's first part: refuse visitors, tell the cluster this node leaves, and keep

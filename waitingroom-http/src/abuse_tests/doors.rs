@@ -370,3 +370,129 @@ async fn overload_is_shed_at_once() {
     let _ = stuck.await;
     assert_eq!(n.post("/api/join", json!({})).await.status, StatusCode::OK);
 }
+
+/// A handler that panics is answered 500 `internal_error` as JSON (and the node keeps serving)
+/// instead of the connection being dropped. (Before: no panic handling; hyper closed the
+/// connection without an answer.)
+#[tokio::test]
+async fn a_panic_becomes_a_json_500() {
+    let n = TestNode::start(options(), false);
+    let boom = Router::new()
+        .route(
+            "/boom",
+            axum::routing::get(|| async {
+                panic!("a bug");
+                #[allow(unreachable_code)]
+                ""
+            }),
+        )
+        .merge(router(n.app.clone()));
+    let guarded = TestNode {
+        router: crate::api::guarded(boom, &n.app),
+        app: n.app.clone(),
+    };
+    guarded
+        .send(bodiless(Request::get("/boom"), header::ACCEPT, "*/*"))
+        .await
+        .assert_error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error");
+    let r = guarded
+        .send(bodiless(Request::get("/livez"), header::ACCEPT, "*/*"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+/// A request that takes longer than `request_timeout_ms` — here a client that sends its head and
+/// never its body — is answered 408 `request_timeout` as JSON. (Before: it waited for as long as
+/// the client liked.)
+#[tokio::test]
+async fn a_slow_request_times_out_with_json() {
+    let n = TestNode::start(
+        Options {
+            request_timeout_ms: Some(2_500),
+            forward_timeout_ms: Some(1_000),
+            ..options()
+        },
+        false,
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        "application/json".parse().expect("value"),
+    );
+    let (req, _) = super::peer::watched("/api/checkin", headers, None);
+    let started = Instant::now();
+    let r = n.send(req).await;
+    r.assert_error(StatusCode::REQUEST_TIMEOUT, "request_timeout");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(2_400) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+/// The waiting page cannot be framed (clickjacking) and runs only its own script and style:
+/// `X-Frame-Options: DENY` and a Content-Security-Policy with `frame-ancestors 'none'` whose
+/// script and style sources are a fresh nonce per answer, the one the page's tags carry.
+/// Other answers (a redirect, an error) are not to be framed either. (Before: neither header.)
+#[tokio::test]
+async fn the_page_cannot_be_framed_and_runs_only_its_own_code() {
+    let n = TestNode::start(options(), false);
+    let page = || bodiless(Request::get("/"), header::ACCEPT, "text/html");
+    let (a, b) = (n.send(page()).await, n.send(page()).await);
+    for r in [&a, &b] {
+        assert_eq!(r.headers[header::X_FRAME_OPTIONS], "DENY");
+        let csp = r.headers[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .expect("ASCII");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(csp.contains("default-src 'none'"), "{csp}");
+        let nonce = csp
+            .split("script-src 'nonce-")
+            .nth(1)
+            .and_then(|rest| rest.split('\'').next())
+            .expect("a script nonce");
+        let html = String::from_utf8_lossy(&r.body);
+        assert!(
+            html.contains(&format!("<script nonce=\"{nonce}\">")),
+            "{html}"
+        );
+        assert!(html.contains(&format!("<style nonce=\"{nonce}\">")));
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+    }
+    assert_ne!(
+        a.headers[header::CONTENT_SECURITY_POLICY],
+        b.headers[header::CONTENT_SECURITY_POLICY],
+        "a fresh nonce per answer"
+    );
+    let form = n
+        .send(bodiless(Request::post("/"), header::ACCEPT, "text/html"))
+        .await;
+    assert_eq!(form.status, StatusCode::SEE_OTHER);
+    assert_eq!(form.headers[header::X_FRAME_OPTIONS], "DENY");
+}
+
+/// Cookies are `Secure` whenever the room's public URL is https, with no other setting.
+/// (Before: off unless `cookie_secure` was set, even behind https.)
+#[tokio::test]
+async fn cookies_are_secure_when_the_public_url_is_https() {
+    for (public_url, secure) in [
+        (None, false),
+        (Some("http://queue.example"), false),
+        (Some("https://queue.example"), true),
+    ] {
+        let n = TestNode::start(
+            Options {
+                public_url: public_url.map(str::to_owned),
+                ..options()
+            },
+            false,
+        );
+        let r = n.post("/api/join", json!({})).await;
+        let cookie = r.headers[header::SET_COOKIE].to_str().expect("ASCII");
+        assert_eq!(
+            cookie.contains("; Secure"),
+            secure,
+            "{public_url:?}: {cookie}"
+        );
+    }
+}

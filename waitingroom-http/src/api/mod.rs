@@ -18,10 +18,11 @@ mod page;
 mod peer;
 mod visitor;
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
@@ -30,6 +31,8 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use crate::app::App;
 use crate::client_addr::ClientAddr;
@@ -44,7 +47,10 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(public_ops())
         .merge(peer_routes())
         .merge(internal_ops());
-    shedding(finish(routes, app.clone(), fallback), app)
+    guarded(
+        shedding(finish(routes, app.clone(), fallback), app.clone()),
+        &app,
+    )
 }
 
 /// The public listener's routes: the visitor API, the waiting page, passes, the JWKS, health.
@@ -52,14 +58,64 @@ pub fn router(app: Arc<App>) -> Router {
 /// route.
 pub fn public_router(app: Arc<App>) -> Router {
     let routes = visitor_routes(&app).merge(public_ops());
-    shedding(finish(routes, app.clone(), fallback), app)
+    guarded(
+        shedding(finish(routes, app.clone(), fallback), app.clone()),
+        &app,
+    )
 }
 
 /// The internal listener's routes: peer traffic, metrics, the cluster view, health. Anything
 /// else is 404.
 pub fn internal_router(app: Arc<App>) -> Router {
     let routes = peer_routes().merge(internal_ops()).merge(health());
-    finish(routes, app, internal_fallback)
+    guarded(finish(routes, app.clone(), internal_fallback), &app)
+}
+
+/// What every listener's routes get around them: a request that takes longer than
+/// `request_timeout_ms` (a slow client's body included) is answered 408 `request_timeout`, and
+/// a handler that panics is answered 500 `internal_error` (logged) instead of dropping the
+/// connection. Both answers are JSON errors like any other.
+pub(crate) fn guarded(routes: Router, app: &App) -> Router {
+    let timeout = Duration::from_millis(app.cfg.limits.request_timeout_ms);
+    routes
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .layer(middleware::map_response(timeout_json))
+        .layer(CatchPanicLayer::custom(panic_json))
+}
+
+/// The timeout layer's empty 408, as a JSON error.
+async fn timeout_json(resp: Response) -> Response {
+    if resp.status() == StatusCode::REQUEST_TIMEOUT
+        && resp.extensions().get::<LoggedError>().is_none()
+    {
+        tracing::info!(status = 408, code = "request_timeout", "request timed out");
+        return ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request took too long",
+        )
+        .into_response();
+    }
+    resp
+}
+
+/// A handler's panic, answered as a JSON 500 (and logged: it is a bug).
+fn panic_json(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %what, "a request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "internal error; the request was not served",
+    )
+    .into_response()
 }
 
 /// Whether `path` is one of the routes only the internal listener serves (`/peer/...`,

@@ -347,7 +347,12 @@ async fn overload_is_shed_at_once() {
         let n = n.clone();
         async move { n.send(req).await }
     });
+    let deadline = Instant::now() + Duration::from_secs(5);
     while n.app.pending.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck request was never counted"
+        );
         tokio::task::yield_now().await;
     }
     let started = Instant::now();
@@ -421,7 +426,9 @@ async fn a_slow_request_times_out_with_json() {
     );
     let (req, _) = super::peer::watched("/api/checkin", headers, None);
     let started = Instant::now();
-    let r = n.send(req).await;
+    let r = tokio::time::timeout(Duration::from_secs(10), n.send(req))
+        .await
+        .expect("an answer within 10 s");
     r.assert_error(StatusCode::REQUEST_TIMEOUT, "request_timeout");
     let took = started.elapsed();
     assert!(

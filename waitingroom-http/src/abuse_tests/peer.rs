@@ -226,7 +226,12 @@ async fn peer_requests_beyond_the_cap_get_503() {
         let n = n.clone();
         async move { n.send(req).await }
     });
+    let deadline = Instant::now() + Duration::from_secs(5);
     while n.app.peer_slots.available_permits() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck request never took a slot"
+        );
         tokio::task::yield_now().await;
     }
     let r = n

@@ -36,8 +36,8 @@ pub struct Options {
     /// port, loopback only)
     #[arg(long, env = "WAITINGROOM_INTERNAL_LISTEN", value_name = "ADDR")]
     pub internal_listen: Option<SocketAddr>,
-    /// Base URL other nodes use to reach this one: its internal listener. Required when that
-    /// listener is on 0.0.0.0 or ::. (default: http:// + the internal listener's address, or
+    /// Base URL other nodes use to reach this one: its internal listener; http:// (this build
+    /// has no TLS). Required when that listener is on 0.0.0.0 or ::. (default: http:// + the internal listener's address, or
     /// the public one's without --internal-listen)
     #[arg(long, env = "WAITINGROOM_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
@@ -45,8 +45,8 @@ pub struct Options {
     /// advertised URL)
     #[arg(long, env = "WAITINGROOM_NODE_ID", value_name = "ID")]
     pub node_id: Option<u64>,
-    /// Base URLs of cluster members to join through (comma-separated). Empty: start a new
-    /// cluster. (default: empty)
+    /// Internal base URLs (http://) of cluster members to join through (comma-separated).
+    /// Empty: start a new cluster. (default: empty)
     #[arg(
         long,
         env = "WAITINGROOM_PEERS",
@@ -595,7 +595,7 @@ impl Options {
     fn advertise(&self, peer_listen: SocketAddr) -> Result<Option<String>, SettingsError> {
         match &self.advertise {
             Some(adv) => {
-                check_url("advertise", adv)?;
+                check_peer_url("advertise", adv)?;
                 Ok(Some(adv.trim_end_matches('/').to_owned()))
             }
             None if peer_listen.ip().is_unspecified() => Err(SettingsError::new(
@@ -635,7 +635,7 @@ impl Options {
             .filter(|p| !p.is_empty())
             .collect();
         for p in &peers {
-            check_url("peers", p)?;
+            check_peer_url("peers", p)?;
         }
         Ok(peers)
     }
@@ -832,6 +832,25 @@ pub fn web_origin(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| format!("{scheme}://{host}"))
 }
 
+/// A URL peers are reached at: `http://` only. This build has no TLS client (nor server), so
+/// an `https://` peer could never be reached: refused now rather than failing at run time.
+fn check_peer_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
+    if url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    {
+        return Err(SettingsError::new(
+            field,
+            format!(
+                "`{url}`: peers talk plain http:// between internal listeners (this build has \
+                 no TLS; mutual TLS on the internal listener is not implemented): use http:// \
+                 on a private network"
+            ),
+        ));
+    }
+    check_url(field, url)
+}
+
 fn check_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
     let rest = url
         .strip_prefix("http://")
@@ -1011,6 +1030,20 @@ mod tests {
                     ..base()
                 },
                 "node_id",
+            ),
+            (
+                Options {
+                    peers: Some(vec!["https://10.0.0.2:9081".into()]),
+                    ..base()
+                },
+                "peers",
+            ),
+            (
+                Options {
+                    advertise: Some("https://10.0.0.1:9081".into()),
+                    ..base()
+                },
+                "advertise",
             ),
             (
                 Options {

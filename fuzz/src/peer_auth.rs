@@ -7,8 +7,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use waitingroom_core::{NodeId, Time};
 use waitingroom_http::crypto::Crypto;
 use waitingroom_http::peer_auth::{
-    Expect, HEADER_DIGEST, HEADER_FROM, HEADER_KID, HEADER_NONCE, HEADER_SIGNATURE,
-    HEADER_TIMESTAMP, HEADER_TO, HEADER_TO_INCARNATION, ReplyHead, RequestHead, Route, check_body,
+    COVERED_HEADERS, Expect, HEADER_DIGEST, HEADER_KID, ReplyHead, RequestHead, Route, check_body,
     check_head,
 };
 use waitingroom_http::replay::{Admit, ReplayCache};
@@ -16,17 +15,7 @@ use waitingroom_http::replay::{Admit, ReplayCache};
 use crate::tokens::key;
 
 /// The headers a request's MAC covers, in the order the input's field byte picks them.
-pub const FIELDS: [&str; 9] = [
-    HEADER_KID,
-    HEADER_TIMESTAMP,
-    HEADER_NONCE,
-    HEADER_FROM,
-    HEADER_TO,
-    HEADER_TO_INCARNATION,
-    HEADER_DIGEST,
-    HEADER_SIGNATURE,
-    "content-length",
-];
+pub const FIELDS: [&str; 9] = COVERED_HEADERS;
 
 const NOW: Time = 1_700_000_000_000;
 const PATH: &str = "/peer/messages";

@@ -50,6 +50,20 @@ pub const HEADER_DIGEST: &str = "x-waitingroom-body-sha256";
 /// Header carrying the base64url HMAC-SHA256 of a peer request or answer.
 pub const HEADER_SIGNATURE: &str = "x-waitingroom-signature";
 
+/// Every header a peer request's MAC covers (`content-length` included), in the order of
+/// [`RequestHead`]'s fields.
+pub const COVERED_HEADERS: [&str; 9] = [
+    HEADER_KID,
+    HEADER_TIMESTAMP,
+    HEADER_NONCE,
+    HEADER_FROM,
+    HEADER_TO,
+    HEADER_TO_INCARNATION,
+    HEADER_DIGEST,
+    HEADER_SIGNATURE,
+    "content-length",
+];
+
 /// Why a peer request (or a peer's answer) was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PeerAuthError {
@@ -527,17 +541,7 @@ mod tests {
     fn every_covered_header_matters() {
         let c = Crypto::generate();
         let h = signed(&c, (7, 3), 10_000, 9, b"[]");
-        for name in [
-            HEADER_KID,
-            HEADER_TIMESTAMP,
-            HEADER_NONCE,
-            HEADER_FROM,
-            HEADER_TO,
-            HEADER_TO_INCARNATION,
-            HEADER_DIGEST,
-            HEADER_SIGNATURE,
-            "content-length",
-        ] {
+        for name in COVERED_HEADERS {
             let r = ReplayCache::new(16, 5_000);
             let mut missing = h.clone();
             missing.remove(name);

@@ -95,6 +95,16 @@ fn from_ip(mut req: Request<Body>, ip: std::net::IpAddr) -> Request<Body> {
     req
 }
 
+/// A JSON POST to `path` whose client sends the head and never the body.
+fn body_never_sent(path: &str) -> Request<Body> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        "application/json".parse().expect("value"),
+    );
+    super::peer::watched(path, headers, None).0
+}
+
 fn join_status(r: &Reply) -> StatusCode {
     r.status
 }
@@ -337,12 +347,7 @@ async fn overload_is_shed_at_once() {
         },
         false,
     ));
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        "application/json".parse().expect("value"),
-    );
-    let (req, _) = super::peer::watched("/api/join", headers, None);
+    let req = body_never_sent("/api/join");
     let stuck = tokio::spawn({
         let n = n.clone();
         async move { n.send(req).await }
@@ -419,12 +424,7 @@ async fn a_slow_request_times_out_with_json() {
         },
         false,
     );
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        "application/json".parse().expect("value"),
-    );
-    let (req, _) = super::peer::watched("/api/checkin", headers, None);
+    let req = body_never_sent("/api/checkin");
     let started = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(10), n.send(req))
         .await

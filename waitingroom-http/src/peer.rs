@@ -147,10 +147,17 @@ impl Transport {
         }
     }
 
-    /// The shared HTTP client, configured for peers (keep-alive, no proxy). Idle connections
-    /// are closed after `idle`: below the peers' own idle limit (their header read timeout), so
-    /// a request is never sent down a connection the other side is closing.
-    pub fn build_client(idle: Duration) -> reqwest::Client {
+    /// The shared HTTP client, configured for peers (keep-alive, no proxy), closing idle
+    /// connections after 5 s: half the peers' default header read timeout (see
+    /// [`Transport::build_client_with_idle`]).
+    pub fn build_client() -> reqwest::Client {
+        Self::build_client_with_idle(Duration::from_secs(5))
+    }
+
+    /// The same, closing idle connections after `idle`: below the peers' own idle limit (their
+    /// header read timeout), so a request is never sent down a connection the other side is
+    /// closing.
+    pub fn build_client_with_idle(idle: Duration) -> reqwest::Client {
         reqwest::Client::builder()
             .no_proxy()
             .pool_idle_timeout(idle)
@@ -510,7 +517,7 @@ mod tests {
     async fn queue_per_peer_is_bounded_and_drops_the_oldest() {
         let metrics = Arc::new(Metrics::new());
         let t = Arc::new(Transport::new(
-            Transport::build_client(Duration::from_secs(5)),
+            Transport::build_client(),
             Arc::new(Crypto::generate()),
             limits(3),
             metrics.clone(),

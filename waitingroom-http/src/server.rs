@@ -162,7 +162,12 @@ fn start_node(
         .collect();
     // Peers close idle connections after their header read timeout: close ours well before.
     let idle = Duration::from_millis(cfg.limits.header_read_timeout_ms / 2);
-    let app = App::assemble(Arc::new(cfg), crypto, node, Transport::build_client(idle));
+    let app = App::assemble(
+        Arc::new(cfg),
+        crypto,
+        node,
+        Transport::build_client_with_idle(idle),
+    );
     tracing::info!(
         id = id.0,
         incarnation,

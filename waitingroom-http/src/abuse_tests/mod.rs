@@ -77,12 +77,8 @@ impl TestNode {
     /// (so visitors get admitted), else nobody is ever let out and positions stay put.
     fn start(options: Options, timer: bool) -> TestNode {
         let cfg = options.resolve().expect("valid test options");
-        let app = App::single_node(
-            cfg,
-            Crypto::generate(),
-            Transport::build_client(Duration::from_secs(5)),
-        )
-        .expect("valid protocol settings");
+        let app = App::single_node(cfg, Crypto::generate(), Transport::build_client())
+            .expect("valid protocol settings");
         if timer {
             tokio::spawn(app.driver.clone().run_timer());
         }

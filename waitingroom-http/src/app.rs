@@ -13,8 +13,13 @@ use crate::leaves::RecentLeaves;
 use crate::metrics::Metrics;
 use crate::page::Page;
 use crate::peer::Transport;
+use crate::peer_auth::PeerAuthError;
 use crate::rate_limit::RateLimiter;
 use crate::replay::ReplayCache;
+
+/// Why a request may be shed at once with 503 (`waitingroom_requests_shed_total{reason}`):
+/// too many in progress on the public routes, too many peer requests, a full replay cache.
+pub const SHED_REASONS: [&str; 3] = ["overloaded", "peer_busy", "replay_cache_full"];
 
 /// Everything a handler needs.
 #[derive(Debug)]
@@ -82,6 +87,8 @@ impl App {
         client: reqwest::Client,
     ) -> Arc<Self> {
         let metrics = Arc::new(Metrics::new());
+        Metrics::declare(&metrics.peer_auth_failures, &PeerAuthError::REASONS);
+        Metrics::declare(&metrics.shed, &SHED_REASONS);
         let transport = Arc::new(Transport::new(
             client,
             crypto.clone(),

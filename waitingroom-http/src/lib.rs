@@ -13,12 +13,12 @@
 //! - [`app`]: one node's parts assembled, the state every handler gets;
 //! - [`driver`]: owns the [`waitingroom_distributed::Node`] and its timer;
 //! - [`peer`]: batched, bounded, signed node-to-node transport;
-//! - [`peer_auth`]: what a peer request's MAC covers, checked from its headers before its body
-//!   is read; [`replay`]: the nonces of recent peer requests;
 //! - [`page`]: renders the waiting page (no handler, no state);
 //! - [`leaves`]: passes kept a minute so a leave whose answer was lost can be repeated;
 //! - [`metrics`], [`fairness`]: Prometheus metrics and the live inversion count;
 //! - [`errors`]: the one error type of handlers; [`cookies`]: the ticket and pass cookies;
+//! - [`peer_auth`]: what a peer request's MAC covers, checked from its headers before its body
+//!   is read; [`replay`]: the nonces of recent peer requests;
 //! - [`config`]: settings from file, environment and flags; [`crypto`]: keys, tokens and peer
 //!   signatures; [`wire`]: the JSON bodies; [`clock`]: the one clock; [`rate_limit`]: the
 //!   per-client join limit; [`client_addr`]: who a request comes from.

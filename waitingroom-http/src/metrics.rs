@@ -291,6 +291,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Makes the series of `reasons` exist in `family` (at 0), so dashboards and alerts find
+    /// them before the first count.
+    pub fn declare(family: &Family<ReasonLabels, Counter>, reasons: &[&'static str]) {
+        for &reason in reasons {
+            let _ = family.get_or_create(&ReasonLabels { reason });
+        }
+    }
+
     /// Counts a request shed at a limit.
     pub fn count_shed(&self, reason: &'static str) {
         self.shed.get_or_create(&ReasonLabels { reason }).inc();

@@ -107,6 +107,19 @@ pub enum PeerAuthError {
 }
 
 impl PeerAuthError {
+    /// Every [`PeerAuthError::reason`], so a dashboard finds each series before its first
+    /// refusal.
+    pub const REASONS: [&'static str; 8] = [
+        "missing",
+        "stale",
+        "bad_signature",
+        "misdirected",
+        "replayed",
+        "replay_cache_full",
+        "too_large",
+        "body_mismatch",
+    ];
+
     /// The metric label of this refusal.
     pub fn reason(&self) -> &'static str {
         match self {

@@ -47,3 +47,5 @@ pub mod wire;
 
 #[cfg(test)]
 mod abuse_tests;
+#[cfg(test)]
+mod deploy_tests;

@@ -27,13 +27,17 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 use crate::app::App;
 use crate::client_addr::ClientAddr;
 use crate::errors::{ApiError, LoggedError};
 use crate::metrics::RouteLabels;
 use crate::peer::{FORWARD_PATH, ForwardOp, MESSAGES_PATH};
+
+/// The pass check under any method and path suffix, for gates that cannot set the path or
+/// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).
+pub const VERIFY_ANY_PATH: &str = "/api/pass/verify/{*checked_path}";
 
 /// Every route of a node.
 pub fn router(app: Arc<App>) -> Router {
@@ -45,6 +49,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/leave", post(visitor::leave))
         .route("/api/pass/refresh", post(visitor::refresh_pass))
         .route("/api/pass/verify", get(visitor::verify_pass))
+        // Envoy's ext_authz asks with the request's own method and its path appended.
+        .route(VERIFY_ANY_PATH, any(visitor::verify_pass))
         .layer(DefaultBodyLimit::max(limits.visitor_body));
     let mut peers = Router::new()
         .route(MESSAGES_PATH, post(peer::messages))
@@ -93,7 +99,7 @@ async fn track(
     {
         if status >= 500 {
             tracing::warn!(%route, status, code = %e.code, error = %e.message, "request failed");
-        } else if route == "/api/pass/verify" {
+        } else if route == "/api/pass/verify" || route == VERIFY_ANY_PATH {
             // A gate's routine answer (every visitor without a valid pass gets it): not worth a
             // log line each at info.
             tracing::debug!(%route, status, code = %e.code, error = %e.message, "request refused");

@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 
 use waitingroom_core::{NodeId, Time};
 
-use crate::messages::{Body, ChannelMsg, Contact, Envelope};
-use crate::node::Transmit;
+use crate::membership::Contact;
+use crate::messages::{Body, ChannelMsg, Envelope};
+use crate::outputs::Transmit;
 
 /// Most unacknowledged messages kept per link; past this the peer is surely gone (failure
 /// detection will remove it), and memory must stay bounded meanwhile.

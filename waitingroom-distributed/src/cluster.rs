@@ -5,9 +5,11 @@ use std::collections::BTreeSet;
 
 use waitingroom_core::{NodeId, Time};
 
-use crate::membership::Membership;
-use crate::messages::{Body, ChannelMsg, ClusterRank, Contact, View};
-use crate::node::{Event, Node, Phase, Timer};
+use crate::membership::{ClusterRank, Contact, Membership, View};
+use crate::messages::{Body, ChannelMsg};
+use crate::node::{Node, Phase};
+use crate::outputs::Event;
+use crate::timer::Timer;
 
 impl Node {
     pub(crate) fn send_join_request(&mut self, now: Time) {

@@ -15,16 +15,19 @@ pub mod invariants;
 pub mod membership;
 pub mod messages;
 pub mod node;
+mod outputs;
 mod qpid;
 mod swim;
 mod tag;
+mod timer;
 mod visitor;
 
 #[cfg(test)]
 mod fuzz_regressions;
 
 pub use config::{AdmissionMode, NodeConfig};
-pub use membership::Membership;
-pub use messages::{Body, ChannelMsg, Contact, Envelope, Summary, Weight};
-pub use node::{Event, Node, NodeStatus, Phase, Transmit};
+pub use membership::{Contact, Membership};
+pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
+pub use node::{Node, NodeStatus, Phase};
+pub use outputs::{Event, Transmit};
 pub use visitor::VisitorError;

@@ -6,62 +6,23 @@
 //! ([`Node::poll_event`]). The node never sleeps, spawns, reads a clock or an unseeded random
 //! source, and only iterates ordered collections, so a seed replays a run exactly.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use waitingroom_core::{NodeId, QueueKey, SettingsError, Time, WaitingRoom};
+use waitingroom_core::{NodeId, SettingsError, Time, WaitingRoom};
 
 use crate::channel::Channels;
 use crate::config::NodeConfig;
+use crate::membership::Contact;
 use crate::membership::Membership;
-use crate::messages::{Body, ChannelMsg, Contact, Envelope, Stamp, Summary};
+use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary};
+use crate::outputs::{Event, Transmit};
 use crate::qpid::Qpid;
 use crate::swim::Swim;
 use crate::tag::Tag;
-
-/// A message for the driver to deliver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit {
-    /// The transport address of the receiver.
-    pub to_addr: std::sync::Arc<str>,
-    /// The message.
-    pub envelope: Envelope,
-}
-
-/// Something that happened, for the driver's metrics and logs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Event {
-    /// A visitor queued here was let out.
-    Admitted {
-        /// Their queue key.
-        key: QueueKey,
-        /// When this node marked them admitted.
-        at: Time,
-        /// When the decision was made (the root's clock): visitors decided together are let out
-        /// in key order, so the admission sequence is ordered by `(decided_at, key)`.
-        decided_at: Time,
-    },
-    /// This node is now a member of a cluster.
-    Joined {
-        /// Membership version.
-        version: u64,
-    },
-    /// The cluster declared this node dead (or it lost a partition); it rejoins, keeping its
-    /// queued visitors.
-    Rejoining,
-    /// A member was added.
-    MemberAdded(Contact),
-    /// A member was removed (failed, left, or restarted with a new incarnation).
-    MemberRemoved(Contact),
-    /// SWIM declared a member dead.
-    MemberFailed(Contact),
-    /// This node, as root, completed a count.
-    CountCompleted(Summary),
-    /// No count was seen for too long: the tree was rebuilt.
-    TreeRepaired,
-}
+use crate::timer::{Timer, TimerTable};
 
 /// Where a node is in its life.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,17 +45,6 @@ pub enum Phase {
     Stopped,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Timer {
-    Evict,
-    Cleanup,
-    Probe,
-    ProbeTimeout(u64),
-    Retransmit,
-    JoinRetry,
-    FormerProbe,
-}
-
 /// One node of the waiting room cluster.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -105,7 +55,7 @@ pub struct Node {
     pub(crate) phase: Phase,
     pub(crate) membership: Membership,
     /// `membership.view()`, kept because every probe carries it.
-    pub(crate) view: crate::messages::View,
+    pub(crate) view: crate::membership::View,
     pub(crate) qpid: Qpid,
     pub(crate) tag: Tag,
     pub(crate) swim: Swim,
@@ -121,8 +71,7 @@ pub struct Node {
     /// Channel messages for a membership version not applied yet, replayed once it is.
     pub(crate) future: Vec<(NodeId, ChannelMsg)>,
     pub(crate) admitted_total: u64,
-    retransmit_armed: bool,
-    timers: BTreeSet<(Time, Timer)>,
+    timers: TimerTable,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
 }
@@ -161,8 +110,7 @@ impl Node {
             forgets: BTreeMap::new(),
             future: Vec::new(),
             admitted_total: 0,
-            retransmit_armed: false,
-            timers: BTreeSet::new(),
+            timers: TimerTable::default(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             cfg,
@@ -210,7 +158,7 @@ impl Node {
             self.broadcast_membership(&next);
         }
         self.phase = Phase::Stopped;
-        self.timers.retain(|(_, t)| *t == Timer::Retransmit);
+        self.timers.keep_only_retransmit();
     }
 
     /// Whether every reliable message sent has been acknowledged (or given up on).
@@ -219,12 +167,11 @@ impl Node {
     }
 
     fn start_timers(&mut self, now: Time) {
-        self.timers.clear();
+        self.timers = TimerTable::default();
         let interval = self.cfg.settings.eviction_interval_ms;
         self.arm(next_boundary(now, interval), Timer::Evict);
         self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
         self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
-        self.retransmit_armed = false;
         self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
         self.tag.last_round_seen = now;
     }
@@ -233,16 +180,12 @@ impl Node {
 
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.first().map(|(t, _)| *t)
+        self.timers.next().map(|(t, _)| t)
     }
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        while let Some(&(due, timer)) = self.timers.first() {
-            if due > now {
-                break;
-            }
-            self.timers.pop_first();
+        while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, timer);
         }
         self.flush(now);
@@ -337,7 +280,6 @@ impl Node {
             }
             Timer::ProbeTimeout(nonce) => self.on_probe_timeout(now, nonce),
             Timer::Retransmit => {
-                self.retransmit_armed = false;
                 self.check_settling(now);
                 let members = &self.membership.members;
                 let joining = matches!(self.phase, Phase::Joining { .. });
@@ -366,7 +308,7 @@ impl Node {
     }
 
     pub(crate) fn arm(&mut self, at: Time, timer: Timer) {
-        self.timers.insert((at, timer));
+        self.timers.set(timer, at);
     }
 
     /// Sends pending acknowledgements that found no message to ride on.
@@ -387,8 +329,7 @@ impl Node {
     /// The retransmission timer runs only while something waits for an acknowledgement (or the
     /// node is settling): an idle cluster has no timer events for it.
     pub(crate) fn arm_retransmit(&mut self, now: Time) {
-        if !self.retransmit_armed {
-            self.retransmit_armed = true;
+        if !self.timers.retransmit_armed() {
             self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
         }
     }

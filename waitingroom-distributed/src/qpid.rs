@@ -15,7 +15,8 @@ use waitingroom_core::{NodeId, Time};
 
 use crate::config::AdmissionMode;
 use crate::messages::{Admission, ChannelMsg, Weight};
-use crate::node::{Event, Node};
+use crate::node::Node;
+use crate::outputs::Event;
 
 /// QPID state of one node.
 #[derive(Debug, Clone)]

@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 use rand::seq::{IndexedRandom, SliceRandom};
 use waitingroom_core::{NodeId, Time};
 
-use crate::messages::{Body, Contact, View};
-use crate::node::{Event, Node, Timer};
+use crate::membership::{Contact, View};
+use crate::messages::Body;
+use crate::node::Node;
+use crate::outputs::Event;
+use crate::timer::Timer;
 
 /// Most indirect probes relayed for others at once.
 const MAX_RELAYS: usize = 256;

@@ -18,7 +18,8 @@ use crate::messages::{
     Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
     Stamp, Summary,
 };
-use crate::node::{Event, Node};
+use crate::node::Node;
+use crate::outputs::Event;
 
 /// Histogram buckets reported per count, for position estimates.
 const BUCKETS: u64 = 16;

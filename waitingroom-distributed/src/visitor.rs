@@ -8,8 +8,8 @@
 use thiserror::Error;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket, TicketId, Time};
 
+use crate::membership::Contact;
 use crate::messages::ChannelMsg;
-use crate::messages::Contact;
 use crate::node::{Node, Phase};
 
 /// Most re-queued visitors remembered for nodes that are away.
@@ -48,7 +48,7 @@ impl Node {
         if straight_through {
             self.admitted_total += 1;
             let key = answer.ticket.key_on(self.me.id);
-            self.emit(crate::node::Event::Admitted {
+            self.emit(crate::outputs::Event::Admitted {
                 key,
                 at: now,
                 decided_at: now,

@@ -1,14 +1,12 @@
 //! Membership changes: joining, applying a new tree, resolving conflicts, leaving, and merging
 //! the two sides of a healed partition.
 
-use std::collections::BTreeSet;
-
 use waitingroom_core::{NodeId, Time};
 
 use crate::membership::{ClusterRank, Contact, Membership, View};
 use crate::messages::{Body, ChannelMsg};
 use crate::node::{Node, Phase};
-use crate::outputs::Event;
+use crate::outputs::{Event, Outbox};
 use crate::timer::Timer;
 
 impl Node {
@@ -177,12 +175,14 @@ impl Node {
         }
         for c in added {
             self.formers.remove(&c.id);
+            let mut out = Outbox::default();
             for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
-                self.send(now, &c, ChannelMsg::Forget { ticket });
+                out.send_to(c.clone(), ChannelMsg::Forget { ticket });
             }
+            self.send_outbox(now, out);
             self.emit(Event::MemberAdded(c));
         }
-        let neighbours: BTreeSet<NodeId> = self.membership.neighbours(me).into_iter().collect();
+        let neighbours = self.membership.neighbours(me);
         self.tag.round = None;
         self.qpid_apply(now, &neighbours);
         let pending = std::mem::take(&mut self.future);
@@ -210,7 +210,7 @@ impl Node {
         seeds.retain(|a| **a != *self.me.addr);
         self.me.incarnation += 1;
         self.channels.clear();
-        self.qpid = Default::default();
+        self.qpid.reset();
         self.tag.round = None;
         // Another cluster's decisions do not apply to the queue we are joining.
         self.tag.ranges.clear();
@@ -268,5 +268,33 @@ impl Node {
             }
             self.rejoin(now, vec![from.addr.to_string()]);
         }
+    }
+
+    /// SWIM declared `target` dead: remove it and tell everyone.
+    pub(crate) fn declare_dead(&mut self, now: Time, target: Contact) {
+        if let Some(next) =
+            self.membership
+                .with_removed(target.id, target.incarnation, self.cfg.max_tree_degree)
+        {
+            self.emit(Event::MemberFailed(target));
+            self.commit_membership(now, next);
+        }
+    }
+
+    /// Former members, and seed addresses outside the cluster, to ping now and then.
+    pub(crate) fn former_candidates(&self) -> Vec<Contact> {
+        let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
+        let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
+        candidates.extend(
+            self.seed_addrs
+                .iter()
+                .filter(|a| !member_addrs.contains(&a.as_str()) && a.as_str() != &*self.me.addr)
+                .map(|addr| Contact {
+                    id: NodeId(0),
+                    incarnation: 0,
+                    addr: addr.as_str().into(),
+                }),
+        );
+        candidates
     }
 }

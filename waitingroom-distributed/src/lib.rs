@@ -12,6 +12,7 @@ mod channel;
 mod cluster;
 pub mod config;
 pub mod invariants;
+mod local;
 pub mod membership;
 pub mod messages;
 pub mod node;

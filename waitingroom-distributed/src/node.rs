@@ -8,19 +8,18 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, SettingsError, Time, WaitingRoom};
 
 use crate::channel::Channels;
 use crate::config::NodeConfig;
-use crate::membership::Contact;
+use crate::local::Local;
 use crate::membership::Membership;
-use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary};
-use crate::outputs::{Event, Transmit};
-use crate::qpid::Qpid;
-use crate::swim::Swim;
+use crate::membership::{Contact, View};
+use crate::messages::{Admission, Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
+use crate::outputs::{Event, Outbox, Output, Transmit};
+use crate::qpid::{self, Qpid};
+use crate::swim::{Swim, Tick};
 use crate::tag::Tag;
 use crate::timer::{Timer, TimerTable};
 
@@ -50,8 +49,7 @@ pub enum Phase {
 pub struct Node {
     pub(crate) cfg: NodeConfig,
     pub(crate) me: Contact,
-    pub(crate) rng: ChaCha8Rng,
-    pub(crate) room: WaitingRoom,
+    pub(crate) local: Local,
     pub(crate) phase: Phase,
     pub(crate) membership: Membership,
     /// `membership.view()`, kept because every probe carries it.
@@ -70,7 +68,6 @@ pub struct Node {
     pub(crate) seed_addrs: Vec<String>,
     /// Channel messages for a membership version not applied yet, replayed once it is.
     pub(crate) future: Vec<(NodeId, ChannelMsg)>,
-    pub(crate) admitted_total: u64,
     timers: TimerTable,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -95,21 +92,19 @@ impl Node {
             addr: cfg.addr.as_str().into(),
         };
         Ok(Node {
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             me,
-            room,
+            local: Local::new(room),
             phase: Phase::Idle,
             membership: Membership::default(),
             view: Membership::default().view(),
-            qpid: Qpid::default(),
+            qpid: Qpid::new(cfg.admission, 10 * cfg.retransmit_ms),
             tag: Tag::default(),
-            swim: Swim::default(),
+            swim: Swim::new(cfg.seed, cfg.suspect_rounds, cfg.indirect_probes),
             channels: Channels::default(),
             formers: BTreeMap::new(),
             seed_addrs: Vec::new(),
             forgets: BTreeMap::new(),
             future: Vec::new(),
-            admitted_total: 0,
             timers: TimerTable::default(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -271,7 +266,7 @@ impl Node {
             }
             Timer::Cleanup => {
                 self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
-                self.room.cleanup(now);
+                self.local.room_mut().cleanup(now);
                 self.local_queue_changed(now);
             }
             Timer::Probe => {
@@ -295,7 +290,7 @@ impl Node {
                     .channels
                     .resync_requests(now, &self.me, 3 * self.cfg.retransmit_ms);
                 self.out.extend(asks);
-                if waiting || self.qpid.settling {
+                if waiting || self.qpid.is_settling() {
                     self.arm_retransmit(now);
                 }
             }
@@ -351,6 +346,166 @@ impl Node {
         self.events.push_back(event);
     }
 
+    /// Sends what a part put in its outbox, in order.
+    pub(crate) fn send_outbox(&mut self, now: Time, out: Outbox) {
+        for output in out.into_outputs() {
+            match output {
+                Output::ToMember(to, msg) => self.send_to(now, to, msg),
+                Output::ToContact(to, msg) => self.send(now, &to, msg),
+                Output::Raw(to, body) => self.send_raw(&to, body),
+                Output::Event(event) => self.emit(event),
+            }
+        }
+    }
+
+    // ---- QPID ------------------------------------------------------------------------------
+
+    /// Runs `f` on QPID with what it needs to know of the node, then sends what it said.
+    fn with_qpid<R>(
+        &mut self,
+        now: Time,
+        f: impl FnOnce(&mut Qpid, qpid::Ctx, &mut Local, &mut Outbox) -> R,
+    ) -> R {
+        let ctx = qpid::Ctx {
+            me: self.me.id,
+            version: self.membership.version,
+            member: self.is_member(),
+        };
+        let mut out = Outbox::default();
+        let result = f(&mut self.qpid, ctx, &mut self.local, &mut out);
+        self.send_outbox(now, out);
+        result
+    }
+
+    /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]).
+    pub(crate) fn qpid_apply(&mut self, now: Time, neighbours: &[NodeId]) {
+        let me = self.me.id;
+        let lowest = self.membership.members.keys().next().copied().unwrap_or(me);
+        let parent = self.membership.next_hop(me, lowest);
+        self.arm_retransmit(now);
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.apply(now, ctx, neighbours, parent, local, out)
+        });
+    }
+
+    /// The local queue's head may have changed (insert, admission, expiry): QPID propagates it.
+    pub(crate) fn local_queue_changed(&mut self, now: Time) {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.local_queue_changed(now, ctx, local, out)
+        });
+    }
+
+    fn on_update(&mut self, now: Time, from: NodeId, weight: Weight) {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.on_update(now, ctx, from, weight, local, out)
+        });
+    }
+
+    fn on_find_root(&mut self, now: Time, from: (NodeId, Weight), admit: Option<Admission>) {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.on_find_root(now, ctx, from, admit, local, out)
+        });
+    }
+
+    pub(crate) fn on_delete_min(&mut self, now: Time, admit: Admission) {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.on_delete_min(now, ctx, admit, local, out)
+        });
+    }
+
+    fn on_weight_query(&mut self, now: Time, from: NodeId) {
+        self.with_qpid(now, |q, ctx, _, out| q.on_weight_query(ctx, from, out));
+    }
+
+    fn check_settling(&mut self, now: Time) {
+        self.with_qpid(now, |q, ctx, _, out| q.check_settling(now, ctx, out));
+    }
+
+    /// Lets the local head out (TAG's decided ranges).
+    pub(crate) fn admit_head(&mut self, now: Time, decided_at: Time) {
+        let mut out = Outbox::default();
+        self.local.admit_head(now, decided_at, &mut out);
+        self.send_outbox(now, out);
+    }
+
+    // ---- SWIM ------------------------------------------------------------------------------
+
+    fn on_probe_tick(&mut self, now: Time) {
+        if !self.is_member() {
+            return;
+        }
+        let mut out = Outbox::default();
+        let tick = self
+            .swim
+            .tick(self.me.id, &self.membership.members, self.view, &mut out);
+        self.send_outbox(now, out);
+        match tick {
+            Tick::Pinged(nonce) => {
+                let due = now + self.cfg.probe_timeout_ms;
+                self.arm(due, Timer::ProbeTimeout(nonce));
+            }
+            Tick::Dead(target) => self.declare_dead(now, target),
+            Tick::Idle => {}
+        }
+    }
+
+    fn on_probe_timeout(&mut self, now: Time, nonce: u64) {
+        let mut out = Outbox::default();
+        self.swim
+            .timed_out(nonce, self.me.id, &self.membership.members, &mut out);
+        self.send_outbox(now, out);
+    }
+
+    /// Every node answers a ping. A ping also shows the sender's membership view: a joining
+    /// node learns a member's address from it, and a member sends its tree to a peer that is
+    /// behind or conflicts (anti-entropy), or tells a stranger it is not a member.
+    fn on_ping(&mut self, now: Time, from: &Contact, nonce: u64, view: View) {
+        let mut out = Outbox::default();
+        Swim::answer(self.me.id, self.view, from, nonce, &mut out);
+        self.send_outbox(now, out);
+        if view.version > 0 {
+            self.learn_seed(&from.addr);
+        }
+        self.compare_views(from, view);
+        if self.is_member() && !self.membership.contains(from.id) {
+            let body = Body::NotMember {
+                cluster: self.membership.rank(),
+                version: self.membership.version,
+            };
+            self.send_raw(from, body);
+        }
+    }
+
+    fn on_ping_ack(&mut self, now: Time, from: &Contact, nonce: u64, target: NodeId, view: View) {
+        if from.id == target {
+            self.compare_views(from, view);
+        }
+        let mut out = Outbox::default();
+        self.swim.on_ack(nonce, target, view, &mut out);
+        self.send_outbox(now, out);
+    }
+
+    fn on_ping_req(&mut self, now: Time, from: &Contact, target: Contact, nonce: u64) {
+        if !self.is_member() || !self.membership.contains(from.id) {
+            return;
+        }
+        let mut out = Outbox::default();
+        self.swim.relay(from, target, nonce, self.view, &mut out);
+        self.send_outbox(now, out);
+    }
+
+    /// Pings a former member now and then: if it lives in another cluster (a healed
+    /// partition), its answer tells us, and the lesser cluster joins the greater.
+    fn probe_a_former(&mut self, now: Time) {
+        if !self.is_member() {
+            return;
+        }
+        let candidates = self.former_candidates();
+        let mut out = Outbox::default();
+        self.swim.ping_one_of(&candidates, self.view, &mut out);
+        self.send_outbox(now, out);
+    }
+
     // ---- dispatch --------------------------------------------------------------------------
 
     pub(crate) fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) {
@@ -379,7 +534,7 @@ impl Node {
         }
         if let ChannelMsg::Forget { ticket } = msg {
             // Only touches this node's own queue: honoured in any phase, from anyone on a link.
-            if self.room.forget_queued(ticket) {
+            if self.local.room_mut().forget_queued(ticket) {
                 self.local_queue_changed(now);
             }
             return;
@@ -397,7 +552,7 @@ impl Node {
         match msg {
             ChannelMsg::Update { weight, .. } => self.on_update(now, from, weight),
             ChannelMsg::FindRoot { weight, admit, .. } => {
-                self.on_find_root(now, from, weight, admit)
+                self.on_find_root(now, (from, weight), admit)
             }
             ChannelMsg::DeleteMin { admit } => self.on_delete_min(now, admit),
             ChannelMsg::CountRequest(r) => self.on_count_request(now, from, r),
@@ -461,12 +616,12 @@ impl Node {
 
     /// Whether this node is the QPID root (its pointer points at itself).
     pub fn is_root(&self) -> bool {
-        self.is_member() && self.qpid.parent == Some(self.me.id)
+        self.is_member() && self.qpid.parent() == Some(self.me.id)
     }
 
     /// The QPID pointer: None while it is being re-picked after a membership change.
     pub fn parent(&self) -> Option<NodeId> {
-        self.qpid.parent
+        self.qpid.parent()
     }
 
     /// The membership this node has applied.
@@ -476,7 +631,7 @@ impl Node {
 
     /// The local waiting room (queue and admitted visitors of this node).
     pub fn room(&self) -> &WaitingRoom {
-        &self.room
+        self.local.room()
     }
 
     /// The latest cluster-wide summary this node has seen.
@@ -486,13 +641,13 @@ impl Node {
 
     /// Visitors this node let out, ever.
     pub fn admitted_total(&self) -> u64 {
-        self.admitted_total
+        self.local.admitted_total()
     }
 
     /// The node's QPID weight table: its own weight and each neighbour's (None when not yet
     /// heard since the last membership change).
     pub fn weights(&self) -> (crate::Weight, BTreeMap<NodeId, Option<crate::Weight>>) {
-        (self.qpid.own, self.qpid.weights.clone())
+        self.qpid.weights()
     }
 
     /// Whether the QPID state is settled: pointer picked and every neighbour heard from.
@@ -514,7 +669,7 @@ impl Node {
     /// the generator state, so a state fingerprint built from `Debug` (the exhaustive explorer's)
     /// needs this to tell apart two nodes that differ only in what they will draw next.
     pub fn rng_word_pos(&self) -> u128 {
-        self.rng.get_word_pos()
+        self.swim.rng_word_pos()
     }
 
     /// A serialisable snapshot for operators.
@@ -527,11 +682,11 @@ impl Node {
             version: self.membership.version,
             members: self.membership.members.values().cloned().collect(),
             edges: self.membership.edges.iter().copied().collect(),
-            parent: self.qpid.parent,
+            parent: self.qpid.parent(),
             is_root: self.is_root(),
-            queued: self.room.queued(),
-            on_site: self.room.on_site(),
-            admitted_total: self.admitted_total,
+            queued: self.local.room().queued(),
+            on_site: self.local.room().on_site(),
+            admitted_total: self.local.admitted_total(),
             summary: self.tag.summary.clone(),
         }
     }

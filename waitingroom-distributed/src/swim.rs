@@ -1,23 +1,35 @@
-//! SWIM failure detection: probe one member per period in a shuffled round-robin order; when a
-//! ping goes unanswered, ask `k` others to probe it too (links lose packets); a member that
-//! fails `1 + suspect_rounds` probe periods in a row is declared dead and removed.
+//! SWIM failure detection (thesis §4.6): probe one member per period in a shuffled
+//! round-robin order (§4.6.1, SWIM's round-robin probe target selection).
+//!
+//! Departs from the thesis, which assumes links never lose a message and so needs neither: when
+//! a ping goes unanswered, `k` other members are asked to probe the target too (SWIM's indirect
+//! probes), and a member is declared dead only after `1 + suspect_rounds` probe periods in a row
+//! without an answer, so one lost packet does not remove a node. The node owns the membership;
+//! this part is given the members for each call and says whom to declare dead.
 
 use std::collections::BTreeMap;
 
+use rand::SeedableRng;
 use rand::seq::{IndexedRandom, SliceRandom};
-use waitingroom_core::{NodeId, Time};
+use rand_chacha::ChaCha8Rng;
+use waitingroom_core::NodeId;
 
 use crate::membership::{Contact, View};
 use crate::messages::Body;
-use crate::node::Node;
-use crate::outputs::Event;
-use crate::timer::Timer;
+use crate::outputs::Outbox;
 
 /// Most indirect probes relayed for others at once.
 const MAX_RELAYS: usize = 256;
 
-#[derive(Debug, Clone, Default)]
+/// SWIM state of one node: the probe order, the probe in progress and the failures counted.
+#[derive(Debug, Clone)]
 pub(crate) struct Swim {
+    /// Every random choice the node makes (probe order, helpers, former members to ping).
+    rng: ChaCha8Rng,
+    /// Extra failed probe periods a member gets before it is declared dead.
+    suspect_rounds: u32,
+    /// Members asked to probe a target that did not answer.
+    indirect_probes: usize,
     order: Vec<NodeId>,
     next: usize,
     probe: Option<Probe>,
@@ -36,214 +48,211 @@ struct Probe {
     acked: bool,
 }
 
+/// What a probe period led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tick {
+    /// A ping went out with this nonce: check for its answer after the probe timeout.
+    Pinged(u64),
+    /// This member failed too many probe periods in a row: remove it.
+    Dead(Contact),
+    /// Nobody to probe.
+    Idle,
+}
+
 impl Swim {
+    /// A detector drawing its random choices from `seed`.
+    pub(crate) fn new(seed: u64, suspect_rounds: u32, indirect_probes: usize) -> Swim {
+        Swim {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            suspect_rounds,
+            indirect_probes,
+            order: Vec::new(),
+            next: 0,
+            probe: None,
+            strikes: BTreeMap::new(),
+            relays: BTreeMap::new(),
+            nonce: 0,
+            urgent: None,
+        }
+    }
+
     fn next_nonce(&mut self) -> u64 {
         self.nonce += 1;
         self.nonce
     }
 
-    pub fn forget(&mut self, id: NodeId) {
+    /// Forgets the failures counted against a member that left.
+    pub(crate) fn forget(&mut self, id: NodeId) {
         self.strikes.remove(&id);
     }
 
     /// Probes `id` next.
-    pub fn prioritise(&mut self, id: NodeId) {
+    pub(crate) fn prioritise(&mut self, id: NodeId) {
         self.urgent = Some(id);
     }
-}
 
-impl Node {
-    pub(crate) fn on_probe_tick(&mut self, now: Time) {
-        if !self.is_member() {
-            return;
-        }
+    /// How far the random source has advanced (see `Node::rng_word_pos`).
+    pub(crate) fn rng_word_pos(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
+    /// A probe period begins: judge the last probe (answered, or one more strike against its
+    /// target), then ping the next member (the last target again if it has strikes left).
+    pub(crate) fn tick(
+        &mut self,
+        me: NodeId,
+        members: &BTreeMap<NodeId, Contact>,
+        view: View,
+        out: &mut Outbox,
+    ) -> Tick {
         let mut retry = None;
-        if let Some(p) = self.swim.probe.take() {
-            let still_member = self
-                .membership
-                .members
+        if let Some(p) = self.probe.take() {
+            let still_member = members
                 .get(&p.target.id)
                 .is_some_and(|c| c.incarnation == p.target.incarnation);
             if p.acked || !still_member {
-                self.swim.strikes.remove(&p.target.id);
+                self.strikes.remove(&p.target.id);
             } else {
-                let strikes = self.swim.strikes.entry(p.target.id).or_insert(0);
+                let strikes = self.strikes.entry(p.target.id).or_insert(0);
                 *strikes += 1;
-                if *strikes > self.cfg.suspect_rounds {
-                    self.swim.strikes.remove(&p.target.id);
-                    self.declare_dead(now, p.target);
-                    return;
+                if *strikes > self.suspect_rounds {
+                    self.strikes.remove(&p.target.id);
+                    return Tick::Dead(p.target);
                 }
                 retry = Some(p.target);
             }
         }
-        let Some(target) = retry.or_else(|| self.next_probe_target()) else {
-            return;
+        let Some(target) = retry.or_else(|| self.next_target(me, members)) else {
+            return Tick::Idle;
         };
-        let nonce = self.swim.next_nonce();
-        let view = self.view;
-        self.send_raw(&target, Body::Ping { nonce, view });
-        self.arm(now + self.cfg.probe_timeout_ms, Timer::ProbeTimeout(nonce));
-        self.swim.probe = Some(Probe {
+        let nonce = self.next_nonce();
+        out.raw(target.clone(), Body::Ping { nonce, view });
+        self.probe = Some(Probe {
             target,
             nonce,
             acked: false,
         });
+        Tick::Pinged(nonce)
     }
 
-    fn next_probe_target(&mut self) -> Option<Contact> {
+    fn next_target(&mut self, me: NodeId, members: &BTreeMap<NodeId, Contact>) -> Option<Contact> {
         if let Some(c) = self
-            .swim
             .urgent
             .take()
-            .and_then(|id| self.membership.members.get(&id))
-            .filter(|c| c.id != self.me.id)
+            .and_then(|id| members.get(&id))
+            .filter(|c| c.id != me)
         {
             return Some(c.clone());
         }
         for _ in 0..2 {
-            while self.swim.next < self.swim.order.len() {
-                let id = self.swim.order[self.swim.next];
-                self.swim.next += 1;
-                if let Some(c) = self.membership.members.get(&id) {
+            while self.next < self.order.len() {
+                let id = self.order[self.next];
+                self.next += 1;
+                if let Some(c) = members.get(&id) {
                     return Some(c.clone());
                 }
             }
-            let me = self.me.id;
-            let mut order: Vec<NodeId> = self
-                .membership
-                .members
-                .keys()
-                .copied()
-                .filter(|&n| n != me)
-                .collect();
+            let mut order: Vec<NodeId> = members.keys().copied().filter(|&n| n != me).collect();
             order.shuffle(&mut self.rng);
-            self.swim.order = order;
-            self.swim.next = 0;
+            self.order = order;
+            self.next = 0;
         }
         None
     }
 
-    pub(crate) fn on_probe_timeout(&mut self, _now: Time, nonce: u64) {
-        let Some(p) = self.swim.probe.as_ref() else {
+    /// The probe with `nonce` had its time: if its target has not answered, ask up to
+    /// `indirect_probes` other members to ping it for us.
+    pub(crate) fn timed_out(
+        &mut self,
+        nonce: u64,
+        me: NodeId,
+        members: &BTreeMap<NodeId, Contact>,
+        out: &mut Outbox,
+    ) {
+        let Some(p) = self.probe.as_ref() else {
             return;
         };
         if p.nonce != nonce || p.acked {
             return;
         }
         let target = p.target.clone();
-        let me = self.me.id;
-        let mut helpers: Vec<Contact> = self
-            .membership
-            .members
+        let mut helpers: Vec<Contact> = members
             .values()
             .filter(|c| c.id != me && c.id != target.id)
             .cloned()
             .collect();
         helpers.shuffle(&mut self.rng);
-        helpers.truncate(self.cfg.indirect_probes);
+        helpers.truncate(self.indirect_probes);
         for h in helpers {
             let body = Body::PingReq {
                 target: target.clone(),
                 nonce,
             };
-            self.send_raw(&h, body);
+            out.raw(h, body);
         }
     }
 
-    pub(crate) fn on_ping(&mut self, _now: Time, from: &Contact, nonce: u64, view: View) {
+    /// Answers a ping: every node answers, member or not, with its own view.
+    pub(crate) fn answer(me: NodeId, view: View, from: &Contact, nonce: u64, out: &mut Outbox) {
         let body = Body::PingAck {
             nonce,
-            target: self.me.id,
-            view: self.view,
+            target: me,
+            view,
         };
-        self.send_raw(from, body);
-        if view.version > 0 {
-            self.learn_seed(&from.addr);
-        }
-        self.compare_views(from, view);
-        if self.is_member() && !self.membership.contains(from.id) {
-            let body = Body::NotMember {
-                cluster: self.membership.rank(),
-                version: self.membership.version,
-            };
-            self.send_raw(from, body);
-        }
+        out.raw(from.clone(), body);
     }
 
-    pub(crate) fn on_ping_ack(
+    /// An answer to a probe: ours (the target is alive), or one we relayed for someone else
+    /// (passed back to them). Returns false when it answers no probe we know.
+    pub(crate) fn on_ack(
         &mut self,
-        _now: Time,
-        from: &Contact,
         nonce: u64,
         target: NodeId,
         view: View,
-    ) {
-        if from.id == target {
-            self.compare_views(from, view);
-        }
-        if let Some(p) = self.swim.probe.as_mut()
+        out: &mut Outbox,
+    ) -> bool {
+        if let Some(p) = self.probe.as_mut()
             && p.nonce == nonce
             && p.target.id == target
         {
             p.acked = true;
-            return;
+            return true;
         }
-        if let Some((requester, their_nonce)) = self.swim.relays.remove(&nonce) {
-            let body = Body::PingAck {
-                nonce: their_nonce,
-                target,
-                view,
-            };
-            self.send_raw(&requester, body);
-        }
+        let Some((requester, their_nonce)) = self.relays.remove(&nonce) else {
+            return false;
+        };
+        let body = Body::PingAck {
+            nonce: their_nonce,
+            target,
+            view,
+        };
+        out.raw(requester, body);
+        true
     }
 
-    pub(crate) fn on_ping_req(&mut self, _now: Time, from: &Contact, target: Contact, nonce: u64) {
-        if !self.is_member() || !self.membership.contains(from.id) {
-            return;
+    /// Pings `target` for `from` (an indirect probe), remembering whom to pass the answer to.
+    pub(crate) fn relay(
+        &mut self,
+        from: &Contact,
+        target: Contact,
+        nonce: u64,
+        view: View,
+        out: &mut Outbox,
+    ) {
+        let ours = self.next_nonce();
+        if self.relays.len() >= MAX_RELAYS {
+            self.relays.pop_first();
         }
-        let ours = self.swim.next_nonce();
-        if self.swim.relays.len() >= MAX_RELAYS {
-            self.swim.relays.pop_first();
-        }
-        self.swim.relays.insert(ours, (from.clone(), nonce));
-        let view = self.view;
-        self.send_raw(&target, Body::Ping { nonce: ours, view });
+        self.relays.insert(ours, (from.clone(), nonce));
+        out.raw(target, Body::Ping { nonce: ours, view });
     }
 
-    fn declare_dead(&mut self, now: Time, target: Contact) {
-        if let Some(next) =
-            self.membership
-                .with_removed(target.id, target.incarnation, self.cfg.max_tree_degree)
-        {
-            self.emit(Event::MemberFailed(target));
-            self.commit_membership(now, next);
-        }
-    }
-
-    /// Pings a former member now and then: if it lives in another cluster (a healed
-    /// partition), its answer tells us, and the lesser cluster joins the greater.
-    pub(crate) fn probe_a_former(&mut self, _now: Time) {
-        if !self.is_member() {
-            return;
-        }
-        let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
-        let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
-        candidates.extend(
-            self.seed_addrs
-                .iter()
-                .filter(|a| !member_addrs.contains(&a.as_str()) && a.as_str() != &*self.me.addr)
-                .map(|addr| Contact {
-                    id: NodeId(0),
-                    incarnation: 0,
-                    addr: addr.as_str().into(),
-                }),
-        );
+    /// Pings one of `candidates` (former members, seed addresses outside the cluster), chosen
+    /// at random: if it lives in another cluster, its answer shows its view and the two merge.
+    pub(crate) fn ping_one_of(&mut self, candidates: &[Contact], view: View, out: &mut Outbox) {
         if let Some(c) = candidates.choose(&mut self.rng).cloned() {
-            let nonce = self.swim.next_nonce();
-            let view = self.view;
-            self.send_raw(&c, Body::Ping { nonce, view });
+            let nonce = self.next_nonce();
+            out.raw(c, Body::Ping { nonce, view });
         }
     }
 }

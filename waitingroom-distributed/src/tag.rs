@@ -96,7 +96,7 @@ impl Node {
         let boundary = now / interval * interval;
         let stale = now.saturating_sub(self.tag.last_round_seen)
             > interval * u64::from(self.cfg.watchdog_rounds);
-        if stale && self.room.queued() > 0 && self.membership.members.len() > 1 {
+        if stale && self.local.room().queued() > 0 && self.membership.members.len() > 1 {
             // Visitors wait and no count has come by for many rounds: the pointers must be
             // tangled. Rebuilding the tree makes every node re-pick its parent.
             self.tag.last_round_seen = now;
@@ -113,7 +113,7 @@ impl Node {
             time: boundary,
             origin: self.me.id,
         };
-        let bounds = make_bounds(self.room.head().map(|k| k.join_time), boundary);
+        let bounds = make_bounds(self.local.room().head().map(|k| k.join_time), boundary);
         let select = match self.cfg.admission {
             AdmissionMode::Range if !self.cfg.settings.is_unlimited() => self
                 .cfg
@@ -121,7 +121,7 @@ impl Node {
                 .min(u32::try_from(self.cfg.settings.target_on_site).unwrap_or(u32::MAX)),
             _ => 0,
         };
-        let neighbours: Vec<NodeId> = self.qpid.weights.keys().copied().collect();
+        let neighbours = self.membership.neighbours(self.me.id);
         self.tag.last_round_seen = now;
         self.start_round(now, stamp, None, bounds, select, &neighbours);
     }
@@ -168,19 +168,22 @@ impl Node {
 
     fn own_counts(&self, bounds: &[Time], select: u32) -> Counts {
         let cutoff = bounds.last().copied().unwrap_or(0);
-        let below: Vec<u64> = bounds.iter().map(|&b| self.room.queued_before(b)).collect();
+        let below: Vec<u64> = bounds
+            .iter()
+            .map(|&b| self.local.room().queued_before(b))
+            .collect();
         let own = NodeCounts {
             node: self.me.id,
-            on_site: self.room.on_site(),
+            on_site: self.local.room().on_site(),
             eligible: below.last().copied().unwrap_or(0),
         };
         Counts {
             on_site: own.on_site,
-            queued: self.room.queued(),
+            queued: self.local.room().queued(),
             below,
-            admitted_total: self.admitted_total,
+            admitted_total: self.local.admitted_total(),
             nodes: 1,
-            smallest: self.room.smallest_before(cutoff, select as usize),
+            smallest: self.local.room().smallest_before(cutoff, select as usize),
             ranges: self.recent_ranges(),
             per_node: vec![own],
         }
@@ -204,7 +207,7 @@ impl Node {
             return;
         }
         self.merge_ranges(now, r.ranges.into_iter());
-        let neighbours: Vec<NodeId> = self.qpid.weights.keys().copied().collect();
+        let neighbours = self.membership.neighbours(self.me.id);
         self.start_round(now, r.stamp, Some(from), r.bounds, r.select, &neighbours);
     }
 
@@ -365,10 +368,9 @@ impl Node {
             return;
         }
         let neighbours: Vec<NodeId> = self
-            .qpid
-            .weights
-            .keys()
-            .copied()
+            .membership
+            .neighbours(me)
+            .into_iter()
             .filter(|&n| n != from)
             .collect();
         for n in neighbours {
@@ -454,7 +456,7 @@ impl Node {
         let mut admitted = false;
         for i in 0..self.tag.ranges.len() {
             let range = self.tag.ranges[i];
-            while let Some(k) = self.room.head() {
+            while let Some(k) = self.local.room().head() {
                 if k.join_time >= range.cutoff || range.max_key.is_some_and(|m| k > m) {
                     break;
                 }
@@ -492,7 +494,7 @@ impl Node {
             (u128::from(s.admitted.min(global)) * u128::from(others) / u128::from(global)) as u64
         };
         let recent_here = if key.join_time >= cutoff {
-            local.saturating_sub(self.room.queued_before(cutoff))
+            local.saturating_sub(self.local.room().queued_before(cutoff))
         } else {
             0
         };

@@ -11,6 +11,7 @@ use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
 use crate::node::{Node, Phase};
+use crate::outputs::Outbox;
 
 /// Most re-queued visitors remembered for nodes that are away.
 const FORGETS_LIMIT: usize = 65_536;
@@ -35,7 +36,7 @@ impl Node {
         self.ready()?;
         let straight_through = self.cfg.settings.admit_straight_through
             && self.tag.budget > 0
-            && self.room.queued() == 0
+            && self.local.room().queued() == 0
             && self
                 .tag
                 .summary
@@ -44,15 +45,12 @@ impl Node {
         if straight_through {
             self.tag.budget -= 1;
         }
-        let answer = self.room.join_as(now, straight_through);
+        let answer = self.local.room_mut().join_as(now, straight_through);
         if straight_through {
-            self.admitted_total += 1;
             let key = answer.ticket.key_on(self.me.id);
-            self.emit(crate::outputs::Event::Admitted {
-                key,
-                at: now,
-                decided_at: now,
-            });
+            let mut out = Outbox::default();
+            self.local.admitted(key, now, now, &mut out);
+            self.send_outbox(now, out);
         }
         self.local_queue_changed(now);
         Ok(self.with_cluster_position(now, answer, None))
@@ -69,14 +67,14 @@ impl Node {
     /// be reached. The visitor is queued here under their original join time.
     pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
         self.ready_for(ticket)?;
-        let requeued = !self.room.knows(ticket.id);
+        let requeued = !self.local.room().knows(ticket.id);
         // Without the shown position, the engine's answer is the plain local rank.
         let shown = ticket.previous_position;
         let unclamped = Ticket {
             previous_position: None,
             ..ticket.clone()
         };
-        let mut answer = self.room.check_in(now, &unclamped)?;
+        let mut answer = self.local.room_mut().check_in(now, &unclamped)?;
         self.local_queue_changed(now);
         if requeued && ticket.node != self.me.id {
             self.forget_elsewhere(now, ticket.node, ticket.id);
@@ -84,8 +82,8 @@ impl Node {
         if requeued && matches!(answer.status, CheckInStatus::Queued { .. }) {
             // Their node is gone; the cluster may already have decided to let them in.
             self.admit_decided(now);
-            if self.room.is_admitted(ticket.id) {
-                answer = self.room.check_in(now, &answer.ticket)?;
+            if self.local.room().is_admitted(ticket.id) {
+                answer = self.local.room_mut().check_in(now, &answer.ticket)?;
             }
         }
         Ok(self.with_cluster_position(now, answer, shown))
@@ -100,17 +98,17 @@ impl Node {
     /// Like [`Node::leave`], whatever node holds the ticket.
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
         self.ready_for(ticket)?;
-        Ok(self.room.leave(now, ticket)?)
+        Ok(self.local.room_mut().leave(now, ticket)?)
     }
 
     /// Extends a valid pass; its holder now counts as on the site through this node.
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
-        Ok(self.room.refresh_pass(now, pass)?)
+        Ok(self.local.room_mut().refresh_pass(now, pass)?)
     }
 
     /// Whether `pass` is valid at `now`.
     pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
-        Ok(self.room.validate_pass(now, pass)?)
+        Ok(self.local.room().validate_pass(now, pass)?)
     }
 
     /// Tells `node` (the visitor's previous node) to drop its entry: now if it is a member, or
@@ -139,7 +137,7 @@ impl Node {
     /// that may still be alive (removed by mistake, or cut off by a partition) and must be
     /// asked before the visitor is queued a second time.
     pub fn owner_of(&self, ticket: &Ticket) -> Option<Contact> {
-        if ticket.node == self.me.id || self.room.knows(ticket.id) {
+        if ticket.node == self.me.id || self.local.room().knows(ticket.id) {
             return None;
         }
         // A member; or a node we saw leave; or one the cluster removed before we joined (we may
@@ -156,7 +154,7 @@ impl Node {
     /// needs it to be a member.
     fn ready_for(&self, ticket: &Ticket) -> Result<(), VisitorError> {
         let alive = matches!(self.phase, Phase::Member | Phase::Joining { .. });
-        if alive && self.room.knows(ticket.id) {
+        if alive && self.local.room().knows(ticket.id) {
             Ok(())
         } else {
             self.ready()

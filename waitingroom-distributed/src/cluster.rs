@@ -169,7 +169,7 @@ impl Node {
             .collect();
         for c in gone {
             self.swim.forget(c.id);
-            self.member_departed(now, c.id);
+            self.tag.member_departed(now, c.id, self.membership.version);
             self.remember_former(c.clone());
             self.emit(Event::MemberRemoved(c));
         }
@@ -183,7 +183,7 @@ impl Node {
             self.emit(Event::MemberAdded(c));
         }
         let neighbours = self.membership.neighbours(me);
-        self.tag.round = None;
+        self.tag.abandon_round();
         self.qpid_apply(now, &neighbours);
         let pending = std::mem::take(&mut self.future);
         for (from, msg) in pending {
@@ -211,9 +211,8 @@ impl Node {
         self.me.incarnation += 1;
         self.channels.clear();
         self.qpid.reset();
-        self.tag.round = None;
         // Another cluster's decisions do not apply to the queue we are joining.
-        self.tag.ranges.clear();
+        self.tag.rejoined();
         self.phase = Phase::Joining {
             seeds,
             next: 0,

@@ -12,15 +12,18 @@ use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, SettingsError, Time, WaitingRoom};
 
 use crate::channel::Channels;
-use crate::config::NodeConfig;
+use crate::config::{AdmissionMode, NodeConfig};
 use crate::local::Local;
 use crate::membership::Membership;
 use crate::membership::{Contact, View};
-use crate::messages::{Admission, Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
+use crate::messages::{
+    Admission, AdmitRange, Body, ChannelMsg, CountRequest, CountResult, Counts, Envelope, Stamp,
+    Summary, Weight,
+};
 use crate::outputs::{Event, Outbox, Output, Transmit};
 use crate::qpid::{self, Qpid};
 use crate::swim::{Swim, Tick};
-use crate::tag::Tag;
+use crate::tag::{self, Round, Tag};
 use crate::timer::{Timer, TimerTable};
 
 /// Where a node is in its life.
@@ -98,7 +101,7 @@ impl Node {
             membership: Membership::default(),
             view: Membership::default().view(),
             qpid: Qpid::new(cfg.admission, 10 * cfg.retransmit_ms),
-            tag: Tag::default(),
+            tag: Tag::new(&cfg),
             swim: Swim::new(cfg.seed, cfg.suspect_rounds, cfg.indirect_probes),
             channels: Channels::default(),
             formers: BTreeMap::new(),
@@ -168,7 +171,7 @@ impl Node {
         self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
         self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
         self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
-        self.tag.last_round_seen = now;
+        self.tag.start(now);
     }
 
     // ---- driver interface ----------------------------------------------------------------
@@ -421,11 +424,119 @@ impl Node {
         self.with_qpid(now, |q, ctx, _, out| q.check_settling(now, ctx, out));
     }
 
-    /// Lets the local head out (TAG's decided ranges).
-    pub(crate) fn admit_head(&mut self, now: Time, decided_at: Time) {
+    // ---- TAG -------------------------------------------------------------------------------
+
+    /// Runs `f` on TAG with what it needs to know of the node, then sends what it said.
+    fn with_tag<R>(
+        &mut self,
+        now: Time,
+        f: impl FnOnce(&mut Tag, tag::Ctx<'_>, &mut Local, &mut Outbox) -> R,
+    ) -> R {
+        let neighbours = self.membership.neighbours(self.me.id);
+        let ctx = tag::Ctx {
+            me: self.me.id,
+            version: self.membership.version,
+            members: &self.membership.members,
+            neighbours: &neighbours,
+        };
         let mut out = Outbox::default();
-        self.local.admit_head(now, decided_at, &mut out);
+        let result = f(&mut self.tag, ctx, &mut self.local, &mut out);
         self.send_outbox(now, out);
+        result
+    }
+
+    /// An interval boundary: the watchdog rebuilds a tree that has gone quiet; the root counts.
+    fn on_eviction_tick(&mut self, now: Time) {
+        if !self.is_member() {
+            return;
+        }
+        let queued = self.local.room().queued();
+        if self
+            .tag
+            .watchdog(now, queued, self.membership.members.len())
+        {
+            let mut refreshed = self.membership.clone();
+            refreshed.version = refreshed.version.saturating_add(1);
+            self.emit(Event::TreeRepaired);
+            self.commit_membership(now, refreshed);
+            return;
+        }
+        if !self.is_root() || !self.qpid.is_settled() {
+            return;
+        }
+        let done = self.with_tag(now, |t, ctx, local, out| {
+            t.start_count(now, ctx, local, out)
+        });
+        self.complete_round(now, done);
+    }
+
+    fn on_count_request(&mut self, now: Time, from: NodeId, mut r: CountRequest) {
+        let settled = self.qpid.is_settled();
+        let taken = self.with_tag(now, |t, _, _, out| {
+            t.take_request(now, from, &r, settled, out)
+        });
+        if !taken {
+            return;
+        }
+        self.merge_ranges(now, std::mem::take(&mut r.ranges));
+        let done = self.with_tag(now, |t, ctx, local, out| {
+            t.join_round(from, r, ctx, local, out)
+        });
+        self.complete_round(now, done);
+    }
+
+    fn on_count_reply(&mut self, now: Time, from: NodeId, stamp: Stamp, counts: Option<Counts>) {
+        let reply = self.with_tag(now, |t, _, _, out| {
+            t.on_count_reply(from, stamp, counts, out)
+        });
+        if let Ok(done) = reply {
+            self.complete_round(now, done);
+        }
+    }
+
+    /// At the root, with the whole cluster counted (if `round` is): decide, merge the ranges
+    /// the count reported, flood the result (this node takes it first), and in the deleteMin
+    /// modes let the batch out through QPID.
+    fn complete_round(&mut self, now: Time, round: Option<Round>) {
+        let Some(round) = round else {
+            return;
+        };
+        let version = self.membership.version;
+        let decision = self.with_tag(now, |t, _, _, out| t.decide(now, round, version, out));
+        self.merge_ranges(now, decision.reported);
+        let result = self.tag.result(decision.summary, decision.range);
+        self.on_count_result(now, self.me.id, result);
+        let Some(batch) = decision.batch else {
+            return;
+        };
+        if self.cfg.admission == AdmissionMode::Sequential {
+            for _ in 0..batch.count {
+                self.on_delete_min(now, Admission { count: 1, ..batch });
+            }
+        } else {
+            self.on_delete_min(now, batch);
+        }
+    }
+
+    fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
+        let ranges = self.with_tag(now, |t, ctx, _, out| t.on_count_result(from, r, ctx, out));
+        self.merge_ranges(now, ranges);
+    }
+
+    fn merge_ranges(&mut self, now: Time, ranges: Vec<AdmitRange>) {
+        self.tag.merge_ranges(ranges);
+        self.admit_decided(now);
+    }
+
+    /// Lets out the local visitors whose keys fall in a decided range; QPID hears of the new
+    /// head.
+    pub(crate) fn admit_decided(&mut self, now: Time) {
+        let mut out = Outbox::default();
+        let admitted = self.tag.admit_decided(now, &mut self.local, &mut out);
+        self.send_outbox(now, out);
+        if admitted {
+            self.local_queue_changed(now);
+        }
     }
 
     // ---- SWIM ------------------------------------------------------------------------------
@@ -636,7 +747,7 @@ impl Node {
 
     /// The latest cluster-wide summary this node has seen.
     pub fn summary(&self) -> Option<&Summary> {
-        self.tag.summary.as_ref()
+        self.tag.summary()
     }
 
     /// Visitors this node let out, ever.
@@ -662,7 +773,7 @@ impl Node {
 
     /// The stamp of the count round in progress here, if any.
     pub fn round(&self) -> Option<Stamp> {
-        self.tag.round.as_ref().map(|r| r.stamp)
+        self.tag.round_stamp()
     }
 
     /// How far the node's random source has advanced (in 32-bit words). Its `Debug` form hides
@@ -687,7 +798,7 @@ impl Node {
             queued: self.local.room().queued(),
             on_site: self.local.room().on_site(),
             admitted_total: self.local.admitted_total(),
-            summary: self.tag.summary.clone(),
+            summary: self.tag.summary().cloned(),
         }
     }
 }

@@ -21,14 +21,14 @@ mod qpid;
 mod swim;
 mod tag;
 mod timer;
-mod visitor;
 
 #[cfg(test)]
 mod fuzz_regressions;
 
+pub use cluster::Phase;
 pub use config::{AdmissionMode, NodeConfig};
 pub use membership::{Contact, Membership};
 pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
-pub use node::{Node, NodeStatus, Phase};
+pub use node::visitor::VisitorError;
+pub use node::{Node, NodeStatus};
 pub use outputs::{Event, Transmit};
-pub use visitor::VisitorError;

@@ -60,8 +60,6 @@ pub(crate) enum Output {
     /// A message on the reliable channel to member `to`; dropped if `to` is not a member when
     /// the node sends it.
     ToMember(NodeId, ChannelMsg),
-    /// A message on the reliable channel to this contact (a member just added).
-    ToContact(Contact, ChannelMsg),
     /// An unreliable message (probes, trees, join requests).
     Raw(Contact, Body),
     /// An event for the driver.
@@ -77,11 +75,6 @@ impl Outbox {
     /// Sends `msg` reliably to member `to`.
     pub(crate) fn send(&mut self, to: NodeId, msg: ChannelMsg) {
         self.0.push(Output::ToMember(to, msg));
-    }
-
-    /// Sends `msg` reliably to `to`, member or not.
-    pub(crate) fn send_to(&mut self, to: Contact, msg: ChannelMsg) {
-        self.0.push(Output::ToContact(to, msg));
     }
 
     /// Sends `body` unreliably to `to`.

@@ -8,9 +8,10 @@
 use thiserror::Error;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket, TicketId, Time};
 
+use super::{Node, next_boundary};
+use crate::cluster::Phase;
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
-use crate::node::{Node, Phase};
 use crate::outputs::Outbox;
 
 /// Most re-queued visitors remembered for nodes that are away.
@@ -37,7 +38,7 @@ impl Node {
         let straight_through = self.tag.take_place(self.local.room().queued());
         let answer = self.local.room_mut().join_as(now, straight_through);
         if straight_through {
-            let key = answer.ticket.key_on(self.me.id);
+            let key = answer.ticket.key_on(self.id());
             let mut out = Outbox::default();
             self.local.admitted(key, now, now, &mut out);
             self.send_outbox(now, out);
@@ -66,7 +67,7 @@ impl Node {
         };
         let mut answer = self.local.room_mut().check_in(now, &unclamped)?;
         self.local_queue_changed(now);
-        if requeued && ticket.node != self.me.id {
+        if requeued && ticket.node != self.id() {
             self.forget_elsewhere(now, ticket.node, ticket.id);
         }
         if requeued && matches!(answer.status, CheckInStatus::Queued { .. }) {
@@ -104,7 +105,7 @@ impl Node {
     /// Tells `node` (the visitor's previous node) to drop its entry: now if it is a member, or
     /// once it is one again.
     fn forget_elsewhere(&mut self, now: Time, node: NodeId, ticket: TicketId) {
-        if self.membership.contains(node) {
+        if self.cluster.membership().contains(node) {
             self.send_to(now, node, ChannelMsg::Forget { ticket });
             return;
         }
@@ -117,8 +118,7 @@ impl Node {
     /// The transport could not deliver to `addr` (connection refused, timeout): probe that
     /// member next instead of waiting for its turn in the round-robin order.
     pub fn report_unreachable(&mut self, addr: &str) {
-        if let Some(c) = self.membership.members.values().find(|c| &*c.addr == addr) {
-            let id = c.id;
+        if let Some(id) = self.cluster.member_at(addr) {
             self.swim.prioritise(id);
         }
     }
@@ -127,23 +127,16 @@ impl Node {
     /// that may still be alive (removed by mistake, or cut off by a partition) and must be
     /// asked before the visitor is queued a second time.
     pub fn owner_of(&self, ticket: &Ticket) -> Option<Contact> {
-        if ticket.node == self.me.id || self.local.room().knows(ticket.id) {
+        if ticket.node == self.id() || self.local.room().knows(ticket.id) {
             return None;
         }
-        // A member; or a node we saw leave; or one the cluster removed before we joined (we may
-        // have restarted since, or it was on the other side of a partition).
-        self.membership
-            .members
-            .get(&ticket.node)
-            .or_else(|| self.formers.get(&ticket.node))
-            .or_else(|| self.membership.removed.get(&ticket.node))
-            .cloned()
+        self.cluster.reach(ticket.node).cloned()
     }
 
     /// A node serves the visitors it knows even while it rejoins the cluster; anyone else
     /// needs it to be a member.
     fn ready_for(&self, ticket: &Ticket) -> Result<(), VisitorError> {
-        let alive = matches!(self.phase, Phase::Member | Phase::Joining { .. });
+        let alive = matches!(self.cluster.phase(), Phase::Member | Phase::Joining { .. });
         if alive && self.local.room().knows(ticket.id) {
             Ok(())
         } else {
@@ -170,9 +163,9 @@ impl Node {
     /// visitor was shown before) and the ETA by one from the cluster's admission rate.
     fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
         if let CheckInStatus::Queued { position: local } = answer.status {
-            let key = answer.ticket.key_on(self.me.id);
+            let key = answer.ticket.key_on(self.id());
             let room = self.local.room();
-            let members = self.membership.members.len();
+            let members = self.cluster.membership().members.len();
             let estimate = self
                 .tag
                 .visitors_ahead(&key, local.saturating_sub(1), room, members)
@@ -209,7 +202,7 @@ impl Node {
         }
         let interval = self.cfg.settings.eviction_interval_ms;
         let spread = (interval * 8 / 10).max(1);
-        let boundary = crate::node::next_boundary(now, interval);
+        let boundary = next_boundary(now, interval);
         Some(boundary + interval / 10 + ticket.id.0 % spread)
     }
 }

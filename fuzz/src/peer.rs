@@ -108,7 +108,7 @@ impl Net {
                 continue;
             };
             let now = self.now;
-            self.nodes[at].handle_message(now, t.envelope);
+            let _ = self.nodes[at].handle_message(now, t.envelope);
             self.collect(at);
         }
     }
@@ -180,7 +180,7 @@ fn feed(steer: u8, batch: Vec<Envelope>) {
         if steer & 16 != 0 && !members.is_empty() {
             env.from = members[usize::from(steer >> 5) % members.len()].clone();
         }
-        node.handle_message(now, env);
+        let _ = node.handle_message(now, env);
         drain(&mut node);
         now += 1;
     }

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use waitingroom_core::{NodeId, Time};
 
+use crate::ignored::Ignored;
 use crate::membership::Contact;
 use crate::messages::{Body, ChannelMsg, Envelope};
 use crate::outputs::Transmit;
@@ -141,7 +142,8 @@ impl Channels {
         }
     }
 
-    /// Takes in one channel message; returns the messages now deliverable, in order.
+    /// Takes in one channel message; returns the messages now deliverable, in order (none while
+    /// it waits for an earlier one), or why it was dropped.
     pub fn receive(
         &mut self,
         now: Time,
@@ -150,15 +152,17 @@ impl Channels {
         seq: u64,
         (ack_epoch, ack): (u64, u64),
         msg: ChannelMsg,
-    ) -> Vec<ChannelMsg> {
+    ) -> Result<Vec<ChannelMsg>, Ignored> {
         self.on_ack(from, ack_epoch, ack);
         let known = self
             .inc
             .get(&from.id)
             .map(|i| (i.peer.incarnation, i.epoch));
         match known {
-            Some((inc, _)) if inc > from.incarnation => return Vec::new(),
-            Some((inc, e)) if inc == from.incarnation && e > epoch => return Vec::new(),
+            Some((inc, _)) if inc > from.incarnation => return Err(Ignored::StaleLink),
+            Some((inc, e)) if inc == from.incarnation && e > epoch => {
+                return Err(Ignored::StaleLink);
+            }
             Some((inc, e)) if inc == from.incarnation && e == epoch => {}
             // A new life of the peer, or a new epoch of its link: start counting afresh.
             _ => {
@@ -178,8 +182,11 @@ impl Channels {
             link.ack_due = true;
             self.ack_due.push(from.id);
         }
-        if seq <= link.delivered || link.early.contains_key(&seq) || link.early.len() >= MAX_EARLY {
-            return Vec::new();
+        if seq <= link.delivered || link.early.contains_key(&seq) {
+            return Err(Ignored::Duplicate);
+        }
+        if link.early.len() >= MAX_EARLY {
+            return Err(Ignored::HoldBackFull);
         }
         link.early.insert(seq, msg);
         let mut ready = Vec::new();
@@ -194,17 +201,20 @@ impl Channels {
         } else {
             link.gap_since = None;
         }
-        ready
+        Ok(ready)
     }
 
-    /// Takes in an acknowledgement of our epoch `epoch` to `from`.
-    pub fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) {
-        if let Some(link) = self.out.get_mut(&from.id)
-            && link.peer.incarnation == from.incarnation
-            && link.epoch == epoch
-        {
-            link.unacked = link.unacked.split_off(&ack.saturating_add(1));
+    /// Takes in an acknowledgement of our epoch `epoch` to `from`. False when no link of ours
+    /// has that epoch.
+    pub fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) -> bool {
+        let Some(link) = self.out.get_mut(&from.id) else {
+            return false;
+        };
+        if link.peer.incarnation != from.incarnation || link.epoch != epoch {
+            return false;
         }
+        link.unacked = link.unacked.split_off(&ack.saturating_add(1));
+        true
     }
 
     /// The peer lost track of our link to it: start a new epoch (resending what is pending).
@@ -382,7 +392,9 @@ mod tests {
                 ack_epoch,
                 ack,
                 msg,
-            } => rx.receive(0, &t.envelope.from, epoch, seq, (ack_epoch, ack), msg),
+            } => rx
+                .receive(0, &t.envelope.from, epoch, seq, (ack_epoch, ack), msg)
+                .unwrap_or_default(),
             _ => panic!("not a channel message"),
         }
     }

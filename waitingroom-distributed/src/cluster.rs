@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, Time};
 
+use crate::ignored::Ignored;
 use crate::membership::{ClusterRank, Contact, Membership, View};
 use crate::messages::Body;
 use crate::outputs::{Event, Outbox};
@@ -242,26 +243,33 @@ impl Cluster {
         Asking::Asked
     }
 
-    /// A node asks to be added. Returns the membership with it, to commit; or answers again
-    /// with our tree if it is already a member (our answer was lost).
-    pub(crate) fn on_join_request(&self, contact: Contact, out: &mut Outbox) -> Option<Membership> {
-        if !self.is_member() || contact.id == self.me.id || contact.id.0 == 0 {
-            return None;
+    /// A node asks to be added. Returns the membership with it, to commit; or None after
+    /// answering again with our tree if it is already a member (our answer was lost).
+    pub(crate) fn on_join_request(
+        &self,
+        contact: Contact,
+        out: &mut Outbox,
+    ) -> Result<Option<Membership>, Ignored> {
+        if !self.is_member() {
+            return Err(Ignored::NotInCluster);
+        }
+        if contact.id == self.me.id || contact.id.0 == 0 {
+            return Err(Ignored::Malformed);
         }
         if let Some(existing) = self.membership.members.get(&contact.id) {
             if existing.incarnation == contact.incarnation {
                 // Our answer was lost, or is on its way: say it again.
                 out.raw(contact, Body::Tree(Box::new(self.membership.clone())));
-                return None;
+                return Ok(None);
             }
             if existing.incarnation > contact.incarnation {
-                return None;
+                return Err(Ignored::StaleIncarnation);
             }
         }
         if self.membership.is_gone(contact.id, contact.incarnation) {
-            return None;
+            return Err(Ignored::StaleIncarnation);
         }
-        Some(self.membership.with_added(contact, self.max_degree))
+        Ok(Some(self.membership.with_added(contact, self.max_degree)))
     }
 
     /// Sends `m` to all its members but this node (§4.7: the node that changed the tree
@@ -301,38 +309,45 @@ impl Cluster {
         from: NodeId,
         m: Membership,
         out: &mut Outbox,
-    ) -> Option<Change> {
+    ) -> Result<Change, Ignored> {
         let includes_me = self.includes_me(&m);
         match self.phase {
             Phase::Joining { .. } if includes_me => {
                 self.phase = Phase::Member;
                 out.emit(Event::Joined { version: m.version });
-                Some(Change::Apply(m))
+                Ok(Change::Apply(m))
             }
             Phase::Member if includes_me => {
                 let ours = &self.membership;
                 if m.version > ours.version {
-                    Some(Change::Apply(m))
-                } else if m.version == ours.version && m != *ours {
-                    // Two changes made concurrently from one membership: merge deterministically.
-                    Some(Change::Commit(ours.merged(&m, self.max_degree)))
-                } else {
-                    if m.version < ours.version
-                        && let Some(c) = ours.members.get(&from)
-                    {
-                        out.raw(c.clone(), Body::Tree(Box::new(ours.clone())));
-                    }
-                    None
+                    return Ok(Change::Apply(m));
                 }
+                if m.version == ours.version && m != *ours {
+                    // Two changes made concurrently from one membership: merge deterministically.
+                    return Ok(Change::Commit(ours.merged(&m, self.max_degree)));
+                }
+                if m.version < ours.version
+                    && let Some(c) = ours.members.get(&from)
+                {
+                    out.raw(c.clone(), Body::Tree(Box::new(ours.clone())));
+                }
+                Err(Ignored::StaleVersion)
             }
             Phase::Member => {
                 // A membership without us: either our cluster removed us (a newer version that
                 // says so), or it is another cluster (after a partition), which the partition
                 // merge handles, not this.
-                let removed_me = m.is_gone(self.me.id, self.me.incarnation);
-                (removed_me && m.version > self.membership.version).then_some(Change::Apply(m))
+                if !m.is_gone(self.me.id, self.me.incarnation) {
+                    return Err(Ignored::NotIncluded);
+                }
+                if m.version <= self.membership.version {
+                    return Err(Ignored::StaleVersion);
+                }
+                Ok(Change::Apply(m))
             }
-            Phase::Joining { .. } | Phase::Idle | Phase::Stopped => None,
+            Phase::Joining { .. } => Err(Ignored::NotIncluded),
+            Phase::Idle => Err(Ignored::NotInCluster),
+            Phase::Stopped => Err(Ignored::Stopped),
         }
     }
 
@@ -427,36 +442,37 @@ impl Cluster {
 
     /// `from` says we are not in its cluster. Returns the seeds to rejoin with: when a cluster
     /// mate moved on without us (we were declared dead), or when the other side of a healed
-    /// partition ranks higher (then our cluster is told we leave it first).
+    /// partition ranks higher (then our cluster is told we leave it first). None after showing
+    /// a cluster mate that is behind our membership.
     pub(crate) fn on_not_member(
         &self,
         from: &Contact,
         cluster: ClusterRank,
         version: u64,
         out: &mut Outbox,
-    ) -> Option<Vec<String>> {
+    ) -> Result<Option<Vec<String>>, Ignored> {
         if !self.is_member() {
-            return None;
+            return Err(Ignored::NotInCluster);
         }
         let ours = &self.membership;
         if ours.contains(from.id) {
             if version > ours.version {
                 // A cluster mate moved on without us: we were declared dead.
-                return Some(vec![from.addr.to_string()]);
+                return Ok(Some(vec![from.addr.to_string()]));
             }
             // It is behind: show it our membership.
             out.raw(from.clone(), Body::Tree(Box::new(ours.clone())));
-            return None;
+            return Ok(None);
         }
         let theirs = (std::cmp::Reverse(version), cluster);
         if theirs >= (std::cmp::Reverse(ours.version), ours.rank()) {
-            return None;
+            return Err(Ignored::LowerRank);
         }
         // A partition healed and the other side ranks higher: leave ours and join theirs.
         if let Some(next) = ours.with_removed(self.me.id, self.me.incarnation, self.max_degree) {
             self.broadcast(&next, out);
         }
-        Some(vec![from.addr.to_string()])
+        Ok(Some(vec![from.addr.to_string()]))
     }
 
     /// Leaves gracefully: a member tells the others at once instead of waiting for failure

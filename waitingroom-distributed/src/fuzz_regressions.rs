@@ -56,7 +56,7 @@ impl Pair {
             } else {
                 0
             };
-            self.nodes[at].handle_message(self.now, env);
+            let _ = self.nodes[at].handle_message(self.now, env);
         }
     }
 
@@ -80,7 +80,7 @@ fn an_ack_of_u64_max_from_a_stranger() {
             "msg":{"Update":{"weight":"Empty","version":1}}}}}"#,
     )
     .expect("well-typed");
-    n.handle_message(10, env);
+    let _ = n.handle_message(10, env);
 }
 
 #[test]
@@ -116,13 +116,13 @@ fn a_tree_at_version_u64_max_then_a_join() {
             "edges":[[1,2]],"removed":{}}}}"#,
     )
     .expect("well-typed");
-    n.handle_message(10, tree);
+    let _ = n.handle_message(10, tree);
     let join: Envelope = serde_json::from_str(
         r#"{"from":{"id":3,"incarnation":1,"addr":"n3"},"to":0,"to_incarnation":0,
             "body":{"JoinRequest":{"contact":{"id":3,"incarnation":1,"addr":"n3"}}}}"#,
     )
     .expect("well-typed");
-    n.handle_message(11, join);
+    let _ = n.handle_message(11, join);
 }
 
 #[test]

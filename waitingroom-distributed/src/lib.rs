@@ -11,6 +11,8 @@
 mod channel;
 mod cluster;
 pub mod config;
+mod ignored;
+
 pub mod invariants;
 mod local;
 pub mod membership;
@@ -27,6 +29,7 @@ mod fuzz_regressions;
 
 pub use cluster::Phase;
 pub use config::{AdmissionMode, NodeConfig};
+pub use ignored::Ignored;
 pub use membership::{Contact, Membership};
 pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
 pub use node::visitor::VisitorError;

@@ -22,6 +22,7 @@ use waitingroom_core::{NodeId, SettingsError, TicketId, Time, WaitingRoom};
 use crate::channel::Channels;
 use crate::cluster::{Cluster, Phase};
 use crate::config::NodeConfig;
+use crate::ignored::Ignored;
 use crate::local::Local;
 use crate::membership::{Contact, Membership};
 use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
@@ -148,28 +149,36 @@ impl Node {
         self.events.pop_front()
     }
 
-    /// Handles a message from a peer.
-    pub fn handle_message(&mut self, now: Time, env: Envelope) {
+    /// Handles a message from a peer: `Ok` when the node acted on it, or why it did not. For a
+    /// message on the reliable channel that is the first reason any message it released was
+    /// ignored (messages held back for an earlier one are released with the one that fills
+    /// the gap).
+    pub fn handle_message(&mut self, now: Time, env: Envelope) -> Result<(), Ignored> {
         if self.cluster.phase() == &Phase::Stopped {
             // Still take acknowledgements, so the farewell broadcast can drain.
-            match env.body {
+            return match env.body {
                 Body::Channel { ack_epoch, ack, .. } => {
-                    self.channels.on_ack(&env.from, ack_epoch, ack)
+                    self.channels.on_ack(&env.from, ack_epoch, ack);
+                    Err(Ignored::Stopped)
                 }
-                Body::ChannelAck { epoch, ack, .. } => self.channels.on_ack(&env.from, epoch, ack),
-                _ => {}
-            }
-            return;
+                Body::ChannelAck { epoch, ack, .. } => self.on_ack(&env.from, epoch, ack),
+                _ => Err(Ignored::Stopped),
+            };
         }
         let me = self.cluster.me();
         let addressed_to_me = env.to.0 == 0
             || (env.to == me.id
                 && (env.to_incarnation == 0 || env.to_incarnation == me.incarnation));
         if !addressed_to_me {
-            return;
+            return Err(Ignored::Misaddressed);
         }
-        let from = env.from;
-        match env.body {
+        let result = self.dispatch(now, env.from, env.body);
+        self.flush();
+        result
+    }
+
+    fn dispatch(&mut self, now: Time, from: Contact, body: Body) -> Result<(), Ignored> {
+        match body {
             Body::Channel {
                 epoch,
                 seq,
@@ -177,24 +186,31 @@ impl Node {
                 ack,
                 msg,
             } => {
-                let ready = self
+                let received = self
                     .channels
                     .receive(now, &from, epoch, seq, (ack_epoch, ack), msg);
                 if self.channels.any_gap() {
                     self.arm_retransmit(now);
                 }
-                for msg in ready {
-                    self.on_channel_msg(now, from.id, msg);
+                let mut result = Ok(());
+                for msg in received? {
+                    let handled = self.on_channel_msg(now, from.id, msg);
+                    result = result.and(handled);
                 }
+                result
             }
             Body::ChannelAck { epoch, ack, resync } => {
-                self.channels.on_ack(&from, epoch, ack);
+                let acked = self.on_ack(&from, epoch, ack);
                 if resync {
                     self.channels.on_resync(&from, epoch);
                     self.arm_retransmit(now);
                 }
+                acked
             }
-            Body::Ping { nonce, view } => self.on_ping(now, &from, nonce, view),
+            Body::Ping { nonce, view } => {
+                self.on_ping(now, &from, nonce, view);
+                Ok(())
+            }
             Body::PingAck {
                 nonce,
                 target,
@@ -207,7 +223,14 @@ impl Node {
                 self.on_not_member(now, &from, cluster, version)
             }
         }
-        self.flush();
+    }
+
+    fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) -> Result<(), Ignored> {
+        if self.channels.on_ack(from, epoch, ack) {
+            Ok(())
+        } else {
+            Err(Ignored::StaleAck)
+        }
     }
 
     fn fire(&mut self, now: Time, timer: Timer) {
@@ -315,7 +338,7 @@ impl Node {
     // ---- dispatch --------------------------------------------------------------------------
 
     /// A protocol message delivered in order by the channel from `from`.
-    fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) {
+    fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) -> Result<(), Ignored> {
         let version = match &msg {
             ChannelMsg::Update { version, .. }
             | ChannelMsg::FindRoot { version, .. }
@@ -334,27 +357,28 @@ impl Node {
             // Sent by a member that applied a membership we have not seen yet (a joining node
             // gets updates from its new neighbours before the Tree from the member that added
             // it): keep it until we apply that version.
-            if self.future.len() < FUTURE_LIMIT {
-                self.future.push((from, msg));
+            if self.future.len() >= FUTURE_LIMIT {
+                return Err(Ignored::FutureFull);
             }
-            return;
+            self.future.push((from, msg));
+            return Err(Ignored::FutureVersion);
         }
         if let ChannelMsg::Forget { ticket } = msg {
             // Only touches this node's own queue: honoured in any phase, from anyone on a link.
             if self.local.room_mut().forget_queued(ticket) {
                 self.local_queue_changed(now);
             }
-            return;
+            return Ok(());
         }
         if !self.is_member() {
-            return;
+            return Err(Ignored::NotInCluster);
         }
         if !self.cluster.membership().contains(from) {
             self.tell_not_member(from);
-            return;
+            return Err(Ignored::SenderNotMember);
         }
         if version.is_some_and(|v| v < applied) {
-            return;
+            return Err(Ignored::StaleVersion);
         }
         match msg {
             ChannelMsg::Update { weight, .. } => self.on_update(now, from, weight),
@@ -362,13 +386,19 @@ impl Node {
                 self.on_find_root(now, (from, weight), admit)
             }
             ChannelMsg::DeleteMin { admit } => self.on_delete_min(now, admit),
-            ChannelMsg::CountRequest(r) => self.on_count_request(now, from, r),
+            ChannelMsg::CountRequest(r) => {
+                self.on_count_request(now, from, r);
+                Ok(())
+            }
             ChannelMsg::CountReply { stamp, counts } => {
                 self.on_count_reply(now, from, stamp, counts.map(|c| *c))
             }
-            ChannelMsg::CountResult(r) => self.on_count_result(now, from, *r),
+            ChannelMsg::CountResult(r) => {
+                self.on_count_result(now, from, *r);
+                Ok(())
+            }
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
-            ChannelMsg::Forget { .. } => {}
+            ChannelMsg::Forget { .. } => Ok(()),
         }
     }
 

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use waitingroom_core::{NodeId, Time};
 
 use crate::config::AdmissionMode;
+use crate::ignored::Ignored;
 use crate::local::Local;
 use crate::messages::{Admission, ChannelMsg, Weight};
 use crate::outputs::Outbox;
@@ -226,15 +227,19 @@ impl Qpid {
         }
     }
 
-    /// A neighbour lost what we told it: tell it again (as soon as the wave allows). False when
-    /// `from` is not a neighbour.
-    pub(crate) fn on_weight_query(&mut self, ctx: Ctx, from: NodeId, out: &mut Outbox) -> bool {
+    /// A neighbour lost what we told it: tell it again (as soon as the wave allows).
+    pub(crate) fn on_weight_query(
+        &mut self,
+        ctx: Ctx,
+        from: NodeId,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
         if !self.weights.contains_key(&from) {
-            return false;
+            return Err(Ignored::UnknownNeighbour);
         }
         self.sent.remove(&from);
         self.wave_send(ctx, out);
-        true
+        Ok(())
     }
 
     fn send_find_root(&mut self, ctx: Ctx, to: NodeId, admit: Option<Admission>, out: &mut Outbox) {
@@ -301,8 +306,7 @@ impl Qpid {
         }
     }
 
-    /// QPID update: the branch behind `from` now holds `weight`. False when `from` is not a
-    /// neighbour.
+    /// QPID update: the branch behind `from` now holds `weight`.
     pub(crate) fn on_update(
         &mut self,
         now: Time,
@@ -311,18 +315,18 @@ impl Qpid {
         weight: Weight,
         local: &mut Local,
         out: &mut Outbox,
-    ) -> bool {
-        let Some(slot) = self.weights.get_mut(&from) else {
-            return false;
-        };
+    ) -> Result<(), Ignored> {
+        let slot = self
+            .weights
+            .get_mut(&from)
+            .ok_or(Ignored::UnknownNeighbour)?;
         *slot = Some(weight);
         self.propagate(now, ctx, Some(from), local, out);
-        true
+        Ok(())
     }
 
     /// QPID findRoot: the root moves this way. Re-aim the pointer at the minimum and pass the
-    /// findRoot on, or become the root (and make the admissions it carries). False when `from`
-    /// is not a neighbour.
+    /// findRoot on, or become the root (and make the admissions it carries).
     pub(crate) fn on_find_root(
         &mut self,
         now: Time,
@@ -331,10 +335,11 @@ impl Qpid {
         admit: Option<Admission>,
         local: &mut Local,
         out: &mut Outbox,
-    ) -> bool {
-        let Some(slot) = self.weights.get_mut(&from) else {
-            return false;
-        };
+    ) -> Result<(), Ignored> {
+        let slot = self
+            .weights
+            .get_mut(&from)
+            .ok_or(Ignored::UnknownNeighbour)?;
         *slot = Some(weight);
         if let Some(admit) = admit {
             self.merge_credit(admit);
@@ -345,7 +350,7 @@ impl Qpid {
         if self.settling {
             self.pending_find_root = true;
             self.try_settle(now, ctx, local, out);
-            return true;
+            return Ok(());
         }
         let best = self.argmin(ctx.me);
         self.parent = Some(best);
@@ -355,12 +360,12 @@ impl Qpid {
         } else {
             self.use_credit(now, ctx, local, out);
         }
-        true
+        Ok(())
     }
 
-    /// A deleteMin reached this node (from a neighbour, or from this node's own count). False
-    /// when it was dropped: for another membership version, or, one visitor at a time, at a
-    /// node still settling.
+    /// A deleteMin reached this node (from a neighbour, or from this node's own count). Dropped
+    /// when it is for another membership version, or, one visitor at a time, at a node still
+    /// settling.
     pub(crate) fn on_delete_min(
         &mut self,
         now: Time,
@@ -368,16 +373,16 @@ impl Qpid {
         admit: Admission,
         local: &mut Local,
         out: &mut Outbox,
-    ) -> bool {
+    ) -> Result<(), Ignored> {
         if admit.version != ctx.version {
-            return false;
+            return Err(Ignored::StaleVersion);
         }
         if self.mode == AdmissionMode::Sequential {
             return self.delete_one(now, ctx, admit, local, out);
         }
         self.merge_credit(admit);
         if !self.is_settled() {
-            return true;
+            return Ok(());
         }
         match self.parent {
             Some(p) if p == ctx.me => self.use_credit(now, ctx, local, out),
@@ -388,7 +393,7 @@ impl Qpid {
             }
             None => {}
         }
-        true
+        Ok(())
     }
 
     /// Thesis deleteMin, one visitor: at the root pop the head if it is the minimum, else
@@ -400,10 +405,10 @@ impl Qpid {
         admit: Admission,
         local: &mut Local,
         out: &mut Outbox,
-    ) -> bool {
+    ) -> Result<(), Ignored> {
         let me = ctx.me;
         if !self.is_settled() {
-            return false;
+            return Err(Ignored::NotSettled);
         }
         match self.parent {
             Some(p) if p == me => {
@@ -427,7 +432,7 @@ impl Qpid {
             Some(p) => out.send(p, ChannelMsg::DeleteMin { admit }),
             None => {}
         }
-        true
+        Ok(())
     }
 
     /// Batched admission at the root: pop while the local head is the cluster minimum and

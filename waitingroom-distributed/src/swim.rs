@@ -14,6 +14,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::NodeId;
 
+use crate::ignored::Ignored;
 use crate::membership::{Contact, View};
 use crate::messages::Body;
 use crate::outputs::Outbox;
@@ -203,31 +204,29 @@ impl Swim {
     }
 
     /// An answer to a probe: ours (the target is alive), or one we relayed for someone else
-    /// (passed back to them). Returns false when it answers no probe we know.
+    /// (passed back to them).
     pub(crate) fn on_ack(
         &mut self,
         nonce: u64,
         target: NodeId,
         view: View,
         out: &mut Outbox,
-    ) -> bool {
+    ) -> Result<(), Ignored> {
         if let Some(p) = self.probe.as_mut()
             && p.nonce == nonce
             && p.target.id == target
         {
             p.acked = true;
-            return true;
+            return Ok(());
         }
-        let Some((requester, their_nonce)) = self.relays.remove(&nonce) else {
-            return false;
-        };
+        let (requester, their_nonce) = self.relays.remove(&nonce).ok_or(Ignored::UnknownProbe)?;
         let body = Body::PingAck {
             nonce: their_nonce,
             target,
             view,
         };
         out.raw(requester, body);
-        true
+        Ok(())
     }
 
     /// Pings `target` for `from` (an indirect probe), remembering whom to pass the answer to.

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use waitingroom_core::{NodeId, QueueKey, Settings, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
+use crate::ignored::Ignored;
 use crate::local::Local;
 use crate::membership::Contact;
 use crate::messages::{
@@ -316,8 +317,8 @@ impl Tag {
         self.ranges[skip..].to_vec()
     }
 
-    /// A child's counts (None: it refused, and the whole round is off). Err when it answers no
-    /// round in progress here (an older one, or a copy). Ok(Some) when the root's round is now
+    /// A child's counts (None: it refused, and the whole round is off). Ignored when it answers
+    /// no round in progress here (an older one, or a copy). Some when the root's round is now
     /// complete.
     pub(crate) fn on_count_reply(
         &mut self,
@@ -325,12 +326,12 @@ impl Tag {
         stamp: Stamp,
         counts: Option<Counts>,
         out: &mut Outbox,
-    ) -> Result<Option<Round>, ()> {
+    ) -> Result<Option<Round>, Ignored> {
         let Some(round) = self.round.as_mut() else {
-            return Err(());
+            return Err(Ignored::StaleRound);
         };
         if round.stamp != stamp || !round.waiting.remove(&from) {
-            return Err(());
+            return Err(Ignored::StaleRound);
         }
         let Some(c) = counts else {
             // Someone below refused: the whole round is off.

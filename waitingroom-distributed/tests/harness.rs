@@ -207,7 +207,7 @@ impl Net {
                     continue;
                 }
                 if let Some(node) = self.nodes.get_mut(&to) {
-                    node.handle_message(self.now, t.envelope);
+                    let _ = node.handle_message(self.now, t.envelope);
                     self.drain(to);
                     self.check();
                 }

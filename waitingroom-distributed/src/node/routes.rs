@@ -8,6 +8,7 @@ use waitingroom_core::{NodeId, Time};
 use super::Node;
 use crate::cluster::{Applied, Asking, Change};
 use crate::config::AdmissionMode;
+use crate::ignored::Ignored;
 use crate::local::Local;
 use crate::membership::{ClusterRank, Contact, Membership, View};
 use crate::messages::{
@@ -46,10 +47,15 @@ impl Node {
         });
     }
 
-    pub(super) fn on_update(&mut self, now: Time, from: NodeId, weight: Weight) {
+    pub(super) fn on_update(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        weight: Weight,
+    ) -> Result<(), Ignored> {
         self.with_qpid(now, |q, ctx, local, out| {
             q.on_update(now, ctx, from, weight, local, out)
-        });
+        })
     }
 
     pub(super) fn on_find_root(
@@ -57,20 +63,20 @@ impl Node {
         now: Time,
         from: (NodeId, Weight),
         admit: Option<Admission>,
-    ) {
+    ) -> Result<(), Ignored> {
         self.with_qpid(now, |q, ctx, local, out| {
             q.on_find_root(now, ctx, from, admit, local, out)
-        });
+        })
     }
 
-    pub(super) fn on_delete_min(&mut self, now: Time, admit: Admission) {
+    pub(super) fn on_delete_min(&mut self, now: Time, admit: Admission) -> Result<(), Ignored> {
         self.with_qpid(now, |q, ctx, local, out| {
             q.on_delete_min(now, ctx, admit, local, out)
-        });
+        })
     }
 
-    pub(super) fn on_weight_query(&mut self, now: Time, from: NodeId) {
-        self.with_qpid(now, |q, ctx, _, out| q.on_weight_query(ctx, from, out));
+    pub(super) fn on_weight_query(&mut self, now: Time, from: NodeId) -> Result<(), Ignored> {
+        self.with_qpid(now, |q, ctx, _, out| q.on_weight_query(ctx, from, out))
     }
 
     pub(super) fn check_settling(&mut self, now: Time) {
@@ -142,13 +148,12 @@ impl Node {
         from: NodeId,
         stamp: Stamp,
         counts: Option<Counts>,
-    ) {
+    ) -> Result<(), Ignored> {
         let reply = self.with_tag(now, |t, _, _, out| {
             t.on_count_reply(from, stamp, counts, out)
         });
-        if let Ok(done) = reply {
-            self.complete_round(now, done);
-        }
+        self.complete_round(now, reply?);
+        Ok(())
     }
 
     /// At the root, with the whole cluster counted (if `round` is): decide, merge the ranges
@@ -166,12 +171,14 @@ impl Node {
         let Some(batch) = decision.batch else {
             return;
         };
+        // This node applied the batch's version: QPID takes it (a one-at-a-time deleteMin at a
+        // node still settling is dropped: the next count lets that visitor out).
         if self.cfg.admission == AdmissionMode::Sequential {
             for _ in 0..batch.count {
-                self.on_delete_min(now, Admission { count: 1, ..batch });
+                let _ = self.on_delete_min(now, Admission { count: 1, ..batch });
             }
         } else {
-            self.on_delete_min(now, batch);
+            let _ = self.on_delete_min(now, batch);
         }
     }
 
@@ -246,23 +253,35 @@ impl Node {
         nonce: u64,
         target: NodeId,
         view: View,
-    ) {
+    ) -> Result<(), Ignored> {
         let mut out = Outbox::default();
         if from.id == target {
             self.cluster.compare_views(from, view, &mut out);
         }
-        self.swim.on_ack(nonce, target, view, &mut out);
+        let acked = self.swim.on_ack(nonce, target, view, &mut out);
         self.send_outbox(now, out);
+        acked
     }
 
-    pub(super) fn on_ping_req(&mut self, now: Time, from: &Contact, target: Contact, nonce: u64) {
-        if !self.is_member() || !self.cluster.membership().contains(from.id) {
-            return;
+    /// Another member asks this one to probe `target` for it (an indirect probe).
+    pub(super) fn on_ping_req(
+        &mut self,
+        now: Time,
+        from: &Contact,
+        target: Contact,
+        nonce: u64,
+    ) -> Result<(), Ignored> {
+        if !self.is_member() {
+            return Err(Ignored::NotInCluster);
+        }
+        if !self.cluster.membership().contains(from.id) {
+            return Err(Ignored::SenderNotMember);
         }
         let mut out = Outbox::default();
         let view = self.cluster.view();
         self.swim.relay(from, target, nonce, view, &mut out);
         self.send_outbox(now, out);
+        Ok(())
     }
 
     /// Pings a former member now and then: if it lives in another cluster (a healed
@@ -299,24 +318,30 @@ impl Node {
         }
     }
 
-    pub(super) fn on_join_request(&mut self, now: Time, contact: Contact) {
+    pub(super) fn on_join_request(&mut self, now: Time, contact: Contact) -> Result<(), Ignored> {
         let mut out = Outbox::default();
         let next = self.cluster.on_join_request(contact, &mut out);
         self.send_outbox(now, out);
-        if let Some(next) = next {
+        if let Some(next) = next? {
             self.commit_membership(now, next);
         }
+        Ok(())
     }
 
-    pub(super) fn on_tree(&mut self, now: Time, from: NodeId, m: Membership) {
+    pub(super) fn on_tree(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        m: Membership,
+    ) -> Result<(), Ignored> {
         let mut out = Outbox::default();
         let change = self.cluster.on_tree(from, m, &mut out);
         self.send_outbox(now, out);
-        match change {
-            Some(Change::Apply(m)) => self.apply_membership(now, m),
-            Some(Change::Commit(m)) => self.commit_membership(now, m),
-            None => {}
+        match change? {
+            Change::Apply(m) => self.apply_membership(now, m),
+            Change::Commit(m) => self.commit_membership(now, m),
         }
+        Ok(())
     }
 
     pub(super) fn on_not_member(
@@ -325,13 +350,14 @@ impl Node {
         from: &Contact,
         cluster: ClusterRank,
         version: u64,
-    ) {
+    ) -> Result<(), Ignored> {
         let mut out = Outbox::default();
         let rejoin = self.cluster.on_not_member(from, cluster, version, &mut out);
         self.send_outbox(now, out);
-        if let Some(seeds) = rejoin {
+        if let Some(seeds) = rejoin? {
             self.rejoin(now, seeds);
         }
+        Ok(())
     }
 
     /// SWIM declared `target` dead: remove it and tell everyone.
@@ -377,7 +403,8 @@ impl Node {
         self.qpid_apply(now);
         let pending = std::mem::take(&mut self.future);
         for (from, msg) in pending {
-            self.on_channel_msg(now, from, msg);
+            // Whoever sent them learns nothing of how they were taken.
+            let _ = self.on_channel_msg(now, from, msg);
         }
     }
 

@@ -316,7 +316,7 @@ impl State {
         while let Some(m) = queue.pop_front() {
             let to = addr_id(&m.t.to_addr);
             let now = self.now;
-            self.node_mut(to).handle_message(now, m.t.envelope.clone());
+            let _ = self.node_mut(to).handle_message(now, m.t.envelope.clone());
             self.drain(to);
             queue.extend(std::mem::take(&mut self.in_flight));
         }
@@ -392,7 +392,7 @@ impl State {
         }
         for (to, envelope) in acks {
             let now = self.now;
-            self.node_mut(to).handle_message(now, envelope);
+            let _ = self.node_mut(to).handle_message(now, envelope);
             problems.extend(self.drain(to));
         }
         for e in events {
@@ -560,7 +560,7 @@ impl State {
                 let m = self.take(fp);
                 let to = addr_id(&m.t.to_addr);
                 let now = self.now;
-                self.node_mut(to).handle_message(now, m.t.envelope.clone());
+                let _ = self.node_mut(to).handle_message(now, m.t.envelope.clone());
                 self.drain(to)
             }
             Step::Drop(fp) => {

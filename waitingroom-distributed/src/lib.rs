@@ -24,6 +24,9 @@ mod swim;
 mod tag;
 mod timer;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
 #[cfg(test)]
 mod fuzz_regressions;
 

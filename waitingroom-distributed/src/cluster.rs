@@ -505,3 +505,109 @@ impl Cluster {
         candidates
     }
 }
+
+/// One envelope in, the exact messages out (see `testing`).
+#[cfg(test)]
+mod tests {
+    use crate::messages::{ChannelMsg, Envelope, Weight};
+    use crate::node::Node;
+    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+
+    use super::*;
+
+    fn settled(id: u64, m: &Membership) -> Node {
+        let mut node = member(testing::config(id, 1, testing::queued_settings()), m);
+        settle(&mut node);
+        node
+    }
+
+    fn line() -> Membership {
+        tree(2, &[1, 2, 3], &[(1, 2), (2, 3)])
+    }
+
+    /// §4.4 and §4.7: a node asks a member to be let in; the member adds it to the tree and
+    /// broadcasts the new tree to every other member, the new node included. Asking again
+    /// (the answer was lost) gets the same tree again.
+    #[test]
+    fn a_join_request_is_answered_with_the_new_tree_broadcast() {
+        let pair = tree(2, &[1, 2], &[(1, 2)]);
+        let mut node = settled(1, &pair);
+        let join = Envelope {
+            from: testing::contact(3),
+            to: NodeId(0),
+            to_incarnation: 0,
+            body: Body::JoinRequest {
+                contact: testing::contact(3),
+            },
+        };
+        assert_eq!(node.handle_message(1, join.clone()), Ok(()));
+        let grown = pair.with_added(testing::contact(3), 4);
+        let to = |id: u64| Said::Raw(testing::addr(id), Body::Tree(Box::new(grown.clone())));
+        assert_eq!(said(&mut node), [to(2), to(3)]);
+        let added = Event::MemberAdded(testing::contact(3));
+        assert_eq!(testing::events(&mut node), [added]);
+        assert_eq!(node.handle_message(2, join), Ok(()));
+        assert_eq!(said(&mut node), [to(3)]);
+    }
+
+    /// §4.7.2: a newer tree is applied (here node 3 left: node 2 starts QPID over with its one
+    /// neighbour); an older one is not, and its sender is shown ours.
+    #[test]
+    fn a_newer_tree_is_applied_and_an_older_one_answered() {
+        let mut node = settled(2, &line());
+        let smaller = line().with_removed(NodeId(3), 1, 4).expect("a member");
+        let from_1 = Peer::new(1);
+        let env = from_1.raw(&node, Body::Tree(Box::new(smaller.clone())));
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        let update = ChannelMsg::Update {
+            weight: Weight::Empty,
+            version: 3,
+        };
+        assert_eq!(said(&mut node), [Said::Channel(NodeId(1), update)]);
+        let removed = Event::MemberRemoved(testing::contact(3));
+        assert_eq!(testing::events(&mut node), [removed]);
+        assert_eq!(node.membership(), &smaller);
+        let env = from_1.raw(&node, Body::Tree(Box::new(line())));
+        assert_eq!(node.handle_message(2, env), Err(Ignored::StaleVersion));
+        let ours = Body::Tree(Box::new(smaller));
+        assert_eq!(said(&mut node), [Said::Raw("n1".into(), ours)]);
+    }
+
+    /// §4.7.4: two trees with the same version and different content were made concurrently;
+    /// every node that sees both rebuilds the tree from the merged member list, sorted by id,
+    /// and broadcasts it.
+    #[test]
+    fn a_conflicting_tree_of_the_same_version_is_merged_and_broadcast() {
+        let mut node = settled(2, &line());
+        let other = tree(2, &[1, 2, 4], &[(1, 2), (2, 4)]);
+        let env = Peer::new(4).raw(&node, Body::Tree(Box::new(other.clone())));
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        let merged = line().merged(&other, 4);
+        assert_eq!(merged.version, 3);
+        let trees: Vec<Said> = said(&mut node)
+            .into_iter()
+            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(_))))
+            .collect();
+        let to = |id: u64| Said::Raw(testing::addr(id), Body::Tree(Box::new(merged.clone())));
+        assert_eq!(trees, [to(1), to(3), to(4)]);
+        assert_eq!(node.membership(), &merged);
+    }
+
+    /// README, "Partitions": a node that talks to us as a member without being one is told so,
+    /// with what it needs to decide which side of a partition joins the other.
+    #[test]
+    fn a_non_member_talking_as_a_member_is_told_it_is_not_one() {
+        let mut node = settled(2, &line());
+        let update = ChannelMsg::Update {
+            weight: Weight::Empty,
+            version: 2,
+        };
+        let env = Peer::new(9).channel(&node, update);
+        assert_eq!(node.handle_message(1, env), Err(Ignored::SenderNotMember));
+        let not_member = Body::NotMember {
+            cluster: line().rank(),
+            version: 2,
+        };
+        assert_eq!(said(&mut node), [Said::Raw("n9".into(), not_member)]);
+    }
+}

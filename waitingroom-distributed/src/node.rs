@@ -552,3 +552,96 @@ pub struct NodeStatus {
 fn next_boundary(now: Time, interval: Time) -> Time {
     (now / interval + 1) * interval
 }
+
+/// Why messages are ignored (see [`Ignored`]): one envelope in, its outcome and exactly what
+/// the node said about it (see `testing`).
+#[cfg(test)]
+mod tests {
+    use waitingroom_core::{QueueKey, TicketId};
+
+    use super::*;
+    use crate::testing::{self, Peer, member, said, settle, tree};
+
+    /// Node 2 of the line 1 - 2 - 3 - 4 at version 2, settled.
+    fn node_2() -> (Node, BTreeMap<NodeId, Peer>) {
+        let line = tree(2, &[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]);
+        let mut node = member(testing::config(2, 1, testing::queued_settings()), &line);
+        let peers = settle(&mut node);
+        (node, peers)
+    }
+
+    fn ping(node: &Node) -> Body {
+        Body::Ping {
+            nonce: 1,
+            view: node.membership().view(),
+        }
+    }
+
+    /// README, "Links": a message belongs to one life of its receiver; and a node that is not
+    /// (or no longer) a member takes no part.
+    #[test]
+    fn messages_for_another_node_life_or_phase_are_ignored() {
+        let (mut node, _) = node_2();
+        let mut env = Peer::new(1).raw(&node, ping(&node));
+        env.to = NodeId(7);
+        assert_eq!(
+            node.handle_message(1, env.clone()),
+            Err(Ignored::Misaddressed)
+        );
+        env.to = NodeId(2);
+        env.to_incarnation = 5;
+        assert_eq!(node.handle_message(1, env), Err(Ignored::Misaddressed));
+        let req = Body::PingReq {
+            target: testing::contact(3),
+            nonce: 1,
+        };
+        let mut idle = Node::new(testing::config(5, 1, testing::queued_settings())).unwrap();
+        let env = Peer::new(1).raw(&idle, req);
+        assert_eq!(idle.handle_message(1, env), Err(Ignored::NotInCluster));
+        node.shutdown(2);
+        said(&mut node);
+        let env = Peer::new(1).raw(&node, ping(&node));
+        assert_eq!(node.handle_message(3, env), Err(Ignored::Stopped));
+        assert!(said(&mut node).is_empty() && said(&mut idle).is_empty());
+    }
+
+    /// README, "Links" (the thesis' per-link counters, §4.3.2, generalised) and "Membership
+    /// changes": copies and stale links are dropped; a message for an older membership is
+    /// ignored, one for a newer membership kept until the node applies it; QPID takes news
+    /// only from tree neighbours.
+    #[test]
+    fn copies_stale_links_and_other_versions_are_ignored_or_held() {
+        let (mut node, mut peers) = node_2();
+        let key = Weight::Key(QueueKey {
+            join_time: 10,
+            ticket: TicketId(10),
+            node: NodeId(1),
+        });
+        let update = |version| ChannelMsg::Update {
+            weight: key,
+            version,
+        };
+        let p1 = peers.get_mut(&NodeId(1)).unwrap();
+        let env = p1.channel(&node, update(2));
+        assert_eq!(node.handle_message(1, env.clone()), Ok(()));
+        assert_eq!(node.handle_message(1, env.clone()), Err(Ignored::Duplicate));
+        let mut old_epoch = env;
+        if let Body::Channel { epoch, .. } = &mut old_epoch.body {
+            *epoch = 0;
+        }
+        assert_eq!(node.handle_message(1, old_epoch), Err(Ignored::StaleLink));
+        let env = p1.channel(&node, update(1));
+        assert_eq!(node.handle_message(1, env), Err(Ignored::StaleVersion));
+        let env = Peer::new(4).channel(&node, update(2));
+        assert_eq!(node.handle_message(1, env), Err(Ignored::UnknownNeighbour));
+        said(&mut node);
+
+        let env = p1.channel(&node, update(3));
+        assert_eq!(node.handle_message(2, env), Err(Ignored::FutureVersion));
+        let line = tree(2, &[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]);
+        let v3 = line.with_removed(NodeId(4), 1, 4).expect("a member");
+        let env = p1.raw(&node, Body::Tree(Box::new(v3)));
+        assert_eq!(node.handle_message(3, env), Ok(()));
+        assert_eq!(node.weights().1[&NodeId(1)], Some(key), "held, then taken");
+    }
+}

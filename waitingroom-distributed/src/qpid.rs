@@ -469,3 +469,193 @@ impl Qpid {
         }
     }
 }
+
+/// One envelope in, the exact messages out (see `testing`): node 2 of the line 1 - 2 - 3,
+/// whose parent is 1.
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use waitingroom_core::{QueueKey, TicketId};
+
+    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+    use crate::{AdmissionMode, Event, Node};
+
+    use super::*;
+
+    fn key(join_time: Time, node: u64) -> Weight {
+        Weight::Key(QueueKey {
+            join_time,
+            ticket: TicketId(join_time),
+            node: NodeId(node),
+        })
+    }
+
+    /// Node 2 of the line 1 - 2 - 3 at membership version 2, every weight empty, settled.
+    fn middle(mode: AdmissionMode) -> (Node, BTreeMap<NodeId, Peer>) {
+        let mut cfg = testing::config(2, 1, testing::queued_settings());
+        cfg.admission = mode;
+        let mut node = member(cfg, &tree(2, &[1, 2, 3], &[(1, 2), (2, 3)]));
+        let peers = settle(&mut node);
+        (node, peers)
+    }
+
+    fn update(weight: Weight) -> ChannelMsg {
+        ChannelMsg::Update { weight, version: 2 }
+    }
+
+    /// README "Re-picking the parent" (departs from §4.7.3): after a membership change a node
+    /// tells a neighbour its weight only once every other neighbour has been heard from, so
+    /// each value covers a whole branch; with every neighbour known it is settled, its pointer
+    /// towards the lowest id.
+    #[test]
+    fn the_saturation_wave_answers_each_neighbour_once_the_others_are_known() {
+        let cfg = testing::config(2, 1, testing::queued_settings());
+        let mut node = member(cfg, &tree(2, &[1, 2, 3], &[(1, 2), (2, 3)]));
+        assert!(!node.is_settled());
+        let (mut p1, mut p3) = (Peer::new(1), Peer::new(3));
+        let from_1 = p1.channel(&node, update(Weight::Empty));
+        assert_eq!(node.handle_message(0, from_1), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(3), update(Weight::Empty))]
+        );
+        let from_3 = p3.channel(&node, update(key(10, 3)));
+        assert_eq!(node.handle_message(0, from_3), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), update(key(10, 3)))]
+        );
+        assert!(node.is_settled());
+        assert_eq!(node.parent(), Some(NodeId(1)));
+    }
+
+    /// §3.3.1 (lazy updating): a change on a child's side goes to the parent, once; news from
+    /// the parent's side goes nowhere.
+    #[test]
+    fn a_childs_update_goes_to_the_parent_once() {
+        let (mut node, mut peers) = middle(AdmissionMode::Range);
+        let env = peers
+            .get_mut(&NodeId(3))
+            .unwrap()
+            .channel(&node, update(key(10, 3)));
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), update(key(10, 3)))]
+        );
+        let again = peers
+            .get_mut(&NodeId(3))
+            .unwrap()
+            .channel(&node, update(key(10, 3)));
+        assert_eq!(node.handle_message(2, again), Ok(()));
+        assert_eq!(said(&mut node), []);
+        let from_parent = peers
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .channel(&node, update(key(5, 1)));
+        assert_eq!(node.handle_message(3, from_parent), Ok(()));
+        assert_eq!(said(&mut node), []);
+    }
+
+    /// §3.3.1: findRoot re-aims the pointer at the minimum. Here this node holds it: it becomes
+    /// the root, and there is nothing to pass on.
+    #[test]
+    fn find_root_makes_the_holder_of_the_minimum_the_root() {
+        let (mut node, mut peers) = middle(AdmissionMode::Range);
+        node.join(1).expect("a member takes visitors");
+        let [Said::Channel(to, ChannelMsg::Update { .. })] = said(&mut node)[..] else {
+            panic!("the new head goes to the parent");
+        };
+        assert_eq!(to, NodeId(1));
+        let find_root = ChannelMsg::FindRoot {
+            weight: Weight::Empty,
+            admit: None,
+            version: 2,
+        };
+        let env = peers.get_mut(&NodeId(1)).unwrap().channel(&node, find_root);
+        assert_eq!(node.handle_message(2, env), Ok(()));
+        assert_eq!(said(&mut node), []);
+        assert!(node.is_root());
+    }
+
+    /// §3.3.1: when a branch holds the minimum, findRoot goes on down that branch, telling it
+    /// the smallest weight on this side.
+    #[test]
+    fn find_root_is_passed_towards_the_minimum() {
+        let (mut node, mut peers) = middle(AdmissionMode::Range);
+        let env = peers
+            .get_mut(&NodeId(3))
+            .unwrap()
+            .channel(&node, update(key(10, 3)));
+        node.handle_message(1, env).expect("an update");
+        said(&mut node);
+        let find_root = ChannelMsg::FindRoot {
+            weight: key(20, 1),
+            admit: None,
+            version: 2,
+        };
+        let env = peers.get_mut(&NodeId(1)).unwrap().channel(&node, find_root);
+        assert_eq!(node.handle_message(2, env), Ok(()));
+        let passed = ChannelMsg::FindRoot {
+            weight: key(20, 1),
+            admit: None,
+            version: 2,
+        };
+        assert_eq!(said(&mut node), [Said::Channel(NodeId(3), passed)]);
+        assert_eq!(node.parent(), Some(NodeId(3)));
+    }
+
+    /// §3.3.1 and §4.3.1: a deleteMin at a node that is not the root follows the pointer, and
+    /// nothing is sent back.
+    #[test]
+    fn delete_min_follows_the_pointer_without_a_reply() {
+        let (mut node, mut peers) = middle(AdmissionMode::Sequential);
+        let admit = Admission {
+            count: 1,
+            cutoff: 1_000,
+            version: 2,
+        };
+        let env = peers
+            .get_mut(&NodeId(3))
+            .unwrap()
+            .channel(&node, ChannelMsg::DeleteMin { admit });
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        let forwarded = ChannelMsg::DeleteMin { admit };
+        assert_eq!(said(&mut node), [Said::Channel(NodeId(1), forwarded)]);
+    }
+
+    /// §3.3.1: a deleteMin at the root lets its head out (the cluster minimum, joined before
+    /// the count's cutoff); again no reply (§4.3.1).
+    #[test]
+    fn delete_min_at_the_root_lets_the_head_out() {
+        let (mut node, mut peers) = middle(AdmissionMode::Sequential);
+        let ticket = node.join(1).expect("a member takes visitors").ticket;
+        let find_root = ChannelMsg::FindRoot {
+            weight: Weight::Empty,
+            admit: None,
+            version: 2,
+        };
+        let p1 = peers.get_mut(&NodeId(1)).unwrap();
+        let env = p1.channel(&node, find_root);
+        node.handle_message(2, env).expect("a findRoot");
+        said(&mut node);
+        testing::events(&mut node);
+        let admit = Admission {
+            count: 1,
+            cutoff: 1_000,
+            version: 2,
+        };
+        let env = p1.channel(&node, ChannelMsg::DeleteMin { admit });
+        assert_eq!(node.handle_message(3, env), Ok(()));
+        assert_eq!(said(&mut node), []);
+        let key = ticket.key_on(NodeId(2));
+        let admitted = Event::Admitted {
+            key,
+            at: 3,
+            decided_at: 3,
+        };
+        assert_eq!(testing::events(&mut node), [admitted]);
+        assert!(node.room().is_admitted(ticket.id));
+    }
+}

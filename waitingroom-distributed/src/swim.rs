@@ -255,3 +255,178 @@ impl Swim {
         }
     }
 }
+
+/// One envelope (or timer) in, the exact messages out (see `testing`): node 1 of the star
+/// 1 - 2, 1 - 3, settled. Its first probe goes to 2 or 3, as its seed shuffles them.
+#[cfg(test)]
+mod tests {
+    use crate::membership::Membership;
+    use crate::node::Node;
+    use crate::outputs::Event;
+    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+
+    use super::*;
+
+    fn star() -> Membership {
+        tree(2, &[1, 2, 3], &[(1, 2), (1, 3)])
+    }
+
+    fn hub() -> Node {
+        let mut node = member(testing::config(1, 1, testing::queued_settings()), &star());
+        settle(&mut node);
+        node
+    }
+
+    /// The first probe, at 500 ms: returns the member pinged and the other one.
+    fn first_probe(node: &mut Node) -> (NodeId, NodeId) {
+        node.handle_timeout(500);
+        let view = node.membership().view();
+        let [Said::Raw(to, Body::Ping { nonce: 1, view: v })] = &said(node)[..] else {
+            panic!("one ping")
+        };
+        assert_eq!(*v, view);
+        let target = testing::id_of(to).expect("a rig address");
+        let other = if target == NodeId(2) {
+            NodeId(3)
+        } else {
+            NodeId(2)
+        };
+        (target, other)
+    }
+
+    /// §4.6: every node answers a ping, with its own view of the membership. A stranger whose
+    /// view is behind also gets our tree (anti-entropy) and is told it is not a member
+    /// (README, "Membership changes" and "Partitions").
+    #[test]
+    fn every_ping_is_answered() {
+        let mut node = hub();
+        let view = node.membership().view();
+        let ping = Peer::new(2).raw(&node, Body::Ping { nonce: 9, view });
+        assert_eq!(node.handle_message(1, ping), Ok(()));
+        let ack = Body::PingAck {
+            nonce: 9,
+            target: NodeId(1),
+            view,
+        };
+        assert_eq!(said(&mut node), [Said::Raw("n2".into(), ack.clone())]);
+        let old = View {
+            version: 1,
+            digest: 0,
+        };
+        let stranger = Peer::new(9).raw(
+            &node,
+            Body::Ping {
+                nonce: 9,
+                view: old,
+            },
+        );
+        assert_eq!(node.handle_message(2, stranger), Ok(()));
+        let tree = Body::Tree(Box::new(star()));
+        let not_member = Body::NotMember {
+            cluster: star().rank(),
+            version: 2,
+        };
+        let to = |b: Body| Said::Raw("n9".into(), b);
+        assert_eq!(said(&mut node), [to(ack), to(tree), to(not_member)]);
+    }
+
+    /// README, "SWIM" (departs from §4.6, which trusts links not to lose a ping): a ping
+    /// unanswered after `probe_timeout_ms` makes the node ask the other members to probe the
+    /// target too; an answer in time asks nobody.
+    #[test]
+    fn an_unanswered_ping_asks_the_others_to_probe() {
+        let mut node = hub();
+        let (target, other) = first_probe(&mut node);
+        node.handle_timeout(700);
+        let req = Body::PingReq {
+            target: testing::contact(target.0),
+            nonce: 1,
+        };
+        assert_eq!(said(&mut node), [Said::Raw(testing::addr(other.0), req)]);
+
+        let mut node = hub();
+        let (target, _) = first_probe(&mut node);
+        let ack = Body::PingAck {
+            nonce: 1,
+            target,
+            view: node.membership().view(),
+        };
+        let ack = Peer::new(target.0).raw(&node, ack);
+        assert_eq!(node.handle_message(600, ack.clone()), Ok(()));
+        node.handle_timeout(700);
+        assert_eq!(said(&mut node), []);
+        assert_eq!(
+            node.handle_message(701, ack),
+            Ok(()),
+            "a copy of the answer"
+        );
+    }
+
+    /// SWIM's indirect probe (README, "SWIM"): asked by a member, the node pings the target
+    /// with a nonce of its own and passes the answer back under the requester's nonce; an
+    /// answer that matches no probe is ignored.
+    #[test]
+    fn an_indirect_probe_is_relayed_both_ways() {
+        let mut node = hub();
+        let req = Body::PingReq {
+            target: testing::contact(3),
+            nonce: 7,
+        };
+        let req = Peer::new(2).raw(&node, req);
+        assert_eq!(node.handle_message(1, req), Ok(()));
+        let view = node.membership().view();
+        assert_eq!(
+            said(&mut node),
+            [Said::Raw("n3".into(), Body::Ping { nonce: 1, view })]
+        );
+        let theirs = View {
+            version: 2,
+            digest: 42,
+        };
+        let answer = Body::PingAck {
+            nonce: 1,
+            target: NodeId(3),
+            view: theirs,
+        };
+        let answer = Peer::new(3).raw(&node, answer);
+        assert_eq!(node.handle_message(2, answer.clone()), Ok(()));
+        let back = Body::PingAck {
+            nonce: 7,
+            target: NodeId(3),
+            view: theirs,
+        };
+        let tree = Body::Tree(Box::new(star()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Raw("n3".into(), tree), Said::Raw("n2".into(), back)],
+            "node 3's view conflicts with ours: it gets our tree"
+        );
+        assert_eq!(node.handle_message(3, answer), Err(Ignored::UnknownProbe));
+    }
+
+    /// README, "SWIM": a member that fails `1 + suspect_rounds` probe periods in a row (two,
+    /// by default) is declared dead, and the tree without it goes to the others; one failed
+    /// period is not enough (one lost packet must not remove a node).
+    #[test]
+    fn a_member_silent_for_two_probe_periods_is_declared_dead() {
+        let mut node = hub();
+        let (target, other) = first_probe(&mut node);
+        node.handle_timeout(1_000);
+        said(&mut node);
+        assert!(testing::events(&mut node).is_empty());
+        node.handle_timeout(1_500);
+        let without = star()
+            .with_removed(target, 1, 4)
+            .expect("a member to remove");
+        let trees: Vec<Said> = said(&mut node)
+            .into_iter()
+            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(_))))
+            .collect();
+        let tree = Body::Tree(Box::new(without.clone()));
+        assert_eq!(trees, [Said::Raw(testing::addr(other.0), tree)]);
+        let failed = Event::MemberFailed(testing::contact(target.0));
+        let removed = Event::MemberRemoved(testing::contact(target.0));
+        assert_eq!(testing::events(&mut node), [failed, removed]);
+        assert_eq!(node.membership(), &without);
+    }
+}

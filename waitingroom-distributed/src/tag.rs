@@ -679,7 +679,202 @@ fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::membership::Membership;
+    use crate::messages::Body;
+    use crate::node::Node;
+    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+
     use super::*;
+
+    /// Node `id` of `m`, settled, with nothing left to resend.
+    fn settled(id: u64, m: &Membership) -> (Node, BTreeMap<NodeId, Peer>) {
+        let mut node = member(testing::config(id, 1, testing::queued_settings()), m);
+        let peers = settle(&mut node);
+        (node, peers)
+    }
+
+    fn line() -> Membership {
+        tree(2, &[1, 2, 3], &[(1, 2), (2, 3)])
+    }
+
+    fn request(time: Time) -> CountRequest {
+        CountRequest {
+            stamp: Stamp {
+                time,
+                origin: NodeId(1),
+            },
+            version: 2,
+            bounds: vec![time],
+            select: 0,
+            ranges: Vec::new(),
+        }
+    }
+
+    fn reply(stamp: Stamp, counts: Option<Counts>) -> ChannelMsg {
+        ChannelMsg::CountReply {
+            stamp,
+            counts: counts.map(Box::new),
+        }
+    }
+
+    /// Node `node`'s own figures in a count: `queued` visitors, all eligible.
+    fn counts_of(node: u64, queued: u64) -> Counts {
+        Counts {
+            on_site: 0,
+            queued,
+            below: vec![queued],
+            admitted_total: 0,
+            nodes: 1,
+            smallest: Vec::new(),
+            ranges: Vec::new(),
+            per_node: vec![NodeCounts {
+                node: NodeId(node),
+                on_site: 0,
+                eligible: queued,
+            }],
+        }
+    }
+
+    /// §4.5.2: a count request goes on to every neighbour but the one it came from; once they
+    /// have all answered, the subtree's total goes back up.
+    #[test]
+    fn a_count_goes_down_the_tree_and_the_subtree_total_comes_back() {
+        let (mut node, mut peers) = settled(2, &line());
+        let r = request(1_000);
+        let env = peers
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .channel(&node, ChannelMsg::CountRequest(r.clone()));
+        assert_eq!(node.handle_message(1_000, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(
+                NodeId(3),
+                ChannelMsg::CountRequest(r.clone())
+            )]
+        );
+        let below = Some(counts_of(3, 2));
+        let env = peers
+            .get_mut(&NodeId(3))
+            .unwrap()
+            .channel(&node, reply(r.stamp, below));
+        assert_eq!(node.handle_message(1_001, env), Ok(()));
+        let mut total = counts_of(2, 0);
+        total.add(&counts_of(3, 2));
+        assert_eq!(total.nodes, 2);
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), reply(r.stamp, Some(total)))]
+        );
+    }
+
+    /// §5.2: a newer round supersedes an older one: a request for the older round is refused,
+    /// and an answer for it is ignored.
+    #[test]
+    fn an_older_round_is_refused_and_its_answers_ignored() {
+        let (mut node, mut peers) = settled(2, &line());
+        let newer = request(2_000);
+        let env = peers
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .channel(&node, ChannelMsg::CountRequest(newer));
+        node.handle_message(2_000, env).expect("a count request");
+        said(&mut node);
+        let older = request(1_000);
+        let env = peers
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .channel(&node, ChannelMsg::CountRequest(older.clone()));
+        assert_eq!(node.handle_message(2_001, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), reply(older.stamp, None))]
+        );
+        let late = reply(older.stamp, Some(counts_of(3, 1)));
+        let env = peers.get_mut(&NodeId(3)).unwrap().channel(&node, late);
+        assert_eq!(node.handle_message(2_002, env), Err(Ignored::StaleRound));
+        assert_eq!(said(&mut node), []);
+    }
+
+    /// README, "Eviction with TAG": a node still settling after a membership change refuses
+    /// the round (the next interval counts again).
+    #[test]
+    fn a_node_still_settling_refuses_the_round() {
+        let mut node = member(testing::config(2, 1, testing::queued_settings()), &line());
+        let r = request(1_000);
+        let env = Peer::new(1).channel(&node, ChannelMsg::CountRequest(r.clone()));
+        assert_eq!(node.handle_message(1_000, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), reply(r.stamp, None))]
+        );
+    }
+
+    /// §4.5.1 and §4.5.3, with range admission (README, "Eviction with TAG"): at the interval
+    /// boundary only the root counts; with every answer in it decides how many to let out (all
+    /// who joined before the boundary, as places are unlimited) and floods the result, which
+    /// names the range every node lets out its share of.
+    #[test]
+    fn the_root_counts_decides_and_floods_the_result() {
+        let (mut node, mut peers) = settled(1, &tree(2, &[1, 2], &[(1, 2)]));
+        assert!(node.is_root());
+
+        node.handle_timeout(1_000);
+        let stamp = Stamp {
+            time: 1_000,
+            origin: NodeId(1),
+        };
+        let ping = Body::Ping {
+            nonce: 1,
+            view: node.membership().view(),
+        };
+        let count = ChannelMsg::CountRequest(CountRequest {
+            stamp,
+            ..request(1_000)
+        });
+        assert_eq!(
+            said(&mut node),
+            [
+                Said::Raw("n2".into(), ping),
+                Said::Channel(NodeId(2), count)
+            ]
+        );
+        let env = peers
+            .get_mut(&NodeId(2))
+            .unwrap()
+            .channel(&node, reply(stamp, Some(counts_of(2, 1))));
+        assert_eq!(node.handle_message(1_001, env), Ok(()));
+        let summary = Summary {
+            stamp,
+            bounds: vec![1_000],
+            below: vec![1],
+            version: 2,
+            queued: 1,
+            on_site: 0,
+            admitted: 1,
+            rate_milli_per_s: 0,
+            free_places: u64::MAX - 1,
+            members: 2,
+            places: vec![(NodeId(1), 0), (NodeId(2), 1)],
+            departed: Vec::new(),
+        };
+        let range = AdmitRange {
+            cutoff: 1_000,
+            max_key: None,
+            version: 2,
+            decided_at: 1_000,
+        };
+        let result = CountResult {
+            summary: summary.clone(),
+            admit: Some(range),
+            earlier: Vec::new(),
+        };
+        let flood = ChannelMsg::CountResult(Box::new(result));
+        assert_eq!(said(&mut node), [Said::Channel(NodeId(2), flood)]);
+        assert_eq!(testing::events(&mut node), [Event::CountCompleted(summary)]);
+    }
 
     #[test]
     fn bounds_end_at_the_cutoff() {

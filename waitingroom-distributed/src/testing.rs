@@ -561,8 +561,9 @@ pub fn tree(version: u64, ids: &[u64], edges: &[(u64, u64)]) -> Membership {
 }
 
 /// Node `id` (configured by `cfg`) as a member of `m`, let in at time 0: it asked `n<lowest>`
-/// to join and got `m` back. It has told its neighbours nothing yet that they answered, so it
-/// is still settling (see [`settle`]). What it said and emitted so far is drained.
+/// to join and got `m` back. Its neighbours have not told it their weights yet, so it is
+/// still settling (see [`settle`]). What it said is acknowledged and, with what it emitted,
+/// drained.
 pub fn member(cfg: NodeConfig, m: &Membership) -> Node {
     let mut node = Node::new(cfg).expect("a valid configuration");
     let first = *m.members.keys().next().expect("a member");
@@ -571,14 +572,14 @@ pub fn member(cfg: NodeConfig, m: &Membership) -> Node {
     let tree = from.raw(&node, Body::Tree(Box::new(m.clone())));
     node.handle_message(0, tree)
         .expect("a tree that lists the node");
-    said(&mut node);
-    events(&mut node);
+    acknowledge(&mut node);
     node
 }
 
 /// Tells `node` each of its tree neighbours' weight (empty, in their first message on their
-/// link), so that it settles; drains what it said. Returns the neighbours' peers, for the
-/// test's next messages.
+/// link), so that it settles, and acknowledges what it said to them, so that it has nothing
+/// to resend; drains what it said. Returns the neighbours' peers, for the test's next
+/// messages.
 pub fn settle(node: &mut Node) -> BTreeMap<NodeId, Peer> {
     let version = node.membership().version;
     let mut peers = BTreeMap::new();
@@ -592,7 +593,29 @@ pub fn settle(node: &mut Node) -> BTreeMap<NodeId, Peer> {
         node.handle_message(0, env).expect("a neighbour's update");
         peers.insert(n, peer);
     }
+    acknowledge(node);
+    peers
+}
+
+/// Acknowledges, from each receiver, every channel message `node` sent since last asked, and
+/// drains what it said and emitted.
+fn acknowledge(node: &mut Node) {
+    let mut last: BTreeMap<(NodeId, u64), u64> = BTreeMap::new();
+    for t in std::iter::from_fn(|| node.poll_transmit()) {
+        if let Body::Channel { epoch, seq, .. } = t.envelope.body {
+            let top = last.entry((t.envelope.to, epoch)).or_default();
+            *top = (*top).max(seq);
+        }
+    }
+    for ((to, epoch), ack) in last {
+        let ack = Body::ChannelAck {
+            epoch,
+            ack,
+            resync: false,
+        };
+        let env = Peer::new(to.0).raw(node, ack);
+        node.handle_message(0, env).expect("an acknowledgement");
+    }
     said(node);
     events(node);
-    peers
 }

@@ -94,18 +94,8 @@ impl Channels {
         }
         link.unacked.insert(seq, (msg.clone(), now));
         let epoch = link.epoch;
-        let (ack_epoch, ack) = self.take_ack(to.id);
-        envelope(
-            me,
-            to,
-            Body::Channel {
-                epoch,
-                seq,
-                ack_epoch,
-                ack,
-                msg,
-            },
-        )
+        let ack = self.take_ack(to.id);
+        envelope(me, to, frame(epoch, seq, ack, msg))
     }
 
     /// Starts a new epoch to `peer`, keeping what it had not acknowledged, renumbered from 1.
@@ -142,17 +132,25 @@ impl Channels {
         }
     }
 
-    /// Takes in one channel message; returns the messages now deliverable, in order (none while
-    /// it waits for an earlier one), or why it was dropped.
+    /// Takes in one message of a link (a [`Body::Channel`]; nothing else concerns the
+    /// channel); returns the messages now deliverable, in order (none while it waits for an
+    /// earlier one), or why it was dropped.
     pub fn receive(
         &mut self,
         now: Time,
         from: &Contact,
-        epoch: u64,
-        seq: u64,
-        (ack_epoch, ack): (u64, u64),
-        msg: ChannelMsg,
+        body: Body,
     ) -> Result<Vec<ChannelMsg>, Ignored> {
+        let Body::Channel {
+            epoch,
+            seq,
+            ack_epoch,
+            ack,
+            msg,
+        } = body
+        else {
+            return Ok(Vec::new());
+        };
         self.on_ack(from, ack_epoch, ack);
         let known = self
             .inc
@@ -240,7 +238,7 @@ impl Channels {
     ) -> Vec<Transmit> {
         let mut out = Vec::new();
         for link in self.out.values_mut().filter(|l| live(l.peer.id)) {
-            let (ack_epoch, ack) = match self.inc.get_mut(&link.peer.id) {
+            let ack = match self.inc.get_mut(&link.peer.id) {
                 Some(i) => (i.epoch, i.delivered),
                 None => (0, 0),
             };
@@ -252,13 +250,7 @@ impl Channels {
                 if *sent + rto <= now {
                     *sent = now;
                     resent += 1;
-                    let body = Body::Channel {
-                        epoch: link.epoch,
-                        seq,
-                        ack_epoch,
-                        ack,
-                        msg: msg.clone(),
-                    };
+                    let body = frame(link.epoch, seq, ack, msg.clone());
                     out.push(envelope(me, &link.peer, body));
                 }
             }
@@ -351,6 +343,18 @@ impl Channels {
     }
 }
 
+/// Message `seq` of link epoch `epoch`, acknowledging `ack` = (the peer's epoch, highest
+/// delivered).
+fn frame(epoch: u64, seq: u64, (ack_epoch, ack): (u64, u64), msg: ChannelMsg) -> Body {
+    Body::Channel {
+        epoch,
+        seq,
+        ack_epoch,
+        ack,
+        msg,
+    }
+}
+
 pub(crate) fn envelope(me: &Contact, to: &Contact, body: Body) -> Transmit {
     Transmit {
         to_addr: to.addr.clone(),
@@ -385,18 +389,9 @@ mod tests {
 
     /// Feeds a transmitted channel message to `rx`.
     fn deliver(rx: &mut Channels, t: &Transmit) -> Vec<ChannelMsg> {
-        match t.envelope.body.clone() {
-            Body::Channel {
-                epoch,
-                seq,
-                ack_epoch,
-                ack,
-                msg,
-            } => rx
-                .receive(0, &t.envelope.from, epoch, seq, (ack_epoch, ack), msg)
-                .unwrap_or_default(),
-            _ => panic!("not a channel message"),
-        }
+        assert!(matches!(t.envelope.body, Body::Channel { .. }));
+        let body = t.envelope.body.clone();
+        rx.receive(0, &t.envelope.from, body).unwrap_or_default()
     }
 
     fn seq_of(t: &Transmit) -> (u64, u64) {

@@ -179,16 +179,8 @@ impl Node {
 
     fn dispatch(&mut self, now: Time, from: Contact, body: Body) -> Result<(), Ignored> {
         match body {
-            Body::Channel {
-                epoch,
-                seq,
-                ack_epoch,
-                ack,
-                msg,
-            } => {
-                let received = self
-                    .channels
-                    .receive(now, &from, epoch, seq, (ack_epoch, ack), msg);
+            Body::Channel { .. } => {
+                let received = self.channels.receive(now, &from, body);
                 if self.channels.any_gap() {
                     self.arm_retransmit(now);
                 }
@@ -560,10 +552,10 @@ mod tests {
     use waitingroom_core::{QueueKey, TicketId};
 
     use super::*;
-    use crate::testing::{self, Peer, member, said, settle, tree};
+    use crate::testing::{self, Neighbours, Peer, member, said, settle, tree};
 
     /// Node 2 of the line 1 - 2 - 3 - 4 at version 2, settled.
-    fn node_2() -> (Node, BTreeMap<NodeId, Peer>) {
+    fn node_2() -> (Node, Neighbours) {
         let line = tree(2, &[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]);
         let mut node = member(testing::config(2, 1, testing::queued_settings()), &line);
         let peers = settle(&mut node);
@@ -621,7 +613,7 @@ mod tests {
             weight: key,
             version,
         };
-        let p1 = peers.get_mut(&NodeId(1)).unwrap();
+        let p1 = peers.peer(1);
         let env = p1.channel(&node, update(2));
         assert_eq!(node.handle_message(1, env.clone()), Ok(()));
         assert_eq!(node.handle_message(1, env.clone()), Err(Ignored::Duplicate));

@@ -173,22 +173,40 @@ impl Qpid {
         self.try_settle(now, ctx, local, out);
     }
 
-    /// While re-filling the table after a membership change: tell each neighbour this node's
-    /// weight once every other neighbour has been heard from, and tell it again if it changed.
+    /// While re-filling the table after a membership change (until every neighbour has been
+    /// told): tell each neighbour this node's weight once every other neighbour has been heard
+    /// from, and tell it again if it changed.
     fn wave_send(&mut self, ctx: Ctx, out: &mut Outbox) {
+        if self.wave_done() {
+            return;
+        }
         let neighbours: Vec<NodeId> = self.weights.keys().copied().collect();
         for u in neighbours {
             let others_known = self.weights.iter().all(|(n, w)| *n == u || w.is_some());
-            if !others_known {
-                continue;
-            }
-            let weight = self.report(u);
-            if self.sent.get(&u) != Some(&weight) {
-                self.sent.insert(u, weight);
-                let version = ctx.version;
-                out.send(u, ChannelMsg::Update { weight, version });
+            if others_known {
+                self.tell(u, ctx, out);
             }
         }
+    }
+
+    /// Tells neighbour `to` the smallest weight on this side, unless it already knows it.
+    fn tell(&mut self, to: NodeId, ctx: Ctx, out: &mut Outbox) {
+        let weight = self.report(to);
+        if self.sent.get(&to) != Some(&weight) {
+            self.sent.insert(to, weight);
+            let version = ctx.version;
+            out.send(to, ChannelMsg::Update { weight, version });
+        }
+    }
+
+    /// Notes what neighbour `from` says its branch holds.
+    fn heard(&mut self, from: NodeId, weight: Weight) -> Result<(), Ignored> {
+        let slot = self
+            .weights
+            .get_mut(&from)
+            .ok_or(Ignored::UnknownNeighbour)?;
+        *slot = Some(weight);
+        Ok(())
     }
 
     /// Once every neighbour is known the node takes part in QPID again: the root (or a node
@@ -256,14 +274,8 @@ impl Qpid {
 
     /// Lazy update: tell the parent when this side's weight changed.
     fn lazy_update(&mut self, ctx: Ctx, out: &mut Outbox) {
-        let Some(parent) = self.parent.filter(|&p| p != ctx.me) else {
-            return;
-        };
-        let weight = self.report(parent);
-        if self.sent.get(&parent) != Some(&weight) {
-            self.sent.insert(parent, weight);
-            let version = ctx.version;
-            out.send(parent, ChannelMsg::Update { weight, version });
+        if let Some(parent) = self.parent.filter(|&p| p != ctx.me) {
+            self.tell(parent, ctx, out);
         }
     }
 
@@ -294,9 +306,7 @@ impl Qpid {
         local: &mut Local,
         out: &mut Outbox,
     ) {
-        if !self.wave_done() {
-            self.wave_send(ctx, out);
-        }
+        self.wave_send(ctx, out);
         if self.settling {
             self.try_settle(now, ctx, local, out);
         } else if self.parent == Some(ctx.me) {
@@ -316,11 +326,7 @@ impl Qpid {
         local: &mut Local,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let slot = self
-            .weights
-            .get_mut(&from)
-            .ok_or(Ignored::UnknownNeighbour)?;
-        *slot = Some(weight);
+        self.heard(from, weight)?;
         self.propagate(now, ctx, Some(from), local, out);
         Ok(())
     }
@@ -336,17 +342,11 @@ impl Qpid {
         local: &mut Local,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let slot = self
-            .weights
-            .get_mut(&from)
-            .ok_or(Ignored::UnknownNeighbour)?;
-        *slot = Some(weight);
+        self.heard(from, weight)?;
         if let Some(admit) = admit {
             self.merge_credit(admit);
         }
-        if !self.wave_done() {
-            self.wave_send(ctx, out);
-        }
+        self.wave_send(ctx, out);
         if self.settling {
             self.pending_find_root = true;
             self.try_settle(now, ctx, local, out);
@@ -363,9 +363,11 @@ impl Qpid {
         Ok(())
     }
 
-    /// A deleteMin reached this node (from a neighbour, or from this node's own count). Dropped
-    /// when it is for another membership version, or, one visitor at a time, at a node still
-    /// settling.
+    /// A deleteMin reached this node (from a neighbour, or from this node's own count): at the
+    /// root it lets visitors out; elsewhere it follows the pointer, with no reply (§4.3.1). In
+    /// the batched mode a node holds the batch as credit until it can pass it on. Dropped when
+    /// it is for another membership version, or, one visitor at a time, at a node still
+    /// settling (the next count lets that visitor out).
     pub(crate) fn on_delete_min(
         &mut self,
         now: Time,
@@ -377,41 +379,22 @@ impl Qpid {
         if admit.version != ctx.version {
             return Err(Ignored::StaleVersion);
         }
-        if self.mode == AdmissionMode::Sequential {
-            return self.delete_one(now, ctx, admit, local, out);
+        let one = self.mode == AdmissionMode::Sequential;
+        if !one {
+            self.merge_credit(admit);
         }
-        self.merge_credit(admit);
         if !self.is_settled() {
-            return Ok(());
+            return if one {
+                Err(Ignored::NotSettled)
+            } else {
+                Ok(())
+            };
         }
-        match self.parent {
-            Some(p) if p == ctx.me => self.use_credit(now, ctx, local, out),
-            Some(p) => {
-                if let Some(admit) = self.credit.take() {
-                    out.send(p, ChannelMsg::DeleteMin { admit });
-                }
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
-    /// Thesis deleteMin, one visitor: at the root pop the head if it is the minimum, else
-    /// move the root towards the minimum and send the deleteMin after the findRoot.
-    fn delete_one(
-        &mut self,
-        now: Time,
-        ctx: Ctx,
-        admit: Admission,
-        local: &mut Local,
-        out: &mut Outbox,
-    ) -> Result<(), Ignored> {
         let me = ctx.me;
-        if !self.is_settled() {
-            return Err(Ignored::NotSettled);
-        }
         match self.parent {
-            Some(p) if p == me => {
+            // Thesis deleteMin, one visitor: at the root pop the head if it is the minimum,
+            // else move the root towards the minimum and send the deleteMin after the findRoot.
+            Some(p) if p == me && one => {
                 let best = self.argmin(me);
                 if best == me {
                     if local
@@ -429,7 +412,13 @@ impl Qpid {
                     out.send(best, ChannelMsg::DeleteMin { admit });
                 }
             }
-            Some(p) => out.send(p, ChannelMsg::DeleteMin { admit }),
+            Some(p) if p == me => self.use_credit(now, ctx, local, out),
+            Some(p) => {
+                let pass = if one { Some(admit) } else { self.credit.take() };
+                if let Some(admit) = pass {
+                    out.send(p, ChannelMsg::DeleteMin { admit });
+                }
+            }
             None => {}
         }
         Ok(())
@@ -474,11 +463,9 @@ impl Qpid {
 /// whose parent is 1.
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use waitingroom_core::{QueueKey, TicketId};
 
-    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+    use crate::testing::{self, Neighbours, Peer, Said, member, said, settle, tree};
     use crate::{AdmissionMode, Event, Node};
 
     use super::*;
@@ -492,7 +479,7 @@ mod tests {
     }
 
     /// Node 2 of the line 1 - 2 - 3 at membership version 2, every weight empty, settled.
-    fn middle(mode: AdmissionMode) -> (Node, BTreeMap<NodeId, Peer>) {
+    fn middle(mode: AdmissionMode) -> (Node, Neighbours) {
         let mut cfg = testing::config(2, 1, testing::queued_settings());
         cfg.admission = mode;
         let mut node = member(cfg, &tree(2, &[1, 2, 3], &[(1, 2), (2, 3)]));
@@ -535,25 +522,16 @@ mod tests {
     #[test]
     fn a_childs_update_goes_to_the_parent_once() {
         let (mut node, mut peers) = middle(AdmissionMode::Range);
-        let env = peers
-            .get_mut(&NodeId(3))
-            .unwrap()
-            .channel(&node, update(key(10, 3)));
+        let env = peers.channel(3, &node, update(key(10, 3)));
         assert_eq!(node.handle_message(1, env), Ok(()));
         assert_eq!(
             said(&mut node),
             [Said::Channel(NodeId(1), update(key(10, 3)))]
         );
-        let again = peers
-            .get_mut(&NodeId(3))
-            .unwrap()
-            .channel(&node, update(key(10, 3)));
+        let again = peers.channel(3, &node, update(key(10, 3)));
         assert_eq!(node.handle_message(2, again), Ok(()));
         assert_eq!(said(&mut node), []);
-        let from_parent = peers
-            .get_mut(&NodeId(1))
-            .unwrap()
-            .channel(&node, update(key(5, 1)));
+        let from_parent = peers.channel(1, &node, update(key(5, 1)));
         assert_eq!(node.handle_message(3, from_parent), Ok(()));
         assert_eq!(said(&mut node), []);
     }
@@ -573,7 +551,7 @@ mod tests {
             admit: None,
             version: 2,
         };
-        let env = peers.get_mut(&NodeId(1)).unwrap().channel(&node, find_root);
+        let env = peers.channel(1, &node, find_root);
         assert_eq!(node.handle_message(2, env), Ok(()));
         assert_eq!(said(&mut node), []);
         assert!(node.is_root());
@@ -584,10 +562,7 @@ mod tests {
     #[test]
     fn find_root_is_passed_towards_the_minimum() {
         let (mut node, mut peers) = middle(AdmissionMode::Range);
-        let env = peers
-            .get_mut(&NodeId(3))
-            .unwrap()
-            .channel(&node, update(key(10, 3)));
+        let env = peers.channel(3, &node, update(key(10, 3)));
         node.handle_message(1, env).expect("an update");
         said(&mut node);
         let find_root = ChannelMsg::FindRoot {
@@ -595,7 +570,7 @@ mod tests {
             admit: None,
             version: 2,
         };
-        let env = peers.get_mut(&NodeId(1)).unwrap().channel(&node, find_root);
+        let env = peers.channel(1, &node, find_root);
         assert_eq!(node.handle_message(2, env), Ok(()));
         let passed = ChannelMsg::FindRoot {
             weight: key(20, 1),
@@ -616,10 +591,7 @@ mod tests {
             cutoff: 1_000,
             version: 2,
         };
-        let env = peers
-            .get_mut(&NodeId(3))
-            .unwrap()
-            .channel(&node, ChannelMsg::DeleteMin { admit });
+        let env = peers.channel(3, &node, ChannelMsg::DeleteMin { admit });
         assert_eq!(node.handle_message(1, env), Ok(()));
         let forwarded = ChannelMsg::DeleteMin { admit };
         assert_eq!(said(&mut node), [Said::Channel(NodeId(1), forwarded)]);
@@ -636,7 +608,7 @@ mod tests {
             admit: None,
             version: 2,
         };
-        let p1 = peers.get_mut(&NodeId(1)).unwrap();
+        let p1 = peers.peer(1);
         let env = p1.channel(&node, find_root);
         node.handle_message(2, env).expect("a findRoot");
         said(&mut node);

@@ -679,17 +679,15 @@ fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use crate::membership::Membership;
     use crate::messages::Body;
     use crate::node::Node;
-    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+    use crate::testing::{self, Neighbours, Peer, Said, member, said, settle, tree};
 
     use super::*;
 
     /// Node `id` of `m`, settled, with nothing left to resend.
-    fn settled(id: u64, m: &Membership) -> (Node, BTreeMap<NodeId, Peer>) {
+    fn settled(id: u64, m: &Membership) -> (Node, Neighbours) {
         let mut node = member(testing::config(id, 1, testing::queued_settings()), m);
         let peers = settle(&mut node);
         (node, peers)
@@ -743,10 +741,7 @@ mod tests {
     fn a_count_goes_down_the_tree_and_the_subtree_total_comes_back() {
         let (mut node, mut peers) = settled(2, &line());
         let r = request(1_000);
-        let env = peers
-            .get_mut(&NodeId(1))
-            .unwrap()
-            .channel(&node, ChannelMsg::CountRequest(r.clone()));
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(r.clone()));
         assert_eq!(node.handle_message(1_000, env), Ok(()));
         assert_eq!(
             said(&mut node),
@@ -756,10 +751,7 @@ mod tests {
             )]
         );
         let below = Some(counts_of(3, 2));
-        let env = peers
-            .get_mut(&NodeId(3))
-            .unwrap()
-            .channel(&node, reply(r.stamp, below));
+        let env = peers.channel(3, &node, reply(r.stamp, below));
         assert_eq!(node.handle_message(1_001, env), Ok(()));
         let mut total = counts_of(2, 0);
         total.add(&counts_of(3, 2));
@@ -776,24 +768,18 @@ mod tests {
     fn an_older_round_is_refused_and_its_answers_ignored() {
         let (mut node, mut peers) = settled(2, &line());
         let newer = request(2_000);
-        let env = peers
-            .get_mut(&NodeId(1))
-            .unwrap()
-            .channel(&node, ChannelMsg::CountRequest(newer));
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(newer));
         node.handle_message(2_000, env).expect("a count request");
         said(&mut node);
         let older = request(1_000);
-        let env = peers
-            .get_mut(&NodeId(1))
-            .unwrap()
-            .channel(&node, ChannelMsg::CountRequest(older.clone()));
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(older.clone()));
         assert_eq!(node.handle_message(2_001, env), Ok(()));
         assert_eq!(
             said(&mut node),
             [Said::Channel(NodeId(1), reply(older.stamp, None))]
         );
         let late = reply(older.stamp, Some(counts_of(3, 1)));
-        let env = peers.get_mut(&NodeId(3)).unwrap().channel(&node, late);
+        let env = peers.channel(3, &node, late);
         assert_eq!(node.handle_message(2_002, env), Err(Ignored::StaleRound));
         assert_eq!(said(&mut node), []);
     }
@@ -841,10 +827,7 @@ mod tests {
                 Said::Channel(NodeId(2), count)
             ]
         );
-        let env = peers
-            .get_mut(&NodeId(2))
-            .unwrap()
-            .channel(&node, reply(stamp, Some(counts_of(2, 1))));
+        let env = peers.channel(2, &node, reply(stamp, Some(counts_of(2, 1))));
         assert_eq!(node.handle_message(1_001, env), Ok(()));
         let summary = Summary {
             stamp,

@@ -576,13 +576,29 @@ pub fn member(cfg: NodeConfig, m: &Membership) -> Node {
     node
 }
 
+/// The tree neighbours of a node under test, as [`Peer`]s (see [`settle`]).
+#[derive(Debug, Clone, Default)]
+pub struct Neighbours(BTreeMap<NodeId, Peer>);
+
+impl Neighbours {
+    /// Neighbour `id`.
+    pub fn peer(&mut self, id: u64) -> &mut Peer {
+        self.0.get_mut(&NodeId(id)).expect("a neighbour")
+    }
+
+    /// `msg` on neighbour `id`'s reliable channel to `to`.
+    pub fn channel(&mut self, id: u64, to: &Node, msg: ChannelMsg) -> Envelope {
+        self.peer(id).channel(to, msg)
+    }
+}
+
 /// Tells `node` each of its tree neighbours' weight (empty, in their first message on their
 /// link), so that it settles, and acknowledges what it said to them, so that it has nothing
 /// to resend; drains what it said. Returns the neighbours' peers, for the test's next
 /// messages.
-pub fn settle(node: &mut Node) -> BTreeMap<NodeId, Peer> {
+pub fn settle(node: &mut Node) -> Neighbours {
     let version = node.membership().version;
-    let mut peers = BTreeMap::new();
+    let mut peers = Neighbours::default();
     for n in node.membership().neighbours(node.id()) {
         let mut peer = Peer::new(n.0);
         let update = ChannelMsg::Update {
@@ -591,7 +607,7 @@ pub fn settle(node: &mut Node) -> BTreeMap<NodeId, Peer> {
         };
         let env = peer.channel(node, update);
         node.handle_message(0, env).expect("a neighbour's update");
-        peers.insert(n, peer);
+        peers.0.insert(n, peer);
     }
     acknowledge(node);
     peers

@@ -116,49 +116,57 @@ impl TimerTable {
 mod tests {
     use super::*;
 
+    /// A table with `armed` set, in that order.
+    fn table(armed: &[(Timer, Time)]) -> TimerTable {
+        let mut t = TimerTable::default();
+        for &(timer, at) in armed {
+            t.set(timer, at);
+        }
+        t
+    }
+
+    fn fire_all(t: &mut TimerTable, now: Time) -> Vec<Timer> {
+        std::iter::from_fn(|| t.pop_due(now)).collect()
+    }
+
     #[test]
     fn equal_deadlines_fire_in_kind_order() {
-        let mut t = TimerTable::default();
-        t.set(Timer::FormerProbe, 100);
-        t.set(Timer::Retransmit, 100);
-        t.set(Timer::ProbeTimeout(7), 100);
-        t.set(Timer::Evict, 100);
-        t.set(Timer::Cleanup, 50);
+        let mut t = table(&[
+            (Timer::FormerProbe, 100),
+            (Timer::Retransmit, 100),
+            (Timer::ProbeTimeout(7), 100),
+            (Timer::Evict, 100),
+            (Timer::Cleanup, 50),
+        ]);
         assert_eq!(t.next(), Some((50, Timer::Cleanup)));
         assert_eq!(t.pop_due(49), None);
-        let fired: Vec<Timer> = std::iter::from_fn(|| t.pop_due(100)).collect();
+        let fired = fire_all(&mut t, 100);
+        use Timer::*;
         assert_eq!(
             fired,
-            [
-                Timer::Cleanup,
-                Timer::Evict,
-                Timer::ProbeTimeout(7),
-                Timer::Retransmit,
-                Timer::FormerProbe
-            ]
+            [Cleanup, Evict, ProbeTimeout(7), Retransmit, FormerProbe]
         );
         assert_eq!(t.next(), None);
     }
 
     #[test]
     fn arming_again_replaces_except_join_retries() {
-        let mut t = TimerTable::default();
-        t.set(Timer::Probe, 10);
-        t.set(Timer::Probe, 20);
-        t.set(Timer::JoinRetry, 10);
-        t.set(Timer::JoinRetry, 20);
-        let fired: Vec<Timer> = std::iter::from_fn(|| t.pop_due(20)).collect();
+        let armed = [10, 20].map(|at| [(Timer::Probe, at), (Timer::JoinRetry, at)]);
+        let mut t = table(armed.as_flattened());
+        let fired = fire_all(&mut t, 20);
         assert_eq!(fired, [Timer::JoinRetry, Timer::Probe, Timer::JoinRetry]);
     }
 
     #[test]
     fn a_stopped_node_keeps_only_the_retransmission_timer() {
-        let mut t = TimerTable::default();
-        t.set(Timer::Evict, 10);
-        t.set(Timer::JoinRetry, 10);
-        t.set(Timer::Retransmit, 30);
+        let armed = [
+            (Timer::Evict, 10),
+            (Timer::JoinRetry, 10),
+            (Timer::Retransmit, 30),
+        ];
+        let mut t = table(&armed);
         t.keep_only_retransmit();
         assert!(t.retransmit_armed());
-        assert_eq!(t.next(), Some((30, Timer::Retransmit)));
+        assert_eq!(fire_all(&mut t, 100), [Timer::Retransmit]);
     }
 }

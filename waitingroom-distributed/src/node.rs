@@ -2,14 +2,15 @@
 //!
 //! Inputs are method calls that carry `now`: a peer message ([`Node::handle_message`]), the
 //! timer ([`Node::handle_timeout`] once [`Node::poll_timeout`] is due), and visitor operations
-//! (`visitor.rs`). Outputs are data the driver drains: messages ([`Node::poll_transmit`]) and
-//! events ([`Node::poll_event`]). The node never sleeps, spawns, reads a clock or an unseeded
-//! random source, and only iterates ordered collections, so a seed replays a run exactly.
+//! (`node/visitor.rs`). Outputs are data the driver drains: messages
+//! ([`Node::poll_transmit`]) and events ([`Node::poll_event`]). The node never sleeps, spawns,
+//! reads a clock or an unseeded random source, and only iterates ordered collections, so a
+//! seed replays a run exactly.
 //!
 //! The node composes the protocol's parts, each with state of its own: the membership
-//! ([`Cluster`]), QPID, TAG, SWIM, the reliable channel and the local room. It owns the links
+//! (`Cluster`), QPID, TAG, SWIM, the reliable channel and the local room. It owns the links
 //! and the timers, hands each part what it needs for one call, sends what the part put in its
-//! outbox, and routes what one part's call means for the others (`routes.rs`).
+//! outbox, and routes what one part's call means for the others (`node/routes.rs`).
 
 mod routes;
 pub(crate) mod visitor;

@@ -388,10 +388,10 @@ mod tests {
     }
 
     /// Feeds a transmitted channel message to `rx`.
-    fn deliver(rx: &mut Channels, t: &Transmit) -> Vec<ChannelMsg> {
+    fn deliver(rx: &mut Channels, t: &Transmit) -> Result<Vec<ChannelMsg>, Ignored> {
         assert!(matches!(t.envelope.body, Body::Channel { .. }));
         let body = t.envelope.body.clone();
-        rx.receive(0, &t.envelope.from, body).unwrap_or_default()
+        rx.receive(0, &t.envelope.from, body)
     }
 
     fn seq_of(t: &Transmit) -> (u64, u64) {
@@ -407,11 +407,15 @@ mod tests {
         let mut tx = Channels::default();
         let mut rx = Channels::default();
         let sent: Vec<_> = (1..=5).map(|i| tx.send(0, &a, &b, msg(i))).collect();
-        let mut got = Vec::new();
+        let (mut got, mut dropped) = (Vec::new(), Vec::new());
         for i in [0usize, 2, 0, 4, 1, 3, 2] {
-            got.extend(deliver(&mut rx, &sent[i]));
+            match deliver(&mut rx, &sent[i]) {
+                Ok(ready) => got.extend(ready),
+                Err(why) => dropped.push(why),
+            }
         }
         assert_eq!(got, (1..=5).map(msg).collect::<Vec<_>>());
+        assert_eq!(dropped, [Ignored::Duplicate, Ignored::Duplicate]);
         let acks = rx.take_bare_acks(&b);
         assert_eq!(acks.len(), 1);
         let Body::ChannelAck { epoch, ack, resync } = acks[0].envelope.body else {
@@ -446,12 +450,12 @@ mod tests {
         let mut rx = Channels::default();
         let old = a_tx.send(0, &a, &b, msg(1));
         let old2 = a_tx.send(0, &a, &b, msg(2));
-        assert_eq!(deliver(&mut rx, &old), vec![msg(1)]);
+        assert_eq!(deliver(&mut rx, &old), Ok(vec![msg(1)]));
         // a restarts: its sequence numbers start again.
         let new = a2_tx.send(0, &a2, &b, msg(3));
-        assert_eq!(deliver(&mut rx, &new), vec![msg(3)]);
+        assert_eq!(deliver(&mut rx, &new), Ok(vec![msg(3)]));
         // A late message from the old life is ignored.
-        assert!(deliver(&mut rx, &old2).is_empty());
+        assert_eq!(deliver(&mut rx, &old2), Err(Ignored::StaleLink));
     }
 
     #[test]
@@ -462,14 +466,14 @@ mod tests {
         let mut rx = Channels::default();
         for i in 1..=3 {
             let t = tx.send(0, &a, &b, msg(i));
-            deliver(&mut rx, &t);
+            assert_eq!(deliver(&mut rx, &t), Ok(vec![msg(i)]));
         }
         // A send meant for an older life of b (dropped on the way) resets our link ...
         tx.send(0, &a, &b_stale, msg(99));
         // ... so back to b we count from 1 in a new epoch, and b starts counting afresh.
         let t = tx.send(0, &a, &b, msg(4));
         assert_eq!(seq_of(&t).1, 1);
-        assert_eq!(deliver(&mut rx, &t), vec![msg(4)]);
+        assert_eq!(deliver(&mut rx, &t), Ok(vec![msg(4)]));
     }
 
     #[test]
@@ -479,7 +483,7 @@ mod tests {
         let mut rx = Channels::default();
         for i in 1..=3 {
             let t = tx.send(0, &a, &b, msg(i));
-            deliver(&mut rx, &t);
+            assert_eq!(deliver(&mut rx, &t), Ok(vec![msg(i)]));
         }
         let acks = rx.take_bare_acks(&b);
         let Body::ChannelAck { epoch, ack, .. } = acks[0].envelope.body else {
@@ -489,7 +493,11 @@ mod tests {
         // b forgets everything (say it dropped a departed member); a goes on at 4.
         rx.clear();
         let t = tx.send(0, &a, &b, msg(4));
-        assert!(deliver(&mut rx, &t).is_empty());
+        assert_eq!(
+            deliver(&mut rx, &t),
+            Ok(Vec::new()),
+            "held back, waiting for 1 to 3"
+        );
         // A reordered start gets its time to arrive ...
         assert!(rx.resync_requests(100, &b, 300).is_empty());
         // ... then the receiver asks for a new epoch.
@@ -503,6 +511,6 @@ mod tests {
         let again = tx.due_for_resend(100, &a, 100, |_| true);
         assert_eq!(again.len(), 1);
         assert_eq!(seq_of(&again[0]).1, 1);
-        assert_eq!(deliver(&mut rx, &again[0]), vec![msg(4)]);
+        assert_eq!(deliver(&mut rx, &again[0]), Ok(vec![msg(4)]));
     }
 }

@@ -15,7 +15,6 @@
 mod explorer;
 
 use explorer::{Config, TimerPolicy};
-use waitingroom_distributed::AdmissionMode;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -93,12 +92,7 @@ fn override_with(cfg: &mut Config, args: &[String]) {
     cfg.quiet_joins |= args.iter().any(|a| a == "--quiet-joins");
     cfg.to_horizon |= args.iter().any(|a| a == "--to-horizon");
     if let Some(m) = value(args, "--mode") {
-        cfg.mode = match m.as_str() {
-            "range" => AdmissionMode::Range,
-            "batched" => AdmissionMode::Batched,
-            "sequential" => AdmissionMode::Sequential,
-            _ => die(&format!("unknown mode {m}")),
-        };
+        cfg.mode = m.parse().unwrap_or_else(|e| die(&format!("{e}")));
     }
     if let Some(t) = value(args, "--timers") {
         cfg.timers = match t.as_str() {

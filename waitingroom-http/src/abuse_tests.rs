@@ -462,6 +462,24 @@ async fn visitor_bodies_are_bounded() {
     }
 }
 
+/// A well-signed message the node does not act on is counted by why.
+#[tokio::test]
+async fn ignored_peer_messages_are_counted_by_reason() {
+    let n = TestNode::start(options(), false);
+    let contact = json!({"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+    let misaddressed = json!([{
+        "from": contact, "to": 99, "to_incarnation": 0,
+        "body": {"Ping": {"nonce": 1, "view": {"version": 1, "digest": 0}}}
+    }]);
+    let body = misaddressed.to_string().into_bytes();
+    let r = n.send(n.peer_request(MESSAGES_PATH, body)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let reason = crate::metrics::ReasonLabels {
+        reason: "misaddressed",
+    };
+    assert_eq!(n.app.metrics.peer_ignored.get_or_create(&reason).get(), 1);
+}
+
 #[tokio::test]
 async fn oversized_peer_batch_is_413_and_changes_nothing() {
     let limit = 2048;

@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use waitingroom_core::{Settings, Time};
-use waitingroom_distributed::{Body, ChannelMsg, NodeStatus};
+use waitingroom_distributed::{Body, ChannelMsg, Ignored, NodeStatus};
 
 use crate::fairness::Inversions;
 
@@ -31,6 +31,13 @@ pub struct RouteLabels {
 pub struct TypeLabels {
     /// Message type, e.g. `update`, `ping`.
     pub r#type: &'static str,
+}
+
+/// Label of ignored peer messages.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why the node ignored it ([`Ignored::as_str`]), e.g. `stale_version`.
+    pub reason: &'static str,
 }
 
 /// Label of outcome counters.
@@ -69,6 +76,8 @@ pub struct Metrics {
     pub peer_sent: Family<TypeLabels, Counter>,
     /// Peer messages received, by type.
     pub peer_received: Family<TypeLabels, Counter>,
+    /// Peer messages the node ignored, by reason.
+    pub peer_ignored: Family<ReasonLabels, Counter>,
     /// Peer messages dropped because a peer's queue was full or its request failed.
     pub peer_dropped: Counter,
     /// Peer requests that failed (error status or no answer).
@@ -136,6 +145,7 @@ impl Metrics {
             tree_repairs: Counter::default(),
             peer_sent: Family::default(),
             peer_received: Family::default(),
+            peer_ignored: Family::default(),
             peer_dropped: Counter::default(),
             peer_failures: Counter::default(),
             peer_auth_failures: Counter::default(),
@@ -215,6 +225,11 @@ impl Metrics {
             "peer_messages_received",
             "Protocol messages received from peers, by type",
             self.peer_received.clone(),
+        );
+        r.register(
+            "peer_messages_ignored",
+            "Protocol messages received and ignored by the node, by reason",
+            self.peer_ignored.clone(),
         );
         r.register(
             "peer_messages_dropped",
@@ -368,6 +383,15 @@ impl Metrics {
     /// Counts one `result` on a family.
     pub fn count(family: &Family<ResultLabels, Counter>, result: &'static str) {
         family.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a peer message the node ignored.
+    pub fn count_ignored(family: &Family<ReasonLabels, Counter>, reason: Ignored) {
+        family
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
     }
 
     /// Counts a peer message.

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Origin gating with nginx auth_request (scripts/gating-nginx.conf) against a real cluster:
+# Origin gating against a real cluster, with nginx auth_request (scripts/gating-nginx.conf) or
+# Caddy forward_auth (deploy/caddy/Caddyfile), both asking a node's /api/pass/verify:
 # no pass -> 302 to the waiting room, forged or expired pass -> 302, valid pass -> the origin.
 #
-# Starts 2 nodes behind the balancer (scripts/cluster.sh), the nginx gate and a stand-in origin,
+#   scripts/gating-test.sh [nginx|caddy]      (default nginx; the gate is installed from
+#                                              Debian's packages when missing)
+#
+# Starts 2 nodes behind the balancer (scripts/cluster.sh), the gate and a stand-in origin,
 # all on 127.0.0.1; stops them by PID at the end, whatever happens. About 15 s.
 #   FRONT_PORT (default 18280): the cluster's front port; the gate uses FRONT_PORT+50, the
 #   origin FRONT_PORT+51, the nodes FRONT_PORT+1...
@@ -10,28 +14,71 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
+GATE_KIND="${1:-nginx}"
+case "$GATE_KIND" in
+nginx | caddy) ;;
+*)
+    echo "usage: $0 [nginx|caddy]" >&2
+    exit 2
+    ;;
+esac
 export FRONT_PORT="${FRONT_PORT:-18280}"
 GATE_PORT=$((FRONT_PORT + 50))
 ORIGIN_PORT=$((FRONT_PORT + 51))
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-gating.XXXXXX")"
 export CLUSTER_DIR="$STATE/cluster"
-NGINX_PID=""
+GATE_PID=""
 
 cleanup() {
-    if [[ -n "$NGINX_PID" ]] && kill -0 "$NGINX_PID" 2>/dev/null; then
-        kill -QUIT "$NGINX_PID" 2>/dev/null || true
-        for _ in $(seq 30); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$NGINX_PID" 2>/dev/null || true
+    if [[ -n "$GATE_PID" ]] && kill -0 "$GATE_PID" 2>/dev/null; then
+        # nginx stops gracefully on QUIT, Caddy on TERM.
+        kill "-$([[ "$GATE_KIND" == nginx ]] && echo QUIT || echo TERM)" "$GATE_PID" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$GATE_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$GATE_PID" 2>/dev/null || true
     fi
     bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1 || true
     rm -rf "$STATE"
 }
 trap cleanup EXIT
 
-command -v nginx >/dev/null 2>&1 || apt_install nginx
+command -v "$GATE_KIND" >/dev/null 2>&1 || apt_install "$GATE_KIND"
 for tool in curl jq; do
     command -v "$tool" >/dev/null 2>&1 || apt_install "$tool"
 done
+
+# The gate on GATE_PORT in front of a stand-in origin on ORIGIN_PORT that checks nothing and
+# answers "origin: welcome, pass <the X-Waitingroom-Pass-Id header>".
+start_nginx() {
+    mkdir -p "$STATE/nginx/tmp"
+    sed -e "s#@GATE_LISTEN@#127.0.0.1:$GATE_PORT#" \
+        -e "s#@WAITING_ROOM@#127.0.0.1:$FRONT_PORT#" \
+        -e "s#@WAITING_PAGE@#$FRONT/#" \
+        -e "s#@ORIGIN@#http://127.0.0.1:$ORIGIN_PORT#" \
+        -e "s#@ORIGIN_LISTEN@#127.0.0.1:$ORIGIN_PORT#" \
+        -e "s#@STATE@#$STATE/nginx#g" \
+        "$ROOT/scripts/gating-nginx.conf" >"$STATE/nginx/nginx.conf"
+    nginx -t -q -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx"
+    nginx -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx" </dev/null >"$STATE/nginx/out.log" 2>&1 &
+    GATE_PID=$!
+}
+
+# The operator's Caddyfile as it is, its settings from the environment; the stand-in origin
+# is a second site in the same process.
+start_caddy() {
+    mkdir -p "$STATE/caddy"
+    {
+        cat "$ROOT/deploy/caddy/Caddyfile"
+        printf '\nhttp://127.0.0.1:%s {\n\trespond "origin: welcome, pass {header.X-Waitingroom-Pass-Id}" 200\n}\n' \
+            "$ORIGIN_PORT"
+    } >"$STATE/caddy/Caddyfile"
+    export GATE_ADDRESS="http://127.0.0.1:$GATE_PORT" WAITING_ROOM="127.0.0.1:$FRONT_PORT" \
+        WAITING_PAGE="$FRONT/" ORIGIN="127.0.0.1:$ORIGIN_PORT"
+    # Caddy keeps its state under XDG_DATA_HOME and XDG_CONFIG_HOME: keep it in STATE.
+    XDG_DATA_HOME="$STATE/caddy" XDG_CONFIG_HOME="$STATE/caddy" HOME="$STATE/caddy" \
+        caddy run --adapter caddyfile --config "$STATE/caddy/Caddyfile" \
+        </dev/null >"$STATE/caddy/out.log" 2>&1 &
+    GATE_PID=$!
+}
 
 fails=0
 passes=0
@@ -51,20 +98,11 @@ bash "$ROOT/scripts/cluster.sh" up 2 -- --pass-expiry-ms 3000 --target-on-site 1
     --admit-straight-through true --log-level warn >/dev/null
 FRONT="http://127.0.0.1:$FRONT_PORT"
 
-mkdir -p "$STATE/nginx/tmp"
-sed -e "s#@GATE_LISTEN@#127.0.0.1:$GATE_PORT#" \
-    -e "s#@WAITING_ROOM@#127.0.0.1:$FRONT_PORT#" \
-    -e "s#@WAITING_PAGE@#$FRONT/#" \
-    -e "s#@ORIGIN@#http://127.0.0.1:$ORIGIN_PORT#" \
-    -e "s#@ORIGIN_LISTEN@#127.0.0.1:$ORIGIN_PORT#" \
-    -e "s#@STATE@#$STATE/nginx#g" \
-    "$ROOT/scripts/gating-nginx.conf" >"$STATE/nginx/nginx.conf"
-nginx -t -q -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx"
-nginx -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx" </dev/null >"$STATE/nginx/out.log" 2>&1 &
-NGINX_PID=$!
+start_"$GATE_KIND"
 GATE="http://127.0.0.1:$GATE_PORT"
 for _ in $(seq 100); do
     curl -s -o /dev/null -m 1 "$GATE/" && break
+    kill -0 "$GATE_PID" 2>/dev/null || { cat "$STATE/$GATE_KIND/out.log"; exit 1; }
     sleep 0.1
 done
 
@@ -103,6 +141,13 @@ check "valid pass: origin content, pass id passed on" "origin: welcome, pass $pa
 code=$(fetch -H "Authorization: Bearer $pass" "$GATE/")
 check "valid pass (bearer): origin answers" 200 "$code"
 
+# Only the room names the pass: a client's own X-Waitingroom-Pass-Id never reaches the origin.
+code=$(fetch -H "Cookie: wr_pass=$pass" -H "X-Waitingroom-Pass-Id: someone-else" "$GATE/")
+check "a pass id sent by the client is replaced by the room's" \
+    "200 origin: welcome, pass $pass_id" "$code $(cat "$STATE/body")"
+code=$(fetch -H "X-Waitingroom-Pass-Id: someone-else" "$GATE/")
+check "a pass id header without a pass: redirected" 302 "$code"
+
 # The pass's claims with a signature that is not theirs (the ticket's).
 forged="$(cut -d. -f1-2 <<<"$pass").$(cut -d. -f3 <<<"$ticket")"
 code=$(fetch -H "Cookie: wr_pass=$forged" "$GATE/")
@@ -118,5 +163,5 @@ check "expired pass: redirected" 302 "$code"
 code=$(fetch "http://127.0.0.1:$ORIGIN_PORT/")
 check "(the stand-in origin itself checks nothing)" 200 "$code"
 
-echo "gating: $passes passed, $fails failed"
+echo "gating-$GATE_KIND: $passes passed, $fails failed"
 ((fails == 0))

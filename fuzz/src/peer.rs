@@ -1,11 +1,13 @@
 //! Peer messages: anyone who can reach a node's peer port can send these, so a node must
 //! survive any message that decodes, whatever its content.
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::OnceLock;
 
 use waitingroom_core::{NodeId, Settings, Time};
-use waitingroom_distributed::{Envelope, Node, NodeConfig};
+use waitingroom_distributed::testing::{self, Net};
+use waitingroom_distributed::{AdmissionMode, Envelope, Node};
 
 /// Nodes to aim the messages at, each caught in a different moment of a small cluster's life,
 /// with the time it was caught at. Built once; every input gets fresh copies.
@@ -20,8 +22,8 @@ pub(crate) fn templates() -> &'static Templates {
     T.get_or_init(build)
 }
 
-fn config(id: u64) -> NodeConfig {
-    let settings = Settings {
+fn settings() -> Settings {
+    Settings {
         target_on_site: 5,
         refresh_interval_ms: 600,
         ticket_expiry_ms: 10_000,
@@ -29,106 +31,44 @@ fn config(id: u64) -> NodeConfig {
         eviction_interval_ms: 1_000,
         cleanup_interval_ms: 1_000,
         admit_straight_through: true,
-    };
-    let mut c = NodeConfig::new(NodeId(id), 1, format!("n{id}"), settings);
-    c.seed = id;
-    c
+    }
 }
 
-/// A three-node cluster on a FIFO network with no delay, visitors on every node, run through a
-/// few eviction rounds; snapshots of each member, of a member in the middle of a count, and of
-/// a node still asking to join.
+/// A three-node cluster on the protocol crate's test rig (no delay), visitors on every node,
+/// run through a few eviction rounds; snapshots of each member, of a member in the middle of a
+/// count, and of a node still asking to join.
 fn build() -> Templates {
-    let mut net = Net::default();
+    let traffic = Rc::new(RefCell::new(Vec::new()));
+    let mut net = Net::new(0, settings(), AdmissionMode::Range, 0);
+    net.latency = 0;
+    let sent = traffic.clone();
+    net.tamper(move |env| sent.borrow_mut().push(env.clone()));
     for id in 1..=3 {
-        let mut node = Node::new(config(id)).expect("valid config");
-        if id == 1 {
-            node.start_cluster(net.now);
-        } else {
-            node.join_cluster(net.now, vec!["n1".into()]);
-        }
-        net.nodes.push(node);
-        net.deliver_all();
+        net.add_node(id, 0);
+        net.run_for(0);
     }
     for i in 0..12 {
-        net.now += 37;
-        let at = i % 3;
-        let _ = net.nodes[at].join(net.now);
-        net.collect(at);
-        net.deliver_all();
+        net.run_for(37);
+        let _ = net.with(NodeId(i % 3 + 1), |n, now| n.join(now));
+        net.run_for(0);
     }
     let mut nodes = Vec::new();
     // Run to the eviction boundary and catch the root right after it starts a count.
-    net.run_until(1_000, false);
-    if let Some(root) = net.nodes.iter().position(Node::is_root) {
-        let now = net.now;
-        net.nodes[root].handle_timeout(now);
-        nodes.push((net.nodes[root].clone(), now));
-        net.collect(root);
-        net.deliver_all();
+    net.run_for(999 - net.now);
+    net.now = 1_000;
+    if let Some(root) = net.live().into_iter().find(|n| n.is_root()).map(Node::id) {
+        net.with(root, |n, now| n.handle_timeout(now));
+        nodes.push((net.node(root).clone(), net.now));
     }
-    net.run_until(3_500, true);
-    nodes.extend(net.nodes.iter().map(|n| (n.clone(), net.now)));
-    let mut joining = Node::new(config(4)).expect("valid config");
-    joining.join_cluster(net.now, vec!["n1".into()]);
+    net.run_for(2_500);
+    nodes.extend(net.live().into_iter().map(|n| (n.clone(), net.now)));
+    let mut cfg = testing::config(4, 1, settings());
+    cfg.seed = 4;
+    let mut joining = Node::new(cfg).expect("valid config");
+    joining.join_cluster(net.now, vec![testing::addr(1)]);
     nodes.push((joining, net.now));
-    Templates {
-        nodes,
-        traffic: net.traffic,
-    }
-}
-
-#[derive(Default)]
-struct Net {
-    now: Time,
-    nodes: Vec<Node>,
-    queue: VecDeque<waitingroom_distributed::Transmit>,
-    traffic: Vec<Envelope>,
-}
-
-impl Net {
-    fn collect(&mut self, at: usize) {
-        while let Some(t) = self.nodes[at].poll_transmit() {
-            self.traffic.push(t.envelope.clone());
-            self.queue.push_back(t);
-        }
-        while self.nodes[at].poll_event().is_some() {}
-    }
-
-    fn deliver_all(&mut self) {
-        for at in 0..self.nodes.len() {
-            self.collect(at);
-        }
-        while let Some(t) = self.queue.pop_front() {
-            let Some(at) = self
-                .nodes
-                .iter()
-                .position(|n| n.contact().addr == t.to_addr)
-            else {
-                continue;
-            };
-            let now = self.now;
-            self.nodes[at].handle_message(now, t.envelope);
-            self.collect(at);
-        }
-    }
-
-    /// Fires timers up to `end` (inclusive or not), delivering everything after each.
-    fn run_until(&mut self, end: Time, inclusive: bool) {
-        loop {
-            let next = self.nodes.iter().filter_map(Node::poll_timeout).min();
-            match next {
-                Some(t) if t < end || (inclusive && t == end) => self.now = t,
-                _ => break,
-            }
-            for at in 0..self.nodes.len() {
-                let now = self.now;
-                self.nodes[at].handle_timeout(now);
-            }
-            self.deliver_all();
-        }
-        self.now = end;
-    }
+    let traffic = traffic.borrow().clone();
+    Templates { nodes, traffic }
 }
 
 /// Input: a steering byte, then JSON. The steering byte picks the template node (bits 0-2),
@@ -180,7 +120,7 @@ fn feed(steer: u8, batch: Vec<Envelope>) {
         if steer & 16 != 0 && !members.is_empty() {
             env.from = members[usize::from(steer >> 5) % members.len()].clone();
         }
-        node.handle_message(now, env);
+        let _ = node.handle_message(now, env);
         drain(&mut node);
         now += 1;
     }

@@ -15,23 +15,10 @@
 mod explorer;
 
 use explorer::{Config, TimerPolicy};
-use waitingroom_distributed::AdmissionMode;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let number = |name: &str| {
-        value(name).map(|v| {
-            v.parse::<u64>()
-                .unwrap_or_else(|_| die(&format!("{name} wants a number, not {v}")))
-        })
-    };
-    let scenario = value("--scenario").unwrap_or_else(|| "base".into());
+    let scenario = value(&args, "--scenario").unwrap_or_else(|| "base".into());
     let names: Vec<&str> = if scenario == "all" {
         vec!["base", "join", "crash", "lossy", "anytime"]
     } else {
@@ -41,54 +28,7 @@ fn main() {
     for name in names {
         let mut cfg =
             Config::scenario(name).unwrap_or_else(|| die(&format!("unknown scenario {name}")));
-        if let Some(n) = number("--visitors") {
-            cfg.visitors = n as usize;
-        }
-        if let Some(n) = number("--nodes") {
-            cfg.nodes = n;
-        }
-        if let Some(n) = number("--drops") {
-            cfg.drops = n as u32;
-        }
-        if let Some(n) = number("--dups") {
-            cfg.dups = n as u32;
-        }
-        if let Some(n) = number("--event-rounds") {
-            cfg.event_rounds = n;
-        }
-        if let Some(n) = number("--extra-rounds") {
-            cfg.extra_rounds = n;
-        }
-        if let Some(n) = number("--crash-victim") {
-            cfg.crash_victim = Some(n);
-        }
-        if let Some(n) = number("--target") {
-            cfg.target = n;
-        }
-        if let Some(n) = number("--max-states") {
-            cfg.max_states = n;
-        }
-        if let Some(n) = number("--max-depth") {
-            cfg.max_depth = n as usize;
-        }
-        cfg.all_acks |= args.iter().any(|a| a == "--all-acks");
-        cfg.quiet_joins |= args.iter().any(|a| a == "--quiet-joins");
-        cfg.to_horizon |= args.iter().any(|a| a == "--to-horizon");
-        if let Some(m) = value("--mode") {
-            cfg.mode = match m.as_str() {
-                "range" => AdmissionMode::Range,
-                "batched" => AdmissionMode::Batched,
-                "sequential" => AdmissionMode::Sequential,
-                _ => die(&format!("unknown mode {m}")),
-            };
-        }
-        if let Some(t) = value("--timers") {
-            cfg.timers = match t.as_str() {
-                "quiet" => TimerPolicy::Quiet,
-                "anytime" => TimerPolicy::Anytime,
-                _ => die(&format!("unknown timer policy {t}")),
-            };
-        }
+        override_with(&mut cfg, &args);
         println!("== {name}: {cfg:?}");
         let report = explorer::explore(&cfg);
         print!("{report}");
@@ -96,6 +36,70 @@ fn main() {
     }
     if failed {
         std::process::exit(1);
+    }
+}
+
+/// The word after option `name`, if given.
+fn value(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// The number after option `name`, if given.
+fn number(args: &[String], name: &str) -> Option<u64> {
+    value(args, name).map(|v| {
+        v.parse::<u64>()
+            .unwrap_or_else(|_| die(&format!("{name} wants a number, not {v}")))
+    })
+}
+
+/// Applies the options that override the scenario.
+fn override_with(cfg: &mut Config, args: &[String]) {
+    let number = |name: &str| number(args, name);
+    if let Some(n) = number("--visitors") {
+        cfg.visitors = n as usize;
+    }
+    if let Some(n) = number("--nodes") {
+        cfg.nodes = n;
+    }
+    if let Some(n) = number("--drops") {
+        cfg.drops = n as u32;
+    }
+    if let Some(n) = number("--dups") {
+        cfg.dups = n as u32;
+    }
+    if let Some(n) = number("--event-rounds") {
+        cfg.event_rounds = n;
+    }
+    if let Some(n) = number("--extra-rounds") {
+        cfg.extra_rounds = n;
+    }
+    if let Some(n) = number("--crash-victim") {
+        cfg.crash_victim = Some(n);
+    }
+    if let Some(n) = number("--target") {
+        cfg.target = n;
+    }
+    if let Some(n) = number("--max-states") {
+        cfg.max_states = n;
+    }
+    if let Some(n) = number("--max-depth") {
+        cfg.max_depth = n as usize;
+    }
+    cfg.all_acks |= args.iter().any(|a| a == "--all-acks");
+    cfg.quiet_joins |= args.iter().any(|a| a == "--quiet-joins");
+    cfg.to_horizon |= args.iter().any(|a| a == "--to-horizon");
+    if let Some(m) = value(args, "--mode") {
+        cfg.mode = m.parse().unwrap_or_else(|e| die(&format!("{e}")));
+    }
+    if let Some(t) = value(args, "--timers") {
+        cfg.timers = match t.as_str() {
+            "quiet" => TimerPolicy::Quiet,
+            "anytime" => TimerPolicy::Anytime,
+            _ => die(&format!("unknown timer policy {t}")),
+        };
     }
 }
 

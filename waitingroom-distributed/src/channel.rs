@@ -19,8 +19,10 @@ use std::collections::BTreeMap;
 
 use waitingroom_core::{NodeId, Time};
 
-use crate::messages::{Body, ChannelMsg, Contact, Envelope};
-use crate::node::Transmit;
+use crate::ignored::Ignored;
+use crate::membership::Contact;
+use crate::messages::{Body, ChannelMsg, Envelope};
+use crate::outputs::Transmit;
 
 /// Most unacknowledged messages kept per link; past this the peer is surely gone (failure
 /// detection will remove it), and memory must stay bounded meanwhile.
@@ -92,18 +94,8 @@ impl Channels {
         }
         link.unacked.insert(seq, (msg.clone(), now));
         let epoch = link.epoch;
-        let (ack_epoch, ack) = self.take_ack(to.id);
-        envelope(
-            me,
-            to,
-            Body::Channel {
-                epoch,
-                seq,
-                ack_epoch,
-                ack,
-                msg,
-            },
-        )
+        let ack = self.take_ack(to.id);
+        envelope(me, to, frame(epoch, seq, ack, msg))
     }
 
     /// Starts a new epoch to `peer`, keeping what it had not acknowledged, renumbered from 1.
@@ -140,24 +132,35 @@ impl Channels {
         }
     }
 
-    /// Takes in one channel message; returns the messages now deliverable, in order.
+    /// Takes in one message of a link (a [`Body::Channel`]; nothing else concerns the
+    /// channel); returns the messages now deliverable, in order (none while it waits for an
+    /// earlier one), or why it was dropped.
     pub fn receive(
         &mut self,
         now: Time,
         from: &Contact,
-        epoch: u64,
-        seq: u64,
-        (ack_epoch, ack): (u64, u64),
-        msg: ChannelMsg,
-    ) -> Vec<ChannelMsg> {
+        body: Body,
+    ) -> Result<Vec<ChannelMsg>, Ignored> {
+        let Body::Channel {
+            epoch,
+            seq,
+            ack_epoch,
+            ack,
+            msg,
+        } = body
+        else {
+            return Ok(Vec::new());
+        };
         self.on_ack(from, ack_epoch, ack);
         let known = self
             .inc
             .get(&from.id)
             .map(|i| (i.peer.incarnation, i.epoch));
         match known {
-            Some((inc, _)) if inc > from.incarnation => return Vec::new(),
-            Some((inc, e)) if inc == from.incarnation && e > epoch => return Vec::new(),
+            Some((inc, _)) if inc > from.incarnation => return Err(Ignored::StaleLink),
+            Some((inc, e)) if inc == from.incarnation && e > epoch => {
+                return Err(Ignored::StaleLink);
+            }
             Some((inc, e)) if inc == from.incarnation && e == epoch => {}
             // A new life of the peer, or a new epoch of its link: start counting afresh.
             _ => {
@@ -177,8 +180,11 @@ impl Channels {
             link.ack_due = true;
             self.ack_due.push(from.id);
         }
-        if seq <= link.delivered || link.early.contains_key(&seq) || link.early.len() >= MAX_EARLY {
-            return Vec::new();
+        if seq <= link.delivered || link.early.contains_key(&seq) {
+            return Err(Ignored::Duplicate);
+        }
+        if link.early.len() >= MAX_EARLY {
+            return Err(Ignored::HoldBackFull);
         }
         link.early.insert(seq, msg);
         let mut ready = Vec::new();
@@ -193,17 +199,20 @@ impl Channels {
         } else {
             link.gap_since = None;
         }
-        ready
+        Ok(ready)
     }
 
-    /// Takes in an acknowledgement of our epoch `epoch` to `from`.
-    pub fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) {
-        if let Some(link) = self.out.get_mut(&from.id)
-            && link.peer.incarnation == from.incarnation
-            && link.epoch == epoch
-        {
-            link.unacked = link.unacked.split_off(&ack.saturating_add(1));
+    /// Takes in an acknowledgement of our epoch `epoch` to `from`. False when no link of ours
+    /// has that epoch.
+    pub fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) -> bool {
+        let Some(link) = self.out.get_mut(&from.id) else {
+            return false;
+        };
+        if link.peer.incarnation != from.incarnation || link.epoch != epoch {
+            return false;
         }
+        link.unacked = link.unacked.split_off(&ack.saturating_add(1));
+        true
     }
 
     /// The peer lost track of our link to it: start a new epoch (resending what is pending).
@@ -229,7 +238,7 @@ impl Channels {
     ) -> Vec<Transmit> {
         let mut out = Vec::new();
         for link in self.out.values_mut().filter(|l| live(l.peer.id)) {
-            let (ack_epoch, ack) = match self.inc.get_mut(&link.peer.id) {
+            let ack = match self.inc.get_mut(&link.peer.id) {
                 Some(i) => (i.epoch, i.delivered),
                 None => (0, 0),
             };
@@ -241,13 +250,7 @@ impl Channels {
                 if *sent + rto <= now {
                     *sent = now;
                     resent += 1;
-                    let body = Body::Channel {
-                        epoch: link.epoch,
-                        seq,
-                        ack_epoch,
-                        ack,
-                        msg: msg.clone(),
-                    };
+                    let body = frame(link.epoch, seq, ack, msg.clone());
                     out.push(envelope(me, &link.peer, body));
                 }
             }
@@ -340,6 +343,18 @@ impl Channels {
     }
 }
 
+/// Message `seq` of link epoch `epoch`, acknowledging `ack` = (the peer's epoch, highest
+/// delivered).
+fn frame(epoch: u64, seq: u64, (ack_epoch, ack): (u64, u64), msg: ChannelMsg) -> Body {
+    Body::Channel {
+        epoch,
+        seq,
+        ack_epoch,
+        ack,
+        msg,
+    }
+}
+
 pub(crate) fn envelope(me: &Contact, to: &Contact, body: Body) -> Transmit {
     Transmit {
         to_addr: to.addr.clone(),
@@ -373,17 +388,10 @@ mod tests {
     }
 
     /// Feeds a transmitted channel message to `rx`.
-    fn deliver(rx: &mut Channels, t: &Transmit) -> Vec<ChannelMsg> {
-        match t.envelope.body.clone() {
-            Body::Channel {
-                epoch,
-                seq,
-                ack_epoch,
-                ack,
-                msg,
-            } => rx.receive(0, &t.envelope.from, epoch, seq, (ack_epoch, ack), msg),
-            _ => panic!("not a channel message"),
-        }
+    fn deliver(rx: &mut Channels, t: &Transmit) -> Result<Vec<ChannelMsg>, Ignored> {
+        assert!(matches!(t.envelope.body, Body::Channel { .. }));
+        let body = t.envelope.body.clone();
+        rx.receive(0, &t.envelope.from, body)
     }
 
     fn seq_of(t: &Transmit) -> (u64, u64) {
@@ -399,11 +407,15 @@ mod tests {
         let mut tx = Channels::default();
         let mut rx = Channels::default();
         let sent: Vec<_> = (1..=5).map(|i| tx.send(0, &a, &b, msg(i))).collect();
-        let mut got = Vec::new();
+        let (mut got, mut dropped) = (Vec::new(), Vec::new());
         for i in [0usize, 2, 0, 4, 1, 3, 2] {
-            got.extend(deliver(&mut rx, &sent[i]));
+            match deliver(&mut rx, &sent[i]) {
+                Ok(ready) => got.extend(ready),
+                Err(why) => dropped.push(why),
+            }
         }
         assert_eq!(got, (1..=5).map(msg).collect::<Vec<_>>());
+        assert_eq!(dropped, [Ignored::Duplicate, Ignored::Duplicate]);
         let acks = rx.take_bare_acks(&b);
         assert_eq!(acks.len(), 1);
         let Body::ChannelAck { epoch, ack, resync } = acks[0].envelope.body else {
@@ -438,12 +450,12 @@ mod tests {
         let mut rx = Channels::default();
         let old = a_tx.send(0, &a, &b, msg(1));
         let old2 = a_tx.send(0, &a, &b, msg(2));
-        assert_eq!(deliver(&mut rx, &old), vec![msg(1)]);
+        assert_eq!(deliver(&mut rx, &old), Ok(vec![msg(1)]));
         // a restarts: its sequence numbers start again.
         let new = a2_tx.send(0, &a2, &b, msg(3));
-        assert_eq!(deliver(&mut rx, &new), vec![msg(3)]);
+        assert_eq!(deliver(&mut rx, &new), Ok(vec![msg(3)]));
         // A late message from the old life is ignored.
-        assert!(deliver(&mut rx, &old2).is_empty());
+        assert_eq!(deliver(&mut rx, &old2), Err(Ignored::StaleLink));
     }
 
     #[test]
@@ -454,14 +466,14 @@ mod tests {
         let mut rx = Channels::default();
         for i in 1..=3 {
             let t = tx.send(0, &a, &b, msg(i));
-            deliver(&mut rx, &t);
+            assert_eq!(deliver(&mut rx, &t), Ok(vec![msg(i)]));
         }
         // A send meant for an older life of b (dropped on the way) resets our link ...
         tx.send(0, &a, &b_stale, msg(99));
         // ... so back to b we count from 1 in a new epoch, and b starts counting afresh.
         let t = tx.send(0, &a, &b, msg(4));
         assert_eq!(seq_of(&t).1, 1);
-        assert_eq!(deliver(&mut rx, &t), vec![msg(4)]);
+        assert_eq!(deliver(&mut rx, &t), Ok(vec![msg(4)]));
     }
 
     #[test]
@@ -471,7 +483,7 @@ mod tests {
         let mut rx = Channels::default();
         for i in 1..=3 {
             let t = tx.send(0, &a, &b, msg(i));
-            deliver(&mut rx, &t);
+            assert_eq!(deliver(&mut rx, &t), Ok(vec![msg(i)]));
         }
         let acks = rx.take_bare_acks(&b);
         let Body::ChannelAck { epoch, ack, .. } = acks[0].envelope.body else {
@@ -481,7 +493,11 @@ mod tests {
         // b forgets everything (say it dropped a departed member); a goes on at 4.
         rx.clear();
         let t = tx.send(0, &a, &b, msg(4));
-        assert!(deliver(&mut rx, &t).is_empty());
+        assert_eq!(
+            deliver(&mut rx, &t),
+            Ok(Vec::new()),
+            "held back, waiting for 1 to 3"
+        );
         // A reordered start gets its time to arrive ...
         assert!(rx.resync_requests(100, &b, 300).is_empty());
         // ... then the receiver asks for a new epoch.
@@ -495,6 +511,6 @@ mod tests {
         let again = tx.due_for_resend(100, &a, 100, |_| true);
         assert_eq!(again.len(), 1);
         assert_eq!(seq_of(&again[0]).1, 1);
-        assert_eq!(deliver(&mut rx, &again[0]), vec![msg(4)]);
+        assert_eq!(deliver(&mut rx, &again[0]), Ok(vec![msg(4)]));
     }
 }

@@ -1,21 +1,225 @@
-//! Membership changes: joining, applying a new tree, resolving conflicts, leaving, and merging
-//! the two sides of a healed partition.
+//! Membership changes (thesis §4.4 and §4.7): this node's place in a cluster. Joining through a
+//! seed, applying a new tree (§4.7.2), merging two trees made concurrently from one version
+//! (§4.7.4), being removed and rejoining, leaving, and merging the two sides of a healed
+//! partition.
+//!
+//! The tree edits themselves are [`Membership`]'s (§4.7.1). Departs from the thesis (README,
+//! "Membership changes" and "Partitions"): trees also spread by anti-entropy (every probe
+//! carries a [`View`]), a node removed by mistake rejoins under a new incarnation, former
+//! members and seed addresses are remembered so that clusters that formed apart find each other,
+//! and a node that no seed answers serves visitors alone rather than not at all. What the node
+//! must do with the other parts when the membership changes (re-initialise QPID, drop TAG's
+//! round, forget SWIM's strikes) it learns from what these methods return.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, Time};
 
-use crate::membership::Membership;
-use crate::messages::{Body, ChannelMsg, ClusterRank, Contact, View};
-use crate::node::{Event, Node, Phase, Timer};
+use crate::ignored::Ignored;
+use crate::membership::{ClusterRank, Contact, Membership, View};
+use crate::messages::Body;
+use crate::outputs::{Event, Outbox};
 
-impl Node {
-    pub(crate) fn send_join_request(&mut self, now: Time) {
-        let give_up = self.cfg.join_timeout_ms;
-        let Phase::Joining { seeds, next, since } = &mut self.phase else {
-            return;
+/// Most former members remembered.
+const FORMERS_LIMIT: usize = 256;
+
+/// Where a node is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Created; neither started a cluster nor asked to join one.
+    Idle,
+    /// Asking `seeds` (addresses) to be let into a cluster.
+    Joining {
+        /// Addresses to ask, in turn.
+        seeds: Vec<String>,
+        /// Which one to ask next.
+        next: usize,
+        /// When the node started asking.
+        since: Time,
+    },
+    /// In a cluster.
+    Member,
+    /// Shut down.
+    Stopped,
+}
+
+/// This node's membership state: who it is, its phase, the membership it applied, and whom it
+/// knows outside it.
+#[derive(Debug, Clone)]
+pub(crate) struct Cluster {
+    /// This node; its incarnation grows each time it rejoins.
+    me: Contact,
+    /// Tree edits try to give no node more than this many neighbours.
+    max_degree: usize,
+    /// A joining node that no seed answers for this long starts a cluster of its own.
+    join_timeout: Time,
+    phase: Phase,
+    membership: Membership,
+    /// `membership.view()`, kept because every probe carries it.
+    view: View,
+    /// Members we lost, probed now and then so that a healed partition merges.
+    formers: BTreeMap<NodeId, Contact>,
+    /// Every seed address this node was given or learned; those not in the cluster are probed
+    /// like former members, so that clusters that formed apart find each other.
+    seed_addrs: Vec<String>,
+}
+
+/// What asking to join led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asking {
+    /// A join request went out: ask again after `join_retry_ms`.
+    Asked,
+    /// Nobody answered for `join_timeout_ms`: start a cluster alone.
+    GiveUp,
+    /// The node is not joining (any more).
+    NotJoining,
+}
+
+/// A membership to make this node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Apply it (it came from another member).
+    Apply(Membership),
+    /// Broadcast it, then apply it (this node decided it).
+    Commit(Membership),
+}
+
+/// What applying a membership changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// It is this node's membership now: these members left and these joined.
+    Changed {
+        /// Members no longer in it (their failures and places are forgotten).
+        gone: Vec<NodeId>,
+        /// Members new in it.
+        added: Vec<Contact>,
+    },
+    /// It removed this node: rejoin, asking these addresses first.
+    Rejoin(Vec<String>),
+    /// It does not concern this node.
+    Unchanged,
+}
+
+impl Cluster {
+    pub(crate) fn new(me: Contact, max_degree: usize, join_timeout: Time) -> Cluster {
+        Cluster {
+            me,
+            max_degree,
+            join_timeout,
+            phase: Phase::Idle,
+            membership: Membership::default(),
+            view: Membership::default().view(),
+            formers: BTreeMap::new(),
+            seed_addrs: Vec::new(),
+        }
+    }
+
+    /// This node (this life of it).
+    pub(crate) fn me(&self) -> &Contact {
+        &self.me
+    }
+
+    pub(crate) fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    pub(crate) fn is_member(&self) -> bool {
+        self.phase == Phase::Member
+    }
+
+    pub(crate) fn is_joining(&self) -> bool {
+        matches!(self.phase, Phase::Joining { .. })
+    }
+
+    /// The membership applied.
+    pub(crate) fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// The applied membership's view, as probes carry it.
+    pub(crate) fn view(&self) -> View {
+        self.view
+    }
+
+    /// This node's tree neighbours, in id order.
+    pub(crate) fn neighbours(&self) -> Vec<NodeId> {
+        self.membership.neighbours(self.me.id)
+    }
+
+    /// A former member.
+    pub(crate) fn former(&self, id: NodeId) -> Option<&Contact> {
+        self.formers.get(&id)
+    }
+
+    /// How to reach node `id`, member or not: a member; or a node we saw leave; or one the
+    /// cluster removed before we joined (we may have restarted since, or it was on the other
+    /// side of a partition).
+    pub(crate) fn reach(&self, id: NodeId) -> Option<&Contact> {
+        self.membership
+            .members
+            .get(&id)
+            .or_else(|| self.formers.get(&id))
+            .or_else(|| self.membership.removed.get(&id))
+    }
+
+    /// The member at transport address `addr`.
+    pub(crate) fn member_at(&self, addr: &str) -> Option<NodeId> {
+        self.membership
+            .members
+            .values()
+            .find(|c| &*c.addr == addr)
+            .map(|c| c.id)
+    }
+
+    /// "You are not in my cluster", with what decides which side of a partition wins.
+    pub(crate) fn not_member(&self) -> Body {
+        Body::NotMember {
+            cluster: self.membership.rank(),
+            version: self.membership.version,
+        }
+    }
+
+    /// The membership without `target` (a member SWIM declared dead), if it is still in it.
+    pub(crate) fn without(&self, target: &Contact) -> Option<Membership> {
+        self.membership
+            .with_removed(target.id, target.incarnation, self.max_degree)
+    }
+
+    /// The same membership under a new version: every node re-derives its pointers from it.
+    pub(crate) fn refreshed(&self) -> Membership {
+        let mut refreshed = self.membership.clone();
+        refreshed.version = refreshed.version.saturating_add(1);
+        refreshed
+    }
+
+    /// Starts a cluster of one (§4.4): returns the membership to apply.
+    pub(crate) fn found(&mut self, out: &mut Outbox) -> Membership {
+        let membership = Membership::single(self.me.clone());
+        self.phase = Phase::Member;
+        out.emit(Event::Joined {
+            version: membership.version,
+        });
+        membership
+    }
+
+    /// Starts asking the nodes at `seeds` to add this one (§4.4).
+    pub(crate) fn start_joining(&mut self, now: Time, seeds: Vec<String>) {
+        self.seed_addrs = seeds.clone();
+        self.phase = Phase::Joining {
+            seeds,
+            next: 0,
+            since: now,
         };
-        if seeds.is_empty() || now >= *since + give_up {
+    }
+
+    /// Asks the next seed to add this node, unless nobody has answered for too long.
+    pub(crate) fn ask_to_join(&mut self, now: Time, out: &mut Outbox) -> Asking {
+        let Phase::Joining { seeds, next, since } = &mut self.phase else {
+            return Asking::NotJoining;
+        };
+        if seeds.is_empty() || now >= *since + self.join_timeout {
             // Nobody answers: serve visitors alone rather than not at all. Should the others
             // come back, the partition merge brings the clusters together.
             for s in std::mem::take(seeds) {
@@ -23,8 +227,7 @@ impl Node {
                     self.seed_addrs.push(s);
                 }
             }
-            self.become_single(now);
-            return;
+            return Asking::GiveUp;
         }
         let addr = seeds[*next % seeds.len()].clone();
         *next += 1;
@@ -36,51 +239,50 @@ impl Node {
         let body = Body::JoinRequest {
             contact: self.me.clone(),
         };
-        self.send_raw(&to, body);
-        self.arm(now + self.cfg.join_retry_ms, Timer::JoinRetry);
+        out.raw(to, body);
+        Asking::Asked
     }
 
-    pub(crate) fn on_join_request(&mut self, now: Time, contact: Contact) {
-        if !self.is_member() || contact.id == self.me.id || contact.id.0 == 0 {
-            return;
+    /// A node asks to be added. Returns the membership with it, to commit; or None after
+    /// answering again with our tree if it is already a member (our answer was lost).
+    pub(crate) fn on_join_request(
+        &self,
+        contact: Contact,
+        out: &mut Outbox,
+    ) -> Result<Option<Membership>, Ignored> {
+        if !self.is_member() {
+            return Err(Ignored::NotInCluster);
+        }
+        if contact.id == self.me.id || contact.id.0 == 0 {
+            return Err(Ignored::Malformed);
         }
         if let Some(existing) = self.membership.members.get(&contact.id) {
             if existing.incarnation == contact.incarnation {
                 // Our answer was lost, or is on its way: say it again.
-                let m = Body::Tree(Box::new(self.membership.clone()));
-                self.send_raw(&contact, m);
-                return;
+                out.raw(contact, Body::Tree(Box::new(self.membership.clone())));
+                return Ok(None);
             }
             if existing.incarnation > contact.incarnation {
-                return;
+                return Err(Ignored::StaleIncarnation);
             }
         }
         if self.membership.is_gone(contact.id, contact.incarnation) {
-            return;
+            return Err(Ignored::StaleIncarnation);
         }
-        let next = self
-            .membership
-            .with_added(contact, self.cfg.max_tree_degree);
-        self.commit_membership(now, next);
+        Ok(Some(self.membership.with_added(contact, self.max_degree)))
     }
 
-    /// Applies a membership this node decided on and tells everyone.
-    pub(crate) fn commit_membership(&mut self, now: Time, next: Membership) {
-        self.broadcast_membership(&next);
-        self.apply_membership(now, next);
-    }
-
-    pub(crate) fn broadcast_membership(&mut self, m: &Membership) {
-        let me = self.me.id;
-        let targets: Vec<Contact> = m.members.values().filter(|c| c.id != me).cloned().collect();
-        for c in targets {
-            self.send_raw(&c, Body::Tree(Box::new(m.clone())));
+    /// Sends `m` to all its members but this node (§4.7: the node that changed the tree
+    /// broadcasts it).
+    pub(crate) fn broadcast(&self, m: &Membership, out: &mut Outbox) {
+        for c in m.members.values().filter(|c| c.id != self.me.id) {
+            out.raw(c.clone(), Body::Tree(Box::new(m.clone())));
         }
     }
 
     /// Anti-entropy: a peer's probe showed its membership view. Send ours if it is behind, or
     /// if it conflicts with ours (same version, other content; it will merge, as will we).
-    pub(crate) fn compare_views(&mut self, peer: &Contact, view: View) {
+    pub(crate) fn compare_views(&self, peer: &Contact, view: View, out: &mut Outbox) {
         if !self.is_member() {
             return;
         }
@@ -88,64 +290,77 @@ impl Node {
         let behind = view.version < mine.version;
         let conflicting = view.version == mine.version && view.digest != mine.digest;
         if behind || conflicting {
-            self.send_raw(peer, Body::Tree(Box::new(self.membership.clone())));
+            out.raw(peer.clone(), Body::Tree(Box::new(self.membership.clone())));
         }
     }
 
-    pub(crate) fn on_tree(&mut self, now: Time, from: NodeId, m: Membership) {
-        let includes_me = m
-            .members
+    /// Whether `m` lists this life of this node.
+    fn includes_me(&self, m: &Membership) -> bool {
+        m.members
             .get(&self.me.id)
-            .is_some_and(|c| c.incarnation == self.me.incarnation);
+            .is_some_and(|c| c.incarnation == self.me.incarnation)
+    }
+
+    /// A tree from member `from` (§4.7.2): a joining node it lets in becomes a member; a newer
+    /// one is applied, one of the same version with other content is merged (§4.7.4), and an
+    /// older one's sender is shown ours.
+    pub(crate) fn on_tree(
+        &mut self,
+        from: NodeId,
+        m: Membership,
+        out: &mut Outbox,
+    ) -> Result<Change, Ignored> {
+        let includes_me = self.includes_me(&m);
         match self.phase {
-            Phase::Joining { .. } => {
-                if includes_me {
-                    self.phase = Phase::Member;
-                    self.emit(Event::Joined { version: m.version });
-                    self.apply_membership(now, m);
-                }
+            Phase::Joining { .. } if includes_me => {
+                self.phase = Phase::Member;
+                out.emit(Event::Joined { version: m.version });
+                Ok(Change::Apply(m))
             }
             Phase::Member if includes_me => {
-                if m.version > self.membership.version {
-                    self.apply_membership(now, m);
-                } else if m.version == self.membership.version && m != self.membership {
-                    // Two changes made concurrently from one membership: merge deterministically.
-                    let merged = self.membership.merged(&m, self.cfg.max_tree_degree);
-                    self.commit_membership(now, merged);
-                } else if m.version < self.membership.version
-                    && let Some(c) = self.membership.members.get(&from).cloned()
-                {
-                    self.send_raw(&c, Body::Tree(Box::new(self.membership.clone())));
+                let ours = &self.membership;
+                if m.version > ours.version {
+                    return Ok(Change::Apply(m));
                 }
+                if m.version == ours.version && m != *ours {
+                    // Two changes made concurrently from one membership: merge deterministically.
+                    return Ok(Change::Commit(ours.merged(&m, self.max_degree)));
+                }
+                if m.version < ours.version
+                    && let Some(c) = ours.members.get(&from)
+                {
+                    out.raw(c.clone(), Body::Tree(Box::new(ours.clone())));
+                }
+                Err(Ignored::StaleVersion)
             }
             Phase::Member => {
                 // A membership without us: either our cluster removed us (a newer version that
                 // says so), or it is another cluster (after a partition), which the partition
                 // merge handles, not this.
-                let removed_me = m.is_gone(self.me.id, self.me.incarnation);
-                if removed_me && m.version > self.membership.version {
-                    self.apply_membership(now, m);
+                if !m.is_gone(self.me.id, self.me.incarnation) {
+                    return Err(Ignored::NotIncluded);
                 }
+                if m.version <= self.membership.version {
+                    return Err(Ignored::StaleVersion);
+                }
+                Ok(Change::Apply(m))
             }
-            Phase::Idle | Phase::Stopped => {}
+            Phase::Joining { .. } => Err(Ignored::NotIncluded),
+            Phase::Idle => Err(Ignored::NotInCluster),
+            Phase::Stopped => Err(Ignored::Stopped),
         }
     }
 
-    /// Makes `m` this node's membership: diff the members and this node's tree edges, and
-    /// re-initialise QPID for the new neighbours.
-    pub(crate) fn apply_membership(&mut self, now: Time, m: Membership) {
-        let me = self.me.id;
-        let includes_me = m
-            .members
-            .get(&me)
-            .is_some_and(|c| c.incarnation == self.me.incarnation);
-        if !includes_me {
-            let removed_me = m.is_gone(me, self.me.incarnation);
+    /// Makes `m` this node's membership if it lists this node: diffs the members, remembers
+    /// those gone as former members, and tells the driver. A membership that removed this node
+    /// makes a member rejoin.
+    pub(crate) fn apply(&mut self, m: Membership, out: &mut Outbox) -> Applied {
+        if !self.includes_me(&m) {
+            let removed_me = m.is_gone(self.me.id, self.me.incarnation);
             if removed_me && self.is_member() {
-                let seeds = m.members.values().map(|c| c.addr.to_string()).collect();
-                self.rejoin(now, seeds);
+                return Applied::Rejoin(m.members.values().map(|c| c.addr.to_string()).collect());
             }
-            return;
+            return Applied::Unchanged;
         }
         let old = std::mem::replace(&mut self.membership, m);
         self.view = self.membership.view();
@@ -164,36 +379,26 @@ impl Node {
             .membership
             .members
             .values()
-            .filter(|c| c.id != me && !same(&old, c))
+            .filter(|c| c.id != self.me.id && !same(&old, c))
             .cloned()
             .collect();
-        for c in gone {
-            self.swim.forget(c.id);
-            self.member_departed(now, c.id);
+        for c in &gone {
             self.remember_former(c.clone());
-            self.emit(Event::MemberRemoved(c));
+            out.emit(Event::MemberRemoved(c.clone()));
         }
-        for c in added {
+        for c in &added {
             self.formers.remove(&c.id);
-            for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
-                self.send(now, &c, ChannelMsg::Forget { ticket });
-            }
-            self.emit(Event::MemberAdded(c));
+            out.emit(Event::MemberAdded(c.clone()));
         }
-        let neighbours: BTreeSet<NodeId> = self.membership.neighbours(me).into_iter().collect();
-        self.tag.round = None;
-        self.qpid_apply(now, &neighbours);
-        let pending = std::mem::take(&mut self.future);
-        for (from, msg) in pending {
-            self.on_channel_msg(now, from, msg);
-        }
+        let gone = gone.into_iter().map(|c| c.id).collect();
+        Applied::Changed { gone, added }
     }
 
     /// This node was removed from its cluster (declared dead, or its cluster lost to another
-    /// after a partition): start a new life and ask to be let back in. Visitors queued here
-    /// stay queued.
-    pub(crate) fn rejoin(&mut self, now: Time, mut seeds: Vec<String>) {
-        self.emit(Event::Rejoining);
+    /// after a partition): start a new life and ask to be let back in, `seeds` first, then any
+    /// former member (visitors queued here stay queued).
+    pub(crate) fn rejoin(&mut self, now: Time, mut seeds: Vec<String>, out: &mut Outbox) {
+        out.emit(Event::Rejoining);
         let old = std::mem::take(&mut self.membership);
         self.view = self.membership.view();
         for c in old.members.into_values() {
@@ -207,17 +412,23 @@ impl Node {
         }
         seeds.retain(|a| **a != *self.me.addr);
         self.me.incarnation += 1;
-        self.channels.clear();
-        self.qpid = Default::default();
-        self.tag.round = None;
-        // Another cluster's decisions do not apply to the queue we are joining.
-        self.tag.ranges.clear();
         self.phase = Phase::Joining {
             seeds,
             next: 0,
             since: now,
         };
-        self.send_join_request(now);
+    }
+
+    fn remember_former(&mut self, contact: Contact) {
+        if contact.id == self.me.id {
+            return;
+        }
+        if self.formers.len() >= FORMERS_LIMIT
+            && let Some(&oldest) = self.formers.keys().next()
+        {
+            self.formers.remove(&oldest);
+        }
+        self.formers.insert(contact.id, contact);
     }
 
     /// A joining node probed by a cluster member learns one more address to ask.
@@ -229,42 +440,174 @@ impl Node {
         }
     }
 
-    /// Someone says we are not in its cluster.
+    /// `from` says we are not in its cluster. Returns the seeds to rejoin with: when a cluster
+    /// mate moved on without us (we were declared dead), or when the other side of a healed
+    /// partition ranks higher (then our cluster is told we leave it first). None after showing
+    /// a cluster mate that is behind our membership.
     pub(crate) fn on_not_member(
-        &mut self,
-        now: Time,
+        &self,
         from: &Contact,
         cluster: ClusterRank,
         version: u64,
-    ) {
+        out: &mut Outbox,
+    ) -> Result<Option<Vec<String>>, Ignored> {
         if !self.is_member() {
-            return;
+            return Err(Ignored::NotInCluster);
         }
-        if self.membership.contains(from.id) {
-            if version > self.membership.version {
+        let ours = &self.membership;
+        if ours.contains(from.id) {
+            if version > ours.version {
                 // A cluster mate moved on without us: we were declared dead.
-                self.rejoin(now, vec![from.addr.to_string()]);
-            } else {
-                // It is behind: show it our membership.
-                self.send_raw(from, Body::Tree(Box::new(self.membership.clone())));
+                return Ok(Some(vec![from.addr.to_string()]));
             }
-            return;
+            // It is behind: show it our membership.
+            out.raw(from.clone(), Body::Tree(Box::new(ours.clone())));
+            return Ok(None);
         }
         let theirs = (std::cmp::Reverse(version), cluster);
-        let ours = (
-            std::cmp::Reverse(self.membership.version),
-            self.membership.rank(),
-        );
-        if theirs < ours {
-            // A partition healed and the other side ranks higher: leave ours and join theirs.
-            if let Some(next) = self.membership.with_removed(
-                self.me.id,
-                self.me.incarnation,
-                self.cfg.max_tree_degree,
-            ) {
-                self.broadcast_membership(&next);
-            }
-            self.rejoin(now, vec![from.addr.to_string()]);
+        if theirs >= (std::cmp::Reverse(ours.version), ours.rank()) {
+            return Err(Ignored::LowerRank);
         }
+        // A partition healed and the other side ranks higher: leave ours and join theirs.
+        if let Some(next) = ours.with_removed(self.me.id, self.me.incarnation, self.max_degree) {
+            self.broadcast(&next, out);
+        }
+        Ok(Some(vec![from.addr.to_string()]))
+    }
+
+    /// Leaves gracefully: a member tells the others at once instead of waiting for failure
+    /// detection.
+    pub(crate) fn leave(&mut self, out: &mut Outbox) {
+        if self.phase == Phase::Member
+            && let Some(next) =
+                self.membership
+                    .with_removed(self.me.id, self.me.incarnation, self.max_degree)
+        {
+            self.broadcast(&next, out);
+        }
+        self.phase = Phase::Stopped;
+    }
+
+    /// Former members, and seed addresses outside the cluster, to ping now and then.
+    pub(crate) fn former_candidates(&self) -> Vec<Contact> {
+        let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
+        let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
+        candidates.extend(
+            self.seed_addrs
+                .iter()
+                .filter(|a| !member_addrs.contains(&a.as_str()) && a.as_str() != &*self.me.addr)
+                .map(|addr| Contact {
+                    id: NodeId(0),
+                    incarnation: 0,
+                    addr: addr.as_str().into(),
+                }),
+        );
+        candidates
+    }
+}
+
+/// One envelope in, the exact messages out (see `testing`).
+#[cfg(test)]
+mod tests {
+    use crate::messages::{ChannelMsg, Envelope, Weight};
+    use crate::node::Node;
+    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+
+    use super::*;
+
+    fn settled(id: u64, m: &Membership) -> Node {
+        let mut node = member(testing::config(id, 1, testing::queued_settings()), m);
+        settle(&mut node);
+        node
+    }
+
+    fn line() -> Membership {
+        tree(2, &[1, 2, 3], &[(1, 2), (2, 3)])
+    }
+
+    /// §4.4 and §4.7: a node asks a member to be let in; the member adds it to the tree and
+    /// broadcasts the new tree to every other member, the new node included. Asking again
+    /// (the answer was lost) gets the same tree again.
+    #[test]
+    fn a_join_request_is_answered_with_the_new_tree_broadcast() {
+        let pair = tree(2, &[1, 2], &[(1, 2)]);
+        let mut node = settled(1, &pair);
+        let join = Envelope {
+            from: testing::contact(3),
+            to: NodeId(0),
+            to_incarnation: 0,
+            body: Body::JoinRequest {
+                contact: testing::contact(3),
+            },
+        };
+        assert_eq!(node.handle_message(1, join.clone()), Ok(()));
+        let grown = pair.with_added(testing::contact(3), 4);
+        let to = |id: u64| Said::Raw(testing::addr(id), Body::Tree(Box::new(grown.clone())));
+        assert_eq!(said(&mut node), [to(2), to(3)]);
+        let added = Event::MemberAdded(testing::contact(3));
+        assert_eq!(testing::events(&mut node), [added]);
+        assert_eq!(node.handle_message(2, join), Ok(()));
+        assert_eq!(said(&mut node), [to(3)]);
+    }
+
+    /// §4.7.2: a newer tree is applied (here node 3 left: node 2 starts QPID over with its one
+    /// neighbour); an older one is not, and its sender is shown ours.
+    #[test]
+    fn a_newer_tree_is_applied_and_an_older_one_answered() {
+        let mut node = settled(2, &line());
+        let smaller = line().with_removed(NodeId(3), 1, 4).expect("a member");
+        let from_1 = Peer::new(1);
+        let env = from_1.raw(&node, Body::Tree(Box::new(smaller.clone())));
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        let update = ChannelMsg::Update {
+            weight: Weight::Empty,
+            version: 3,
+        };
+        assert_eq!(said(&mut node), [Said::Channel(NodeId(1), update)]);
+        let removed = Event::MemberRemoved(testing::contact(3));
+        assert_eq!(testing::events(&mut node), [removed]);
+        assert_eq!(node.membership(), &smaller);
+        let env = from_1.raw(&node, Body::Tree(Box::new(line())));
+        assert_eq!(node.handle_message(2, env), Err(Ignored::StaleVersion));
+        let ours = Body::Tree(Box::new(smaller));
+        assert_eq!(said(&mut node), [Said::Raw("n1".into(), ours)]);
+    }
+
+    /// §4.7.4: two trees with the same version and different content were made concurrently;
+    /// every node that sees both rebuilds the tree from the merged member list, sorted by id,
+    /// and broadcasts it.
+    #[test]
+    fn a_conflicting_tree_of_the_same_version_is_merged_and_broadcast() {
+        let mut node = settled(2, &line());
+        let other = tree(2, &[1, 2, 4], &[(1, 2), (2, 4)]);
+        let env = Peer::new(4).raw(&node, Body::Tree(Box::new(other.clone())));
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        let merged = line().merged(&other, 4);
+        assert_eq!(merged.version, 3);
+        let trees: Vec<Said> = said(&mut node)
+            .into_iter()
+            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(_))))
+            .collect();
+        let to = |id: u64| Said::Raw(testing::addr(id), Body::Tree(Box::new(merged.clone())));
+        assert_eq!(trees, [to(1), to(3), to(4)]);
+        assert_eq!(node.membership(), &merged);
+    }
+
+    /// README, "Partitions": a node that talks to us as a member without being one is told so,
+    /// with what it needs to decide which side of a partition joins the other.
+    #[test]
+    fn a_non_member_talking_as_a_member_is_told_it_is_not_one() {
+        let mut node = settled(2, &line());
+        let update = ChannelMsg::Update {
+            weight: Weight::Empty,
+            version: 2,
+        };
+        let env = Peer::new(9).channel(&node, update);
+        assert_eq!(node.handle_message(1, env), Err(Ignored::SenderNotMember));
+        let not_member = Body::NotMember {
+            cluster: line().rank(),
+            version: 2,
+        };
+        assert_eq!(said(&mut node), [Said::Raw("n9".into(), not_member)]);
     }
 }

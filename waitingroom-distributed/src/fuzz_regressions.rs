@@ -1,113 +1,99 @@
 //! Crashes the fuzzer found (`fuzz/`, target `peer_values`): well-typed peer messages with
 //! hostile numbers that made a node panic (arithmetic overflow; in a release build the value
-//! wraps instead, silently). Each test delivers the crashing message; all four were fixed by
-//! saturating arithmetic on the figures peers send.
+//! wraps instead, silently). Each test delivers the crashing message, written out or rewritten
+//! in flight on the test rig (`testing::Net`); all were fixed by saturating arithmetic on the
+//! figures peers send, and each test fails again without it.
 
-use std::collections::VecDeque;
+use std::cell::Cell;
+use std::rc::Rc;
 
-use waitingroom_core::{NodeId, Settings, Time};
+use waitingroom_core::{NodeId, Settings};
 
-use crate::NodeConfig;
 use crate::messages::{Body, ChannelMsg, Envelope};
 use crate::node::Node;
+use crate::testing::{self, Net};
+use crate::{AdmissionMode, Ignored};
 
-fn node(id: u64) -> Node {
-    let settings = Settings {
+fn settings() -> Settings {
+    Settings {
         admit_straight_through: false,
         ..Settings::default()
-    };
-    Node::new(NodeConfig::new(NodeId(id), 1, format!("n{id}"), settings)).expect("valid")
+    }
 }
 
-/// Two nodes on a FIFO network with no delay; `tamper` may rewrite any envelope in flight.
-struct Pair {
-    now: Time,
-    nodes: [Node; 2],
-    queue: VecDeque<Envelope>,
+fn single() -> Node {
+    let mut n = Node::new(testing::config(1, 1, settings())).expect("valid");
+    n.start_cluster(0);
+    n
 }
 
-impl Pair {
-    fn new() -> Pair {
-        let mut p = Pair {
-            now: 0,
-            nodes: [node(1), node(2)],
-            queue: VecDeque::new(),
-        };
-        p.nodes[0].start_cluster(0);
-        p.nodes[1].join_cluster(0, vec!["n1".into()]);
-        p.deliver(|_| {});
-        p
-    }
-
-    fn deliver(&mut self, mut tamper: impl FnMut(&mut Envelope)) {
-        loop {
-            for n in &mut self.nodes {
-                while let Some(t) = n.poll_transmit() {
-                    self.queue.push_back(t.envelope);
-                }
-                while n.poll_event().is_some() {}
-            }
-            let Some(mut env) = self.queue.pop_front() else {
-                return;
-            };
-            tamper(&mut env);
-            let at = if env.to == NodeId(2) || env.from.id == NodeId(1) {
-                1
-            } else {
-                0
-            };
-            self.nodes[at].handle_message(self.now, env);
+/// Two nodes in one cluster, rewriting every message in flight with `tamper`, which counts
+/// the messages it rewrote.
+fn pair(tamper: impl Fn(&mut Envelope) -> bool + 'static) -> (Net, Rc<Cell<u32>>) {
+    let mut net = Net::new(2, settings(), AdmissionMode::Range, 1);
+    let hits = Rc::new(Cell::new(0));
+    let counter = hits.clone();
+    net.tamper(move |env| {
+        if tamper(env) {
+            counter.set(counter.get() + 1);
         }
-    }
-
-    /// Fires both nodes' timers at `t` and delivers, tampering.
-    fn tick(&mut self, t: Time, tamper: impl FnMut(&mut Envelope)) {
-        self.now = t;
-        for n in &mut self.nodes {
-            n.handle_timeout(t);
-        }
-        self.deliver(tamper);
-    }
+    });
+    (net, hits)
 }
 
 #[test]
 fn an_ack_of_u64_max_from_a_stranger() {
-    let mut n = node(1);
-    n.start_cluster(0);
+    let mut n = single();
     let env: Envelope = serde_json::from_str(
         r#"{"from":{"id":2,"incarnation":1,"addr":"n2"},"to":1,"to_incarnation":1,
             "body":{"Channel":{"epoch":1,"seq":1,"ack_epoch":1,"ack":18446744073709551615,
             "msg":{"Update":{"weight":"Empty","version":1}}}}}"#,
     )
     .expect("well-typed");
-    n.handle_message(10, env);
+    assert_eq!(n.handle_message(10, env), Err(Ignored::SenderNotMember));
+}
+
+/// The same acknowledgement on a link the receiver does send on.
+#[test]
+fn an_ack_of_u64_max_on_a_link() {
+    let (mut net, hits) = pair(|env| match &mut env.body {
+        Body::Channel { ack, .. } | Body::ChannelAck { ack, .. } if *ack > 0 => {
+            *ack = u64::MAX;
+            true
+        }
+        _ => false,
+    });
+    net.with(NodeId(2), |n, now| n.join(now)).expect("member");
+    net.run_for(1_000);
+    assert!(hits.get() > 0, "no acknowledgement went by");
 }
 
 #[test]
 fn a_count_reply_with_u64_max_counts() {
-    let mut p = Pair::new();
-    for _ in 0..3 {
-        let now = p.now;
-        p.nodes[1].join(now).expect("member");
-    }
-    p.tick(1_000, |env| {
-        if let Body::Channel {
+    let (mut net, hits) = pair(|env| {
+        let Body::Channel {
             msg: ChannelMsg::CountReply {
                 counts: Some(c), ..
             },
             ..
         } = &mut env.body
-        {
-            c.on_site = u64::MAX;
-            c.nodes = u64::MAX;
-        }
+        else {
+            return false;
+        };
+        c.on_site = u64::MAX;
+        c.nodes = u64::MAX;
+        true
     });
+    for _ in 0..3 {
+        net.with(NodeId(2), |n, now| n.join(now)).expect("member");
+    }
+    net.run_for(1_000);
+    assert!(hits.get() > 0, "no count reply went by");
 }
 
 #[test]
 fn a_tree_at_version_u64_max_then_a_join() {
-    let mut n = node(1);
-    n.start_cluster(0);
+    let mut n = single();
     let tree: Envelope = serde_json::from_str(
         r#"{"from":{"id":2,"incarnation":1,"addr":"n2"},"to":1,"to_incarnation":1,
             "body":{"Tree":{"version":18446744073709551615,
@@ -116,30 +102,41 @@ fn a_tree_at_version_u64_max_then_a_join() {
             "edges":[[1,2]],"removed":{}}}}"#,
     )
     .expect("well-typed");
-    n.handle_message(10, tree);
+    assert_eq!(n.handle_message(10, tree), Ok(()));
     let join: Envelope = serde_json::from_str(
         r#"{"from":{"id":3,"incarnation":1,"addr":"n3"},"to":0,"to_incarnation":0,
             "body":{"JoinRequest":{"contact":{"id":3,"incarnation":1,"addr":"n3"}}}}"#,
     )
     .expect("well-typed");
-    n.handle_message(11, join);
+    assert_eq!(n.handle_message(11, join), Ok(()));
+    assert_eq!(n.membership().version, u64::MAX);
 }
 
 #[test]
 fn a_count_result_with_a_u64_max_histogram() {
-    let mut p = Pair::new();
-    let now = p.now;
-    p.nodes[1].join(now).expect("member");
-    p.tick(1_000, |env| {
-        if let Body::Channel {
+    let (mut net, hits) = pair(|env| {
+        let Body::Channel {
             msg: ChannelMsg::CountResult(r),
             ..
         } = &mut env.body
-        {
-            r.summary.below.iter_mut().for_each(|b| *b = u64::MAX);
-        }
+        else {
+            return false;
+        };
+        r.summary.below.iter_mut().for_each(|b| *b = u64::MAX);
+        true
     });
-    // The second visitor has one ahead locally, plus nearly u64::MAX elsewhere.
-    p.nodes[1].join(1_001).expect("member");
-    p.nodes[1].join(1_002).expect("member");
+    net.with(NodeId(2), |n, now| n.join(now)).expect("member");
+    net.run_for(1_000);
+    assert!(hits.get() > 0, "no count result went by");
+    // Visitors join where the rewritten result arrived: the last has two ahead locally, plus
+    // nearly u64::MAX elsewhere.
+    let at = net
+        .live()
+        .iter()
+        .find(|n| n.summary().is_some_and(|s| s.below.contains(&u64::MAX)))
+        .map(|n| n.id())
+        .expect("a node took the rewritten result");
+    for _ in 0..3 {
+        net.with(at, |n, now| n.join(now)).expect("member");
+    }
 }

@@ -11,20 +11,30 @@
 mod channel;
 mod cluster;
 pub mod config;
+mod ignored;
+
 pub mod invariants;
+mod local;
 pub mod membership;
 pub mod messages;
 pub mod node;
+mod outputs;
 mod qpid;
 mod swim;
 mod tag;
-mod visitor;
+mod timer;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 #[cfg(test)]
 mod fuzz_regressions;
 
+pub use cluster::Phase;
 pub use config::{AdmissionMode, NodeConfig};
-pub use membership::Membership;
-pub use messages::{Body, ChannelMsg, Contact, Envelope, Summary, Weight};
-pub use node::{Event, Node, NodeStatus, Phase, Transmit};
-pub use visitor::VisitorError;
+pub use ignored::Ignored;
+pub use membership::{Contact, Membership};
+pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
+pub use node::visitor::VisitorError;
+pub use node::{Node, NodeStatus};
+pub use outputs::{Event, Transmit};

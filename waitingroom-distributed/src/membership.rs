@@ -1,4 +1,6 @@
-//! The replicated membership: who is in the cluster, the spanning tree over them, and a version.
+//! The replicated membership: who is in the cluster ([`Contact`]s), the spanning tree over them,
+//! and a version; with the short forms probes carry ([`View`]) and the order in which two clusters
+//! meeting after a partition rank ([`ClusterRank`]).
 //!
 //! Edits are deterministic: the same edit of the same membership gives the same tree on every
 //! node, so concurrent detectors of one failure usually agree. Trees are kept shallow: a new
@@ -6,11 +8,43 @@
 //! removed node are reconnected centre to centre.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::NodeId;
 
-use crate::messages::{ClusterRank, Contact};
+/// How to reach a member: its id, the incarnation of the process behind it, and an address
+/// the transport understands (a URL for the HTTP server, a name in the simulator).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Contact {
+    /// The node's id.
+    pub id: NodeId,
+    /// Changes every time the process restarts or rejoins, so messages meant for (or sent by) an
+    /// earlier life of the node are told apart.
+    pub incarnation: u64,
+    /// Transport address (shared: it is copied into every message).
+    pub addr: Arc<str>,
+}
+
+/// A short description of a membership: its version and a digest of its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct View {
+    /// Membership version.
+    pub version: u64,
+    /// Digest of members and edges: two memberships with one version and different digests
+    /// conflict.
+    pub digest: u64,
+}
+
+/// Orders clusters when two meet after a partition: the bigger one wins; on equal size the one
+/// holding the smaller node id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClusterRank {
+    /// Number of members, negated so that smaller ranks are better.
+    pub neg_size: i64,
+    /// Smallest member id.
+    pub min_id: NodeId,
+}
 
 /// Members, spanning tree and version, as broadcast on every change.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -43,7 +77,7 @@ impl Membership {
     }
 
     /// Version and content digest, carried by probes.
-    pub fn view(&self) -> crate::messages::View {
+    pub fn view(&self) -> View {
         // FNV-1a over ids, incarnations and edges: deterministic across processes.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut mix = |x: u64| {
@@ -60,7 +94,7 @@ impl Membership {
             mix(a.0);
             mix(b.0);
         }
-        crate::messages::View {
+        View {
             version: self.version,
             digest: h,
         }

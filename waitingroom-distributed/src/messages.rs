@@ -2,25 +2,11 @@
 //! them; the node never looks at how they travel.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, QueueKey, Time};
 
-use crate::membership::Membership;
-
-/// How to reach a member: its id, the incarnation of the process behind it, and an address
-/// the transport understands (a URL for the HTTP server, a name in the simulator).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Contact {
-    /// The node's id.
-    pub id: NodeId,
-    /// Changes every time the process restarts or rejoins, so messages meant for (or sent by) an
-    /// earlier life of the node are told apart.
-    pub incarnation: u64,
-    /// Transport address (shared: it is copied into every message).
-    pub addr: Arc<str>,
-}
+use crate::membership::{ClusterRank, Contact, Membership, View};
 
 /// A message on the wire, with who sent it to whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,26 +89,6 @@ pub enum Body {
         /// The sender's membership version.
         version: u64,
     },
-}
-
-/// A short description of a membership: its version and a digest of its content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct View {
-    /// Membership version.
-    pub version: u64,
-    /// Digest of members and edges: two memberships with one version and different digests
-    /// conflict.
-    pub digest: u64,
-}
-
-/// Orders clusters when two meet after a partition: the bigger one wins; on equal size the one
-/// holding the smaller node id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ClusterRank {
-    /// Number of members, negated so that smaller ranks are better.
-    pub neg_size: i64,
-    /// Smallest member id.
-    pub min_id: NodeId,
 }
 
 /// Protocol messages carried on the reliable channel.

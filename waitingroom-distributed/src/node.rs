@@ -1,128 +1,56 @@
 //! The protocol node: one per process, a pure state machine.
 //!
 //! Inputs are method calls that carry `now`: a peer message ([`Node::handle_message`]), the
-//! timer ([`Node::handle_timeout`] once [`Node::poll_timeout`] is due), and visitor operations.
-//! Outputs are data the driver drains: messages ([`Node::poll_transmit`]) and events
-//! ([`Node::poll_event`]). The node never sleeps, spawns, reads a clock or an unseeded random
-//! source, and only iterates ordered collections, so a seed replays a run exactly.
+//! timer ([`Node::handle_timeout`] once [`Node::poll_timeout`] is due), and visitor operations
+//! (`node/visitor.rs`). Outputs are data the driver drains: messages
+//! ([`Node::poll_transmit`]) and events ([`Node::poll_event`]). The node never sleeps, spawns,
+//! reads a clock or an unseeded random source, and only iterates ordered collections, so a
+//! seed replays a run exactly.
+//!
+//! The node composes the protocol's parts, each with state of its own: the membership
+//! (`Cluster`), QPID, TAG, SWIM, the reliable channel and the local room. It owns the links
+//! and the timers, hands each part what it needs for one call, sends what the part put in its
+//! outbox, and routes what one part's call means for the others (`node/routes.rs`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+mod routes;
+pub(crate) mod visitor;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, VecDeque};
+
 use serde::{Deserialize, Serialize};
-use waitingroom_core::{NodeId, QueueKey, SettingsError, Time, WaitingRoom};
+use waitingroom_core::{NodeId, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::channel::Channels;
+use crate::cluster::{Cluster, Phase};
 use crate::config::NodeConfig;
-use crate::membership::Membership;
-use crate::messages::{Body, ChannelMsg, Contact, Envelope, Stamp, Summary};
+use crate::ignored::Ignored;
+use crate::local::Local;
+use crate::membership::{Contact, Membership};
+use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
+use crate::outputs::{Event, Outbox, Output, Transmit};
 use crate::qpid::Qpid;
 use crate::swim::Swim;
 use crate::tag::Tag;
-
-/// A message for the driver to deliver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit {
-    /// The transport address of the receiver.
-    pub to_addr: std::sync::Arc<str>,
-    /// The message.
-    pub envelope: Envelope,
-}
-
-/// Something that happened, for the driver's metrics and logs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Event {
-    /// A visitor queued here was let out.
-    Admitted {
-        /// Their queue key.
-        key: QueueKey,
-        /// When this node marked them admitted.
-        at: Time,
-        /// When the decision was made (the root's clock): visitors decided together are let out
-        /// in key order, so the admission sequence is ordered by `(decided_at, key)`.
-        decided_at: Time,
-    },
-    /// This node is now a member of a cluster.
-    Joined {
-        /// Membership version.
-        version: u64,
-    },
-    /// The cluster declared this node dead (or it lost a partition); it rejoins, keeping its
-    /// queued visitors.
-    Rejoining,
-    /// A member was added.
-    MemberAdded(Contact),
-    /// A member was removed (failed, left, or restarted with a new incarnation).
-    MemberRemoved(Contact),
-    /// SWIM declared a member dead.
-    MemberFailed(Contact),
-    /// This node, as root, completed a count.
-    CountCompleted(Summary),
-    /// No count was seen for too long: the tree was rebuilt.
-    TreeRepaired,
-}
-
-/// Where a node is in its life.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Phase {
-    /// Created; neither started a cluster nor asked to join one.
-    Idle,
-    /// Asking `seeds` (addresses) to be let into a cluster.
-    Joining {
-        /// Addresses to ask, in turn.
-        seeds: Vec<String>,
-        /// Which one to ask next.
-        next: usize,
-        /// When the node started asking.
-        since: Time,
-    },
-    /// In a cluster.
-    Member,
-    /// Shut down.
-    Stopped,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Timer {
-    Evict,
-    Cleanup,
-    Probe,
-    ProbeTimeout(u64),
-    Retransmit,
-    JoinRetry,
-    FormerProbe,
-}
+use crate::timer::{Timer, TimerTable};
 
 /// One node of the waiting room cluster.
 #[derive(Debug, Clone)]
 pub struct Node {
-    pub(crate) cfg: NodeConfig,
-    pub(crate) me: Contact,
-    pub(crate) rng: ChaCha8Rng,
-    pub(crate) room: WaitingRoom,
-    pub(crate) phase: Phase,
-    pub(crate) membership: Membership,
-    /// `membership.view()`, kept because every probe carries it.
-    pub(crate) view: crate::messages::View,
-    pub(crate) qpid: Qpid,
-    pub(crate) tag: Tag,
-    pub(crate) swim: Swim,
-    pub(crate) channels: Channels,
-    /// Members we lost, probed now and then so that a healed partition merges.
-    pub(crate) formers: BTreeMap<NodeId, Contact>,
+    cfg: NodeConfig,
+    /// Who this node is, its phase, and the membership it applied.
+    cluster: Cluster,
+    /// This node's own visitors.
+    local: Local,
+    qpid: Qpid,
+    tag: Tag,
+    swim: Swim,
+    channels: Channels,
     /// Visitors re-queued here whose previous node was unreachable, to be told to it once it is
     /// a member again (by node, bounded).
-    pub(crate) forgets: BTreeMap<NodeId, Vec<waitingroom_core::TicketId>>,
-    /// Every seed address this node was given or learned; those not in the cluster are probed
-    /// like former members, so that clusters that formed apart find each other.
-    pub(crate) seed_addrs: Vec<String>,
+    forgets: BTreeMap<NodeId, Vec<TicketId>>,
     /// Channel messages for a membership version not applied yet, replayed once it is.
-    pub(crate) future: Vec<(NodeId, ChannelMsg)>,
-    pub(crate) admitted_total: u64,
-    retransmit_armed: bool,
-    timers: BTreeSet<(Time, Timer)>,
+    future: Vec<(NodeId, ChannelMsg)>,
+    timers: TimerTable,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
 }
@@ -131,8 +59,6 @@ pub struct Node {
 const FUTURE_LIMIT: usize = 4096;
 /// Most links kept; beyond this, links to peers no longer in the cluster are dropped.
 const LINKS_LIMIT: usize = 512;
-/// Most former members remembered.
-const FORMERS_LIMIT: usize = 256;
 
 impl Node {
     /// A node that is not in a cluster yet: call [`Node::start_cluster`] or
@@ -146,23 +72,15 @@ impl Node {
             addr: cfg.addr.as_str().into(),
         };
         Ok(Node {
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
-            me,
-            room,
-            phase: Phase::Idle,
-            membership: Membership::default(),
-            view: Membership::default().view(),
-            qpid: Qpid::default(),
-            tag: Tag::default(),
-            swim: Swim::default(),
+            cluster: Cluster::new(me, cfg.max_tree_degree, cfg.join_timeout_ms),
+            local: Local::new(room),
+            qpid: Qpid::new(cfg.admission, 10 * cfg.retransmit_ms),
+            tag: Tag::new(&cfg),
+            swim: Swim::new(cfg.seed, cfg.suspect_rounds, cfg.indirect_probes),
             channels: Channels::default(),
-            formers: BTreeMap::new(),
-            seed_addrs: Vec::new(),
             forgets: BTreeMap::new(),
             future: Vec::new(),
-            admitted_total: 0,
-            retransmit_armed: false,
-            timers: BTreeSet::new(),
+            timers: TimerTable::default(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             cfg,
@@ -175,42 +93,21 @@ impl Node {
         self.become_single(now);
     }
 
-    pub(crate) fn become_single(&mut self, now: Time) {
-        let membership = Membership::single(self.me.clone());
-        self.phase = Phase::Member;
-        self.emit(Event::Joined {
-            version: membership.version,
-        });
-        self.apply_membership(now, membership);
-    }
-
     /// Asks the nodes at `seeds` (addresses) to add this node to their cluster, retrying
     /// until one does.
     pub fn join_cluster(&mut self, now: Time, seeds: Vec<String>) {
         self.start_timers(now);
-        self.seed_addrs = seeds.clone();
-        self.phase = Phase::Joining {
-            seeds,
-            next: 0,
-            since: now,
-        };
+        self.cluster.start_joining(now, seeds);
         self.send_join_request(now);
     }
 
     /// Leaves the cluster gracefully: the others learn at once instead of waiting for failure
     /// detection. Keep delivering messages until [`Node::is_drained`] (or a time limit).
-    pub fn shutdown(&mut self, _now: Time) {
-        if self.phase == Phase::Member
-            && let Some(next) = self.membership.with_removed(
-                self.me.id,
-                self.me.incarnation,
-                self.cfg.max_tree_degree,
-            )
-        {
-            self.broadcast_membership(&next);
-        }
-        self.phase = Phase::Stopped;
-        self.timers.retain(|(_, t)| *t == Timer::Retransmit);
+    pub fn shutdown(&mut self, now: Time) {
+        let mut out = Outbox::default();
+        self.cluster.leave(&mut out);
+        self.send_outbox(now, out);
+        self.timers.keep_only_retransmit();
     }
 
     /// Whether every reliable message sent has been acknowledged (or given up on).
@@ -219,33 +116,28 @@ impl Node {
     }
 
     fn start_timers(&mut self, now: Time) {
-        self.timers.clear();
+        self.timers = TimerTable::default();
         let interval = self.cfg.settings.eviction_interval_ms;
         self.arm(next_boundary(now, interval), Timer::Evict);
         self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
         self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
-        self.retransmit_armed = false;
         self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
-        self.tag.last_round_seen = now;
+        self.tag.start(now);
     }
 
     // ---- driver interface ----------------------------------------------------------------
 
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.first().map(|(t, _)| *t)
+        self.timers.next().map(|(t, _)| t)
     }
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        while let Some(&(due, timer)) = self.timers.first() {
-            if due > now {
-                break;
-            }
-            self.timers.pop_first();
+        while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, timer);
         }
-        self.flush(now);
+        self.flush();
     }
 
     /// The next message to send, if any.
@@ -258,52 +150,60 @@ impl Node {
         self.events.pop_front()
     }
 
-    /// Handles a message from a peer.
-    pub fn handle_message(&mut self, now: Time, env: Envelope) {
-        if self.phase == Phase::Stopped {
+    /// Handles a message from a peer: `Ok` when the node acted on it, or why it did not. For a
+    /// message on the reliable channel that is the first reason any message it released was
+    /// ignored (messages held back for an earlier one are released with the one that fills
+    /// the gap).
+    pub fn handle_message(&mut self, now: Time, env: Envelope) -> Result<(), Ignored> {
+        if self.cluster.phase() == &Phase::Stopped {
             // Still take acknowledgements, so the farewell broadcast can drain.
-            match env.body {
+            return match env.body {
                 Body::Channel { ack_epoch, ack, .. } => {
-                    self.channels.on_ack(&env.from, ack_epoch, ack)
+                    self.channels.on_ack(&env.from, ack_epoch, ack);
+                    Err(Ignored::Stopped)
                 }
-                Body::ChannelAck { epoch, ack, .. } => self.channels.on_ack(&env.from, epoch, ack),
-                _ => {}
-            }
-            return;
+                Body::ChannelAck { epoch, ack, .. } => self.on_ack(&env.from, epoch, ack),
+                _ => Err(Ignored::Stopped),
+            };
         }
+        let me = self.cluster.me();
         let addressed_to_me = env.to.0 == 0
-            || (env.to == self.me.id
-                && (env.to_incarnation == 0 || env.to_incarnation == self.me.incarnation));
+            || (env.to == me.id
+                && (env.to_incarnation == 0 || env.to_incarnation == me.incarnation));
         if !addressed_to_me {
-            return;
+            return Err(Ignored::Misaddressed);
         }
-        let from = env.from;
-        match env.body {
-            Body::Channel {
-                epoch,
-                seq,
-                ack_epoch,
-                ack,
-                msg,
-            } => {
-                let ready = self
-                    .channels
-                    .receive(now, &from, epoch, seq, (ack_epoch, ack), msg);
+        let result = self.dispatch(now, env.from, env.body);
+        self.flush();
+        result
+    }
+
+    fn dispatch(&mut self, now: Time, from: Contact, body: Body) -> Result<(), Ignored> {
+        match body {
+            Body::Channel { .. } => {
+                let received = self.channels.receive(now, &from, body);
                 if self.channels.any_gap() {
                     self.arm_retransmit(now);
                 }
-                for msg in ready {
-                    self.on_channel_msg(now, from.id, msg);
+                let mut result = Ok(());
+                for msg in received? {
+                    let handled = self.on_channel_msg(now, from.id, msg);
+                    result = result.and(handled);
                 }
+                result
             }
             Body::ChannelAck { epoch, ack, resync } => {
-                self.channels.on_ack(&from, epoch, ack);
+                let acked = self.on_ack(&from, epoch, ack);
                 if resync {
                     self.channels.on_resync(&from, epoch);
                     self.arm_retransmit(now);
                 }
+                acked
             }
-            Body::Ping { nonce, view } => self.on_ping(now, &from, nonce, view),
+            Body::Ping { nonce, view } => {
+                self.on_ping(now, &from, nonce, view);
+                Ok(())
+            }
             Body::PingAck {
                 nonce,
                 target,
@@ -316,7 +216,14 @@ impl Node {
                 self.on_not_member(now, &from, cluster, version)
             }
         }
-        self.flush(now);
+    }
+
+    fn on_ack(&mut self, from: &Contact, epoch: u64, ack: u64) -> Result<(), Ignored> {
+        if self.channels.on_ack(from, epoch, ack) {
+            Ok(())
+        } else {
+            Err(Ignored::StaleAck)
+        }
     }
 
     fn fire(&mut self, now: Time, timer: Timer) {
@@ -328,7 +235,7 @@ impl Node {
             }
             Timer::Cleanup => {
                 self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
-                self.room.cleanup(now);
+                self.local.room_mut().cleanup(now);
                 self.local_queue_changed(now);
             }
             Timer::Probe => {
@@ -336,27 +243,7 @@ impl Node {
                 self.on_probe_tick(now);
             }
             Timer::ProbeTimeout(nonce) => self.on_probe_timeout(now, nonce),
-            Timer::Retransmit => {
-                self.retransmit_armed = false;
-                self.check_settling(now);
-                let members = &self.membership.members;
-                let joining = matches!(self.phase, Phase::Joining { .. });
-                // While joining, the node's only links are to the member that is adding it.
-                let live = |id: NodeId| joining || members.contains_key(&id);
-                let resend =
-                    self.channels
-                        .due_for_resend(now, &self.me, self.cfg.retransmit_ms, live);
-                self.channels.prune(LINKS_LIMIT, live);
-                let waiting = self.channels.any_unacked(live) || self.channels.any_gap();
-                self.out.extend(resend);
-                let asks = self
-                    .channels
-                    .resync_requests(now, &self.me, 3 * self.cfg.retransmit_ms);
-                self.out.extend(asks);
-                if waiting || self.qpid.settling {
-                    self.arm_retransmit(now);
-                }
-            }
+            Timer::Retransmit => self.on_retransmit_tick(now),
             Timer::JoinRetry => self.send_join_request(now),
             Timer::FormerProbe => {
                 self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
@@ -365,54 +252,86 @@ impl Node {
         }
     }
 
-    pub(crate) fn arm(&mut self, at: Time, timer: Timer) {
-        self.timers.insert((at, timer));
+    /// Resends what is unacknowledged, asks for new epochs on links whose start never came,
+    /// and asks silent neighbours of a settling node again.
+    fn on_retransmit_tick(&mut self, now: Time) {
+        self.check_settling(now);
+        let members = &self.cluster.membership().members;
+        let joining = self.cluster.is_joining();
+        // While joining, the node's only links are to the member that is adding it.
+        let live = |id: NodeId| joining || members.contains_key(&id);
+        let me = self.cluster.me();
+        let rto = self.cfg.retransmit_ms;
+        let resend = self.channels.due_for_resend(now, me, rto, live);
+        self.channels.prune(LINKS_LIMIT, live);
+        let waiting = self.channels.any_unacked(live) || self.channels.any_gap();
+        self.out.extend(resend);
+        let asks = self.channels.resync_requests(now, me, 3 * rto);
+        self.out.extend(asks);
+        if waiting || self.qpid.is_settling() {
+            self.arm_retransmit(now);
+        }
+    }
+
+    fn arm(&mut self, at: Time, timer: Timer) {
+        self.timers.set(timer, at);
     }
 
     /// Sends pending acknowledgements that found no message to ride on.
-    fn flush(&mut self, _now: Time) {
-        let acks = self.channels.take_bare_acks(&self.me);
+    fn flush(&mut self) {
+        let acks = self.channels.take_bare_acks(self.cluster.me());
         self.out.extend(acks);
     }
 
     // ---- sending -------------------------------------------------------------------------
 
     /// Sends `msg` on the reliable channel to member (or joining node) `to`.
-    pub(crate) fn send(&mut self, now: Time, to: &Contact, msg: ChannelMsg) {
-        let t = self.channels.send(now, &self.me, to, msg);
+    fn send(&mut self, now: Time, to: &Contact, msg: ChannelMsg) {
+        let t = self.channels.send(now, self.cluster.me(), to, msg);
         self.out.push_back(t);
         self.arm_retransmit(now);
     }
 
     /// The retransmission timer runs only while something waits for an acknowledgement (or the
     /// node is settling): an idle cluster has no timer events for it.
-    pub(crate) fn arm_retransmit(&mut self, now: Time) {
-        if !self.retransmit_armed {
-            self.retransmit_armed = true;
+    fn arm_retransmit(&mut self, now: Time) {
+        if !self.timers.retransmit_armed() {
             self.arm(now + self.cfg.retransmit_ms, Timer::Retransmit);
         }
     }
 
     /// Sends `msg` on the reliable channel to member `to`, if it is one.
-    pub(crate) fn send_to(&mut self, now: Time, to: NodeId, msg: ChannelMsg) {
-        if let Some(contact) = self.membership.members.get(&to).cloned() {
+    fn send_to(&mut self, now: Time, to: NodeId, msg: ChannelMsg) {
+        if let Some(contact) = self.cluster.membership().members.get(&to).cloned() {
             self.send(now, &contact, msg);
         }
     }
 
     /// Sends an unreliable message.
-    pub(crate) fn send_raw(&mut self, to: &Contact, body: Body) {
-        let t = crate::channel::envelope(&self.me, to, body);
+    fn send_raw(&mut self, to: &Contact, body: Body) {
+        let t = crate::channel::envelope(self.cluster.me(), to, body);
         self.out.push_back(t);
     }
 
-    pub(crate) fn emit(&mut self, event: Event) {
+    fn emit(&mut self, event: Event) {
         self.events.push_back(event);
+    }
+
+    /// Sends what a part put in its outbox, in order.
+    fn send_outbox(&mut self, now: Time, out: Outbox) {
+        for output in out.into_outputs() {
+            match output {
+                Output::ToMember(to, msg) => self.send_to(now, to, msg),
+                Output::Raw(to, body) => self.send_raw(&to, body),
+                Output::Event(event) => self.emit(event),
+            }
+        }
     }
 
     // ---- dispatch --------------------------------------------------------------------------
 
-    pub(crate) fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) {
+    /// A protocol message delivered in order by the channel from `from`.
+    fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) -> Result<(), Ignored> {
         let version = match &msg {
             ChannelMsg::Update { version, .. }
             | ChannelMsg::FindRoot { version, .. }
@@ -424,134 +343,126 @@ impl Node {
             | ChannelMsg::CountReply { .. }
             | ChannelMsg::Forget { .. } => None,
         };
-        let joining = matches!(self.phase, Phase::Joining { .. });
+        let applied = self.cluster.membership().version;
         if let Some(v) = version
-            && (joining || v > self.membership.version)
+            && (self.cluster.is_joining() || v > applied)
         {
             // Sent by a member that applied a membership we have not seen yet (a joining node
             // gets updates from its new neighbours before the Tree from the member that added
             // it): keep it until we apply that version.
-            if self.future.len() < FUTURE_LIMIT {
-                self.future.push((from, msg));
+            if self.future.len() >= FUTURE_LIMIT {
+                return Err(Ignored::FutureFull);
             }
-            return;
+            self.future.push((from, msg));
+            return Err(Ignored::FutureVersion);
         }
         if let ChannelMsg::Forget { ticket } = msg {
             // Only touches this node's own queue: honoured in any phase, from anyone on a link.
-            if self.room.forget_queued(ticket) {
+            if self.local.room_mut().forget_queued(ticket) {
                 self.local_queue_changed(now);
             }
-            return;
+            return Ok(());
         }
-        if self.phase != Phase::Member {
-            return;
+        if !self.is_member() {
+            return Err(Ignored::NotInCluster);
         }
-        if !self.membership.contains(from) {
+        if !self.cluster.membership().contains(from) {
             self.tell_not_member(from);
-            return;
+            return Err(Ignored::SenderNotMember);
         }
-        if version.is_some_and(|v| v < self.membership.version) {
-            return;
+        if version.is_some_and(|v| v < applied) {
+            return Err(Ignored::StaleVersion);
         }
         match msg {
             ChannelMsg::Update { weight, .. } => self.on_update(now, from, weight),
             ChannelMsg::FindRoot { weight, admit, .. } => {
-                self.on_find_root(now, from, weight, admit)
+                self.on_find_root(now, (from, weight), admit)
             }
             ChannelMsg::DeleteMin { admit } => self.on_delete_min(now, admit),
-            ChannelMsg::CountRequest(r) => self.on_count_request(now, from, r),
+            ChannelMsg::CountRequest(r) => {
+                self.on_count_request(now, from, r);
+                Ok(())
+            }
             ChannelMsg::CountReply { stamp, counts } => {
                 self.on_count_reply(now, from, stamp, counts.map(|c| *c))
             }
-            ChannelMsg::CountResult(r) => self.on_count_result(now, from, *r),
+            ChannelMsg::CountResult(r) => {
+                self.on_count_result(now, from, *r);
+                Ok(())
+            }
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
-            ChannelMsg::Forget { .. } => {}
+            ChannelMsg::Forget { .. } => Ok(()),
         }
     }
 
     /// Tells a node that talks to us as if it were a member that it is not.
-    pub(crate) fn tell_not_member(&mut self, to: NodeId) {
+    fn tell_not_member(&mut self, to: NodeId) {
         let contact = self
             .channels
             .contact_of(to)
-            .or_else(|| self.formers.get(&to).cloned());
+            .or_else(|| self.cluster.former(to).cloned());
         if let Some(contact) = contact {
-            let body = Body::NotMember {
-                cluster: self.membership.rank(),
-                version: self.membership.version,
-            };
+            let body = self.cluster.not_member();
             self.send_raw(&contact, body);
         }
-    }
-
-    pub(crate) fn remember_former(&mut self, contact: Contact) {
-        if contact.id == self.me.id {
-            return;
-        }
-        if self.formers.len() >= FORMERS_LIMIT
-            && let Some(&oldest) = self.formers.keys().next()
-        {
-            self.formers.remove(&oldest);
-        }
-        self.formers.insert(contact.id, contact);
     }
 
     // ---- introspection -----------------------------------------------------------------
 
     /// This node's id.
     pub fn id(&self) -> NodeId {
-        self.me.id
+        self.cluster.me().id
     }
 
     /// This node's contact (id, incarnation, address).
     pub fn contact(&self) -> &Contact {
-        &self.me
+        self.cluster.me()
     }
 
     /// Where the node is in its life.
     pub fn phase(&self) -> &Phase {
-        &self.phase
+        self.cluster.phase()
     }
 
     /// Whether the node is in a cluster and can serve visitors.
     pub fn is_member(&self) -> bool {
-        self.phase == Phase::Member
+        self.cluster.is_member()
     }
 
     /// Whether this node is the QPID root (its pointer points at itself).
     pub fn is_root(&self) -> bool {
-        self.is_member() && self.qpid.parent == Some(self.me.id)
+        self.is_member() && self.qpid.parent() == Some(self.id())
     }
 
     /// The QPID pointer: None while it is being re-picked after a membership change.
     pub fn parent(&self) -> Option<NodeId> {
-        self.qpid.parent
+        self.qpid.parent()
     }
 
     /// The membership this node has applied.
     pub fn membership(&self) -> &Membership {
-        &self.membership
+        self.cluster.membership()
     }
 
     /// The local waiting room (queue and admitted visitors of this node).
     pub fn room(&self) -> &WaitingRoom {
-        &self.room
+        self.local.room()
     }
 
     /// The latest cluster-wide summary this node has seen.
     pub fn summary(&self) -> Option<&Summary> {
-        self.tag.summary.as_ref()
+        self.tag.summary()
     }
 
     /// Visitors this node let out, ever.
     pub fn admitted_total(&self) -> u64 {
-        self.admitted_total
+        self.local.admitted_total()
     }
 
     /// The node's QPID weight table: its own weight and each neighbour's (None when not yet
     /// heard since the last membership change).
-    pub fn weights(&self) -> (crate::Weight, BTreeMap<NodeId, Option<crate::Weight>>) {
-        (self.qpid.own, self.qpid.weights.clone())
+    pub fn weights(&self) -> (Weight, BTreeMap<NodeId, Option<Weight>>) {
+        self.qpid.weights()
     }
 
     /// Whether the QPID state is settled: pointer picked and every neighbour heard from.
@@ -566,32 +477,34 @@ impl Node {
 
     /// The stamp of the count round in progress here, if any.
     pub fn round(&self) -> Option<Stamp> {
-        self.tag.round.as_ref().map(|r| r.stamp)
+        self.tag.round_stamp()
     }
 
     /// How far the node's random source has advanced (in 32-bit words). Its `Debug` form hides
     /// the generator state, so a state fingerprint built from `Debug` (the exhaustive explorer's)
     /// needs this to tell apart two nodes that differ only in what they will draw next.
     pub fn rng_word_pos(&self) -> u128 {
-        self.rng.get_word_pos()
+        self.swim.rng_word_pos()
     }
 
     /// A serialisable snapshot for operators.
     pub fn status(&self) -> NodeStatus {
+        let me = self.cluster.me();
+        let membership = self.cluster.membership();
         NodeStatus {
-            id: self.me.id,
-            incarnation: self.me.incarnation,
-            addr: self.me.addr.to_string(),
-            phase: self.phase.clone(),
-            version: self.membership.version,
-            members: self.membership.members.values().cloned().collect(),
-            edges: self.membership.edges.iter().copied().collect(),
-            parent: self.qpid.parent,
+            id: me.id,
+            incarnation: me.incarnation,
+            addr: me.addr.to_string(),
+            phase: self.cluster.phase().clone(),
+            version: membership.version,
+            members: membership.members.values().cloned().collect(),
+            edges: membership.edges.iter().copied().collect(),
+            parent: self.qpid.parent(),
             is_root: self.is_root(),
-            queued: self.room.queued(),
-            on_site: self.room.on_site(),
-            admitted_total: self.admitted_total,
-            summary: self.tag.summary.clone(),
+            queued: self.local.room().queued(),
+            on_site: self.local.room().on_site(),
+            admitted_total: self.local.admitted_total(),
+            summary: self.tag.summary().cloned(),
         }
     }
 }
@@ -629,6 +542,99 @@ pub struct NodeStatus {
 
 /// The first multiple of `interval` strictly after `now`: every node wakes for eviction at the
 /// same instants without talking to each other (clocks are assumed in sync).
-pub(crate) fn next_boundary(now: Time, interval: Time) -> Time {
+fn next_boundary(now: Time, interval: Time) -> Time {
     (now / interval + 1) * interval
+}
+
+/// Why messages are ignored (see [`Ignored`]): one envelope in, its outcome and exactly what
+/// the node said about it (see `testing`).
+#[cfg(test)]
+mod tests {
+    use waitingroom_core::{QueueKey, TicketId};
+
+    use super::*;
+    use crate::testing::{self, Neighbours, Peer, member, said, settle, tree};
+
+    /// Node 2 of the line 1 - 2 - 3 - 4 at version 2, settled.
+    fn node_2() -> (Node, Neighbours) {
+        let line = tree(2, &[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]);
+        let mut node = member(testing::config(2, 1, testing::queued_settings()), &line);
+        let peers = settle(&mut node);
+        (node, peers)
+    }
+
+    fn ping(node: &Node) -> Body {
+        Body::Ping {
+            nonce: 1,
+            view: node.membership().view(),
+        }
+    }
+
+    /// README, "Links": a message belongs to one life of its receiver; and a node that is not
+    /// (or no longer) a member takes no part.
+    #[test]
+    fn messages_for_another_node_life_or_phase_are_ignored() {
+        let (mut node, _) = node_2();
+        let mut env = Peer::new(1).raw(&node, ping(&node));
+        env.to = NodeId(7);
+        assert_eq!(
+            node.handle_message(1, env.clone()),
+            Err(Ignored::Misaddressed)
+        );
+        env.to = NodeId(2);
+        env.to_incarnation = 5;
+        assert_eq!(node.handle_message(1, env), Err(Ignored::Misaddressed));
+        let req = Body::PingReq {
+            target: testing::contact(3),
+            nonce: 1,
+        };
+        let mut idle = Node::new(testing::config(5, 1, testing::queued_settings())).unwrap();
+        let env = Peer::new(1).raw(&idle, req);
+        assert_eq!(idle.handle_message(1, env), Err(Ignored::NotInCluster));
+        node.shutdown(2);
+        said(&mut node);
+        let env = Peer::new(1).raw(&node, ping(&node));
+        assert_eq!(node.handle_message(3, env), Err(Ignored::Stopped));
+        assert!(said(&mut node).is_empty() && said(&mut idle).is_empty());
+    }
+
+    /// README, "Links" (the thesis' per-link counters, §4.3.2, generalised) and "Membership
+    /// changes": copies and stale links are dropped; a message for an older membership is
+    /// ignored, one for a newer membership kept until the node applies it; QPID takes news
+    /// only from tree neighbours.
+    #[test]
+    fn copies_stale_links_and_other_versions_are_ignored_or_held() {
+        let (mut node, mut peers) = node_2();
+        let key = Weight::Key(QueueKey {
+            join_time: 10,
+            ticket: TicketId(10),
+            node: NodeId(1),
+        });
+        let update = |version| ChannelMsg::Update {
+            weight: key,
+            version,
+        };
+        let p1 = peers.peer(1);
+        let env = p1.channel(&node, update(2));
+        assert_eq!(node.handle_message(1, env.clone()), Ok(()));
+        assert_eq!(node.handle_message(1, env.clone()), Err(Ignored::Duplicate));
+        let mut old_epoch = env;
+        if let Body::Channel { epoch, .. } = &mut old_epoch.body {
+            *epoch = 0;
+        }
+        assert_eq!(node.handle_message(1, old_epoch), Err(Ignored::StaleLink));
+        let env = p1.channel(&node, update(1));
+        assert_eq!(node.handle_message(1, env), Err(Ignored::StaleVersion));
+        let env = Peer::new(4).channel(&node, update(2));
+        assert_eq!(node.handle_message(1, env), Err(Ignored::UnknownNeighbour));
+        said(&mut node);
+
+        let env = p1.channel(&node, update(3));
+        assert_eq!(node.handle_message(2, env), Err(Ignored::FutureVersion));
+        let line = tree(2, &[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]);
+        let v3 = line.with_removed(NodeId(4), 1, 4).expect("a member");
+        let env = p1.raw(&node, Body::Tree(Box::new(v3)));
+        assert_eq!(node.handle_message(3, env), Ok(()));
+        assert_eq!(node.weights().1[&NodeId(1)], Some(key), "held, then taken");
+    }
 }

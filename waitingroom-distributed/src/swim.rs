@@ -1,20 +1,36 @@
-//! SWIM failure detection: probe one member per period in a shuffled round-robin order; when a
-//! ping goes unanswered, ask `k` others to probe it too (links lose packets); a member that
-//! fails `1 + suspect_rounds` probe periods in a row is declared dead and removed.
+//! SWIM failure detection (thesis §4.6): probe one member per period in a shuffled
+//! round-robin order (§4.6.1, SWIM's round-robin probe target selection).
+//!
+//! Departs from the thesis, which assumes links never lose a message and so needs neither: when
+//! a ping goes unanswered, `k` other members are asked to probe the target too (SWIM's indirect
+//! probes), and a member is declared dead only after `1 + suspect_rounds` probe periods in a row
+//! without an answer, so one lost packet does not remove a node. The node owns the membership;
+//! this part is given the members for each call and says whom to declare dead.
 
 use std::collections::BTreeMap;
 
+use rand::SeedableRng;
 use rand::seq::{IndexedRandom, SliceRandom};
-use waitingroom_core::{NodeId, Time};
+use rand_chacha::ChaCha8Rng;
+use waitingroom_core::NodeId;
 
-use crate::messages::{Body, Contact, View};
-use crate::node::{Event, Node, Timer};
+use crate::ignored::Ignored;
+use crate::membership::{Contact, View};
+use crate::messages::Body;
+use crate::outputs::Outbox;
 
 /// Most indirect probes relayed for others at once.
 const MAX_RELAYS: usize = 256;
 
-#[derive(Debug, Clone, Default)]
+/// SWIM state of one node: the probe order, the probe in progress and the failures counted.
+#[derive(Debug, Clone)]
 pub(crate) struct Swim {
+    /// Every random choice the node makes (probe order, helpers, former members to ping).
+    rng: ChaCha8Rng,
+    /// Extra failed probe periods a member gets before it is declared dead.
+    suspect_rounds: u32,
+    /// Members asked to probe a target that did not answer.
+    indirect_probes: usize,
     order: Vec<NodeId>,
     next: usize,
     probe: Option<Probe>,
@@ -33,214 +49,384 @@ struct Probe {
     acked: bool,
 }
 
+/// What a probe period led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tick {
+    /// A ping went out with this nonce: check for its answer after the probe timeout.
+    Pinged(u64),
+    /// This member failed too many probe periods in a row: remove it.
+    Dead(Contact),
+    /// Nobody to probe.
+    Idle,
+}
+
 impl Swim {
+    /// A detector drawing its random choices from `seed`.
+    pub(crate) fn new(seed: u64, suspect_rounds: u32, indirect_probes: usize) -> Swim {
+        Swim {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            suspect_rounds,
+            indirect_probes,
+            order: Vec::new(),
+            next: 0,
+            probe: None,
+            strikes: BTreeMap::new(),
+            relays: BTreeMap::new(),
+            nonce: 0,
+            urgent: None,
+        }
+    }
+
     fn next_nonce(&mut self) -> u64 {
         self.nonce += 1;
         self.nonce
     }
 
-    pub fn forget(&mut self, id: NodeId) {
+    /// Forgets the failures counted against a member that left.
+    pub(crate) fn forget(&mut self, id: NodeId) {
         self.strikes.remove(&id);
     }
 
     /// Probes `id` next.
-    pub fn prioritise(&mut self, id: NodeId) {
+    pub(crate) fn prioritise(&mut self, id: NodeId) {
         self.urgent = Some(id);
     }
-}
 
-impl Node {
-    pub(crate) fn on_probe_tick(&mut self, now: Time) {
-        if !self.is_member() {
-            return;
-        }
+    /// How far the random source has advanced (see `Node::rng_word_pos`).
+    pub(crate) fn rng_word_pos(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
+    /// A probe period begins: judge the last probe (answered, or one more strike against its
+    /// target), then ping the next member (the last target again if it has strikes left).
+    pub(crate) fn tick(
+        &mut self,
+        me: NodeId,
+        members: &BTreeMap<NodeId, Contact>,
+        view: View,
+        out: &mut Outbox,
+    ) -> Tick {
         let mut retry = None;
-        if let Some(p) = self.swim.probe.take() {
-            let still_member = self
-                .membership
-                .members
+        if let Some(p) = self.probe.take() {
+            let still_member = members
                 .get(&p.target.id)
                 .is_some_and(|c| c.incarnation == p.target.incarnation);
             if p.acked || !still_member {
-                self.swim.strikes.remove(&p.target.id);
+                self.strikes.remove(&p.target.id);
             } else {
-                let strikes = self.swim.strikes.entry(p.target.id).or_insert(0);
+                let strikes = self.strikes.entry(p.target.id).or_insert(0);
                 *strikes += 1;
-                if *strikes > self.cfg.suspect_rounds {
-                    self.swim.strikes.remove(&p.target.id);
-                    self.declare_dead(now, p.target);
-                    return;
+                if *strikes > self.suspect_rounds {
+                    self.strikes.remove(&p.target.id);
+                    return Tick::Dead(p.target);
                 }
                 retry = Some(p.target);
             }
         }
-        let Some(target) = retry.or_else(|| self.next_probe_target()) else {
-            return;
+        let Some(target) = retry.or_else(|| self.next_target(me, members)) else {
+            return Tick::Idle;
         };
-        let nonce = self.swim.next_nonce();
-        let view = self.view;
-        self.send_raw(&target, Body::Ping { nonce, view });
-        self.arm(now + self.cfg.probe_timeout_ms, Timer::ProbeTimeout(nonce));
-        self.swim.probe = Some(Probe {
+        let nonce = self.next_nonce();
+        out.raw(target.clone(), Body::Ping { nonce, view });
+        self.probe = Some(Probe {
             target,
             nonce,
             acked: false,
         });
+        Tick::Pinged(nonce)
     }
 
-    fn next_probe_target(&mut self) -> Option<Contact> {
+    fn next_target(&mut self, me: NodeId, members: &BTreeMap<NodeId, Contact>) -> Option<Contact> {
         if let Some(c) = self
-            .swim
             .urgent
             .take()
-            .and_then(|id| self.membership.members.get(&id))
-            .filter(|c| c.id != self.me.id)
+            .and_then(|id| members.get(&id))
+            .filter(|c| c.id != me)
         {
             return Some(c.clone());
         }
         for _ in 0..2 {
-            while self.swim.next < self.swim.order.len() {
-                let id = self.swim.order[self.swim.next];
-                self.swim.next += 1;
-                if let Some(c) = self.membership.members.get(&id) {
+            while self.next < self.order.len() {
+                let id = self.order[self.next];
+                self.next += 1;
+                if let Some(c) = members.get(&id) {
                     return Some(c.clone());
                 }
             }
-            let me = self.me.id;
-            let mut order: Vec<NodeId> = self
-                .membership
-                .members
-                .keys()
-                .copied()
-                .filter(|&n| n != me)
-                .collect();
+            let mut order: Vec<NodeId> = members.keys().copied().filter(|&n| n != me).collect();
             order.shuffle(&mut self.rng);
-            self.swim.order = order;
-            self.swim.next = 0;
+            self.order = order;
+            self.next = 0;
         }
         None
     }
 
-    pub(crate) fn on_probe_timeout(&mut self, _now: Time, nonce: u64) {
-        let Some(p) = self.swim.probe.as_ref() else {
+    /// The probe with `nonce` had its time: if its target has not answered, ask up to
+    /// `indirect_probes` other members to ping it for us.
+    pub(crate) fn timed_out(
+        &mut self,
+        nonce: u64,
+        me: NodeId,
+        members: &BTreeMap<NodeId, Contact>,
+        out: &mut Outbox,
+    ) {
+        let Some(p) = self.probe.as_ref() else {
             return;
         };
         if p.nonce != nonce || p.acked {
             return;
         }
         let target = p.target.clone();
-        let me = self.me.id;
-        let mut helpers: Vec<Contact> = self
-            .membership
-            .members
+        let mut helpers: Vec<Contact> = members
             .values()
             .filter(|c| c.id != me && c.id != target.id)
             .cloned()
             .collect();
         helpers.shuffle(&mut self.rng);
-        helpers.truncate(self.cfg.indirect_probes);
+        helpers.truncate(self.indirect_probes);
         for h in helpers {
             let body = Body::PingReq {
                 target: target.clone(),
                 nonce,
             };
-            self.send_raw(&h, body);
+            out.raw(h, body);
         }
     }
 
-    pub(crate) fn on_ping(&mut self, _now: Time, from: &Contact, nonce: u64, view: View) {
+    /// Answers a ping: every node answers, member or not, with its own view.
+    pub(crate) fn answer(me: NodeId, view: View, from: &Contact, nonce: u64, out: &mut Outbox) {
         let body = Body::PingAck {
             nonce,
-            target: self.me.id,
-            view: self.view,
+            target: me,
+            view,
         };
-        self.send_raw(from, body);
-        if view.version > 0 {
-            self.learn_seed(&from.addr);
-        }
-        self.compare_views(from, view);
-        if self.is_member() && !self.membership.contains(from.id) {
-            let body = Body::NotMember {
-                cluster: self.membership.rank(),
-                version: self.membership.version,
-            };
-            self.send_raw(from, body);
-        }
+        out.raw(from.clone(), body);
     }
 
-    pub(crate) fn on_ping_ack(
+    /// An answer to a probe: ours (the target is alive), or one we relayed for someone else
+    /// (passed back to them).
+    pub(crate) fn on_ack(
         &mut self,
-        _now: Time,
-        from: &Contact,
         nonce: u64,
         target: NodeId,
         view: View,
-    ) {
-        if from.id == target {
-            self.compare_views(from, view);
-        }
-        if let Some(p) = self.swim.probe.as_mut()
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        if let Some(p) = self.probe.as_mut()
             && p.nonce == nonce
             && p.target.id == target
         {
             p.acked = true;
-            return;
+            return Ok(());
         }
-        if let Some((requester, their_nonce)) = self.swim.relays.remove(&nonce) {
-            let body = Body::PingAck {
-                nonce: their_nonce,
-                target,
-                view,
-            };
-            self.send_raw(&requester, body);
-        }
+        let (requester, their_nonce) = self.relays.remove(&nonce).ok_or(Ignored::UnknownProbe)?;
+        let body = Body::PingAck {
+            nonce: their_nonce,
+            target,
+            view,
+        };
+        out.raw(requester, body);
+        Ok(())
     }
 
-    pub(crate) fn on_ping_req(&mut self, _now: Time, from: &Contact, target: Contact, nonce: u64) {
-        if !self.is_member() || !self.membership.contains(from.id) {
-            return;
+    /// Pings `target` for `from` (an indirect probe), remembering whom to pass the answer to.
+    pub(crate) fn relay(
+        &mut self,
+        from: &Contact,
+        target: Contact,
+        nonce: u64,
+        view: View,
+        out: &mut Outbox,
+    ) {
+        let ours = self.next_nonce();
+        if self.relays.len() >= MAX_RELAYS {
+            self.relays.pop_first();
         }
-        let ours = self.swim.next_nonce();
-        if self.swim.relays.len() >= MAX_RELAYS {
-            self.swim.relays.pop_first();
-        }
-        self.swim.relays.insert(ours, (from.clone(), nonce));
-        let view = self.view;
-        self.send_raw(&target, Body::Ping { nonce: ours, view });
+        self.relays.insert(ours, (from.clone(), nonce));
+        out.raw(target, Body::Ping { nonce: ours, view });
     }
 
-    fn declare_dead(&mut self, now: Time, target: Contact) {
-        if let Some(next) =
-            self.membership
-                .with_removed(target.id, target.incarnation, self.cfg.max_tree_degree)
-        {
-            self.emit(Event::MemberFailed(target));
-            self.commit_membership(now, next);
-        }
-    }
-
-    /// Pings a former member now and then: if it lives in another cluster (a healed
-    /// partition), its answer tells us, and the lesser cluster joins the greater.
-    pub(crate) fn probe_a_former(&mut self, _now: Time) {
-        if !self.is_member() {
-            return;
-        }
-        let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
-        let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
-        candidates.extend(
-            self.seed_addrs
-                .iter()
-                .filter(|a| !member_addrs.contains(&a.as_str()) && a.as_str() != &*self.me.addr)
-                .map(|addr| Contact {
-                    id: NodeId(0),
-                    incarnation: 0,
-                    addr: addr.as_str().into(),
-                }),
-        );
+    /// Pings one of `candidates` (former members, seed addresses outside the cluster), chosen
+    /// at random: if it lives in another cluster, its answer shows its view and the two merge.
+    pub(crate) fn ping_one_of(&mut self, candidates: &[Contact], view: View, out: &mut Outbox) {
         if let Some(c) = candidates.choose(&mut self.rng).cloned() {
-            let nonce = self.swim.next_nonce();
-            let view = self.view;
-            self.send_raw(&c, Body::Ping { nonce, view });
+            let nonce = self.next_nonce();
+            out.raw(c, Body::Ping { nonce, view });
         }
+    }
+}
+
+/// One envelope (or timer) in, the exact messages out (see `testing`): node 1 of the star
+/// 1 - 2, 1 - 3, settled. Its first probe goes to 2 or 3, as its seed shuffles them.
+#[cfg(test)]
+mod tests {
+    use crate::membership::Membership;
+    use crate::node::Node;
+    use crate::outputs::Event;
+    use crate::testing::{self, Peer, Said, member, said, settle, tree};
+
+    use super::*;
+
+    fn star() -> Membership {
+        tree(2, &[1, 2, 3], &[(1, 2), (1, 3)])
+    }
+
+    fn hub() -> Node {
+        let mut node = member(testing::config(1, 1, testing::queued_settings()), &star());
+        settle(&mut node);
+        node
+    }
+
+    /// The first probe, at 500 ms: returns the member pinged and the other one.
+    fn first_probe(node: &mut Node) -> (NodeId, NodeId) {
+        node.handle_timeout(500);
+        let view = node.membership().view();
+        let [Said::Raw(to, Body::Ping { nonce: 1, view: v })] = &said(node)[..] else {
+            panic!("one ping")
+        };
+        assert_eq!(*v, view);
+        let target = testing::id_of(to).expect("a rig address");
+        let other = if target == NodeId(2) {
+            NodeId(3)
+        } else {
+            NodeId(2)
+        };
+        (target, other)
+    }
+
+    /// §4.6: every node answers a ping, with its own view of the membership. A stranger whose
+    /// view is behind also gets our tree (anti-entropy) and is told it is not a member
+    /// (README, "Membership changes" and "Partitions").
+    #[test]
+    fn every_ping_is_answered() {
+        let mut node = hub();
+        let view = node.membership().view();
+        let ping = Peer::new(2).raw(&node, Body::Ping { nonce: 9, view });
+        assert_eq!(node.handle_message(1, ping), Ok(()));
+        let ack = Body::PingAck {
+            nonce: 9,
+            target: NodeId(1),
+            view,
+        };
+        assert_eq!(said(&mut node), [Said::Raw("n2".into(), ack.clone())]);
+        let old = View {
+            version: 1,
+            digest: 0,
+        };
+        let stranger = Peer::new(9).raw(
+            &node,
+            Body::Ping {
+                nonce: 9,
+                view: old,
+            },
+        );
+        assert_eq!(node.handle_message(2, stranger), Ok(()));
+        let tree = Body::Tree(Box::new(star()));
+        let not_member = Body::NotMember {
+            cluster: star().rank(),
+            version: 2,
+        };
+        let to = |b: Body| Said::Raw("n9".into(), b);
+        assert_eq!(said(&mut node), [to(ack), to(tree), to(not_member)]);
+    }
+
+    /// README, "SWIM" (departs from §4.6, which trusts links not to lose a ping): a ping
+    /// unanswered after `probe_timeout_ms` makes the node ask the other members to probe the
+    /// target too; an answer in time asks nobody.
+    #[test]
+    fn an_unanswered_ping_asks_the_others_to_probe() {
+        let mut node = hub();
+        let (target, other) = first_probe(&mut node);
+        node.handle_timeout(700);
+        let req = Body::PingReq {
+            target: testing::contact(target.0),
+            nonce: 1,
+        };
+        assert_eq!(said(&mut node), [Said::Raw(testing::addr(other.0), req)]);
+
+        let mut node = hub();
+        let (target, _) = first_probe(&mut node);
+        let ack = Body::PingAck {
+            nonce: 1,
+            target,
+            view: node.membership().view(),
+        };
+        let ack = Peer::new(target.0).raw(&node, ack);
+        assert_eq!(node.handle_message(600, ack.clone()), Ok(()));
+        node.handle_timeout(700);
+        assert_eq!(said(&mut node), []);
+        assert_eq!(
+            node.handle_message(701, ack),
+            Ok(()),
+            "a copy of the answer"
+        );
+    }
+
+    /// SWIM's indirect probe (README, "SWIM"): asked by a member, the node pings the target
+    /// with a nonce of its own and passes the answer back under the requester's nonce; an
+    /// answer that matches no probe is ignored.
+    #[test]
+    fn an_indirect_probe_is_relayed_both_ways() {
+        let mut node = hub();
+        let req = Body::PingReq {
+            target: testing::contact(3),
+            nonce: 7,
+        };
+        let req = Peer::new(2).raw(&node, req);
+        assert_eq!(node.handle_message(1, req), Ok(()));
+        let view = node.membership().view();
+        assert_eq!(
+            said(&mut node),
+            [Said::Raw("n3".into(), Body::Ping { nonce: 1, view })]
+        );
+        let theirs = View {
+            version: 2,
+            digest: 42,
+        };
+        let answer = Body::PingAck {
+            nonce: 1,
+            target: NodeId(3),
+            view: theirs,
+        };
+        let answer = Peer::new(3).raw(&node, answer);
+        assert_eq!(node.handle_message(2, answer.clone()), Ok(()));
+        let back = Body::PingAck {
+            nonce: 7,
+            target: NodeId(3),
+            view: theirs,
+        };
+        let tree = Body::Tree(Box::new(star()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Raw("n3".into(), tree), Said::Raw("n2".into(), back)],
+            "node 3's view conflicts with ours: it gets our tree"
+        );
+        assert_eq!(node.handle_message(3, answer), Err(Ignored::UnknownProbe));
+    }
+
+    /// README, "SWIM": a member that fails `1 + suspect_rounds` probe periods in a row (two,
+    /// by default) is declared dead, and the tree without it goes to the others; one failed
+    /// period is not enough (one lost packet must not remove a node).
+    #[test]
+    fn a_member_silent_for_two_probe_periods_is_declared_dead() {
+        let mut node = hub();
+        let (target, other) = first_probe(&mut node);
+        node.handle_timeout(1_000);
+        said(&mut node);
+        assert!(testing::events(&mut node).is_empty());
+        node.handle_timeout(1_500);
+        let without = star()
+            .with_removed(target, 1, 4)
+            .expect("a member to remove");
+        let trees: Vec<Said> = said(&mut node)
+            .into_iter()
+            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(_))))
+            .collect();
+        let tree = Body::Tree(Box::new(without.clone()));
+        assert_eq!(trees, [Said::Raw(testing::addr(other.0), tree)]);
+        let failed = Event::MemberFailed(testing::contact(target.0));
+        let removed = Event::MemberRemoved(testing::contact(target.0));
+        assert_eq!(testing::events(&mut node), [failed, removed]);
+        assert_eq!(node.membership(), &without);
     }
 }

@@ -1,48 +1,33 @@
-//! Eviction with TAG: on a shared interval only the root counts the cluster over the tree,
-//! then decides how many visitors to let out.
+//! Eviction with TAG (thesis §4.5): on a shared interval only the root counts the cluster over
+//! the tree, then decides how many visitors to let out.
 //!
-//! Every node wakes at the same interval boundaries (clocks are in sync); the root starts a
-//! count stamped with the boundary. A node answers once all its subtree has, so counts travel
-//! the same FIFO links as QPID updates: when the root has every answer, it knows every visitor
-//! who joined before the boundary, which makes admitting only those exactly first-in-first-out.
-//! A newer stamp supersedes an older round; a node in the middle of a membership change refuses
-//! a round, and the next interval tries again. The result flows back down with a cluster-wide
-//! summary: positions, admission rate, and straight-through places.
+//! Every node wakes at the same interval boundaries (§4.5.1; clocks are in sync); the root
+//! starts a count stamped with the boundary. A node answers once all its subtree has (§4.5.2),
+//! so counts travel the same FIFO links as QPID updates: when the root has every answer, it
+//! knows every visitor who joined before the boundary, which makes admitting only those exactly
+//! first-in-first-out. A newer stamp supersedes an older round and answers for another round
+//! are ignored (§5.2); a node in the middle of a membership change refuses a round, and the
+//! next interval tries again. The result flows back down with a cluster-wide summary:
+//! positions, admission rate, straight-through places, and in range admission the decided
+//! range every node lets out its share of (README, "Eviction with TAG", departs from §4.5.3's
+//! one deleteMin per visitor).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use waitingroom_core::{NodeId, Time};
+use waitingroom_core::{NodeId, QueueKey, Settings, Time, WaitingRoom};
 
-use crate::config::AdmissionMode;
+use crate::config::{AdmissionMode, NodeConfig};
+use crate::ignored::Ignored;
+use crate::local::Local;
+use crate::membership::Contact;
 use crate::messages::{
     Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
     Stamp, Summary,
 };
-use crate::node::{Event, Node};
+use crate::outputs::{Event, Outbox};
 
 /// Histogram buckets reported per count, for position estimates.
 const BUCKETS: u64 = 16;
-
-/// TAG state of one node.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Tag {
-    /// The round this node is aggregating, if any.
-    pub round: Option<Round>,
-    /// Latest cluster-wide summary.
-    pub summary: Option<Summary>,
-    /// This node's own histogram in the round of `summary` (and of the round in progress).
-    pub own_below: Vec<(Stamp, Vec<u64>)>,
-    /// When this node last saw a count (started or received).
-    pub last_round_seen: Time,
-    /// Straight-through places this node may still give out.
-    pub budget: u64,
-    /// Root only: admitted total and time at the previous completed round, and the smoothed rate.
-    pub rate: Rate,
-    /// The latest ranges decided (range admission), oldest first.
-    pub ranges: Vec<AdmitRange>,
-    /// Places departed members' visitors may still hold, counted until their passes expire.
-    pub departed: Vec<Departed>,
-}
 
 /// Departures remembered at most (a flapping member must not grow the list without bound).
 const DEPARTED_KEPT: usize = 256;
@@ -53,8 +38,50 @@ const RANGES_KEPT: usize = 8;
 /// Ranges passed on with each result.
 const RANGES_SENT: usize = 3;
 
+/// What TAG needs to know of the rest of the node for one call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    /// This node.
+    pub me: NodeId,
+    /// The membership version applied.
+    pub version: u64,
+    /// The members, by id.
+    pub members: &'a BTreeMap<NodeId, Contact>,
+    /// This node's tree neighbours, in id order.
+    pub neighbours: &'a [NodeId],
+}
+
+/// TAG state of one node.
+#[derive(Debug, Clone)]
+pub(crate) struct Tag {
+    /// Target, eviction interval, pass expiry, straight-through admission.
+    settings: Settings,
+    /// How the root lets visitors out once a count has decided how many.
+    mode: AdmissionMode,
+    /// Range admission: most keys per count reply, and so most admitted per round.
+    select_limit: u32,
+    /// Intervals without a count (while visitors wait) before the tree is rebuilt.
+    watchdog_rounds: u32,
+    /// The round this node is aggregating, if any.
+    round: Option<Round>,
+    /// Latest cluster-wide summary.
+    summary: Option<Summary>,
+    /// This node's own histogram in the round of `summary` (and of the round in progress).
+    own_below: Vec<(Stamp, Vec<u64>)>,
+    /// When this node last saw a count (started or received).
+    last_round_seen: Time,
+    /// Straight-through places this node may still give out.
+    budget: u64,
+    /// Root only: admitted total and time at the previous completed round, and the smoothed rate.
+    rate: Rate,
+    /// The latest ranges decided (range admission), oldest first.
+    ranges: Vec<AdmitRange>,
+    /// Places departed members' visitors may still hold, counted until their passes expire.
+    departed: Vec<Departed>,
+}
+
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Rate {
+struct Rate {
     last: Option<(Time, u64)>,
     milli_per_s: u64,
 }
@@ -76,9 +103,10 @@ impl Rate {
     }
 }
 
+/// One count in progress at this node.
 #[derive(Debug, Clone)]
 pub(crate) struct Round {
-    pub stamp: Stamp,
+    stamp: Stamp,
     reply_to: Option<NodeId>,
     waiting: BTreeSet<NodeId>,
     acc: Counts,
@@ -86,75 +114,136 @@ pub(crate) struct Round {
     bounds: Vec<Time>,
 }
 
-impl Node {
-    pub(crate) fn on_eviction_tick(&mut self, now: Time) {
-        if !self.is_member() {
-            return;
+/// What the root decided at the end of a count, for the node to carry out.
+#[derive(Debug)]
+pub(crate) struct Decision {
+    /// The ranges the subtrees reported (a new root may have missed some): merged first.
+    pub reported: Vec<AdmitRange>,
+    /// The result to flood down the tree (its earlier ranges filled in after the merge).
+    pub summary: Summary,
+    /// Range admission: the range decided.
+    pub range: Option<AdmitRange>,
+    /// DeleteMin admission: the batch to let out through QPID.
+    pub batch: Option<Admission>,
+}
+
+impl Tag {
+    /// TAG of a node configured by `cfg`.
+    pub(crate) fn new(cfg: &NodeConfig) -> Tag {
+        Tag {
+            settings: cfg.settings.clone(),
+            mode: cfg.admission,
+            select_limit: cfg.select_limit,
+            watchdog_rounds: cfg.watchdog_rounds,
+            round: None,
+            summary: None,
+            own_below: Vec::new(),
+            last_round_seen: 0,
+            budget: 0,
+            rate: Rate::default(),
+            ranges: Vec::new(),
+            departed: Vec::new(),
         }
-        let interval = self.cfg.settings.eviction_interval_ms;
-        let boundary = now / interval * interval;
-        let stale = now.saturating_sub(self.tag.last_round_seen)
-            > interval * u64::from(self.cfg.watchdog_rounds);
-        if stale && self.room.queued() > 0 && self.membership.members.len() > 1 {
-            // Visitors wait and no count has come by for many rounds: the pointers must be
-            // tangled. Rebuilding the tree makes every node re-pick its parent.
-            self.tag.last_round_seen = now;
-            let mut refreshed = self.membership.clone();
-            refreshed.version = refreshed.version.saturating_add(1);
-            self.emit(Event::TreeRepaired);
-            self.commit_membership(now, refreshed);
-            return;
-        }
-        if !self.is_root() || !self.qpid.is_settled() {
-            return;
-        }
-        let stamp = Stamp {
-            time: boundary,
-            origin: self.me.id,
-        };
-        let bounds = make_bounds(self.room.head().map(|k| k.join_time), boundary);
-        let select = match self.cfg.admission {
-            AdmissionMode::Range if !self.cfg.settings.is_unlimited() => self
-                .cfg
-                .select_limit
-                .min(u32::try_from(self.cfg.settings.target_on_site).unwrap_or(u32::MAX)),
-            _ => 0,
-        };
-        let neighbours: Vec<NodeId> = self.qpid.weights.keys().copied().collect();
-        self.tag.last_round_seen = now;
-        self.start_round(now, stamp, None, bounds, select, &neighbours);
     }
 
-    fn start_round(
+    /// The node's clock starts: the watchdog counts from here.
+    pub(crate) fn start(&mut self, now: Time) {
+        self.last_round_seen = now;
+    }
+
+    /// Latest cluster-wide summary.
+    pub(crate) fn summary(&self) -> Option<&Summary> {
+        self.summary.as_ref()
+    }
+
+    /// The stamp of the round in progress here, if any.
+    pub(crate) fn round_stamp(&self) -> Option<Stamp> {
+        self.round.as_ref().map(|r| r.stamp)
+    }
+
+    /// The tree changed under the round in progress: drop it (the next interval counts again).
+    pub(crate) fn abandon_round(&mut self) {
+        self.round = None;
+    }
+
+    /// The node rejoins another cluster: its round, and its decisions, do not apply there.
+    pub(crate) fn rejoined(&mut self) {
+        self.round = None;
+        self.ranges.clear();
+    }
+
+    /// At an interval boundary: whether visitors wait (`queued`) in a cluster of more than one
+    /// and no count has come by for `watchdog_rounds` intervals. Then the pointers must be
+    /// tangled, and rebuilding the tree makes every node re-pick its parent.
+    pub(crate) fn watchdog(&mut self, now: Time, queued: u64, members: usize) -> bool {
+        let interval = self.settings.eviction_interval_ms;
+        let stale =
+            now.saturating_sub(self.last_round_seen) > interval * u64::from(self.watchdog_rounds);
+        if stale && queued > 0 && members > 1 {
+            self.last_round_seen = now;
+            return true;
+        }
+        false
+    }
+
+    /// At the root, at an interval boundary: count the cluster (§4.5.1). Returns the round if it
+    /// is complete at once (a cluster of one).
+    pub(crate) fn start_count(
         &mut self,
         now: Time,
-        stamp: Stamp,
+        ctx: Ctx<'_>,
+        local: &Local,
+        out: &mut Outbox,
+    ) -> Option<Round> {
+        let interval = self.settings.eviction_interval_ms;
+        let boundary = now / interval * interval;
+        let stamp = Stamp {
+            time: boundary,
+            origin: ctx.me,
+        };
+        let bounds = make_bounds(local.room().head().map(|k| k.join_time), boundary);
+        let select = match self.mode {
+            AdmissionMode::Range if !self.settings.is_unlimited() => self
+                .select_limit
+                .min(u32::try_from(self.settings.target_on_site).unwrap_or(u32::MAX)),
+            _ => 0,
+        };
+        self.last_round_seen = now;
+        self.start_round((stamp, bounds, select), None, ctx, local, out)
+    }
+
+    /// Counts this node's subtree for the round `(stamp, bounds, select)`: asks every neighbour
+    /// but the parent side (`reply_to`; None at the root). Returns the round if it is complete.
+    fn start_round(
+        &mut self,
+        (stamp, bounds, select): (Stamp, Vec<Time>, u32),
         reply_to: Option<NodeId>,
-        bounds: Vec<Time>,
-        select: u32,
-        neighbours: &[NodeId],
-    ) {
-        let acc = self.own_counts(&bounds, select);
-        if self.tag.own_below.len() >= 4 {
-            self.tag.own_below.remove(0);
+        ctx: Ctx<'_>,
+        local: &Local,
+        out: &mut Outbox,
+    ) -> Option<Round> {
+        let acc = self.own_counts(ctx.me, &bounds, select, local);
+        if self.own_below.len() >= 4 {
+            self.own_below.remove(0);
         }
-        self.tag.own_below.push((stamp, acc.below.clone()));
-        let waiting: BTreeSet<NodeId> = neighbours
+        self.own_below.push((stamp, acc.below.clone()));
+        let waiting: BTreeSet<NodeId> = ctx
+            .neighbours
             .iter()
             .copied()
             .filter(|&n| Some(n) != reply_to)
             .collect();
         let request = CountRequest {
             stamp,
-            version: self.membership.version,
+            version: ctx.version,
             bounds: bounds.clone(),
             select,
             ranges: self.recent_ranges(),
         };
         for &n in &waiting {
-            self.send_to(now, n, ChannelMsg::CountRequest(request.clone()));
+            out.send(n, ChannelMsg::CountRequest(request.clone()));
         }
-        self.tag.round = Some(Round {
+        self.round = Some(Round {
             stamp,
             reply_to,
             waiting,
@@ -162,150 +251,156 @@ impl Node {
             select,
             bounds,
         });
-        self.maybe_finish_round(now);
+        self.finish_if_done(out)
     }
 
-    fn own_counts(&self, bounds: &[Time], select: u32) -> Counts {
+    fn own_counts(&self, me: NodeId, bounds: &[Time], select: u32, local: &Local) -> Counts {
+        let room = local.room();
         let cutoff = bounds.last().copied().unwrap_or(0);
-        let below: Vec<u64> = bounds.iter().map(|&b| self.room.queued_before(b)).collect();
+        let below: Vec<u64> = bounds.iter().map(|&b| room.queued_before(b)).collect();
         let own = NodeCounts {
-            node: self.me.id,
-            on_site: self.room.on_site(),
+            node: me,
+            on_site: room.on_site(),
             eligible: below.last().copied().unwrap_or(0),
         };
         Counts {
             on_site: own.on_site,
-            queued: self.room.queued(),
+            queued: room.queued(),
             below,
-            admitted_total: self.admitted_total,
+            admitted_total: local.admitted_total(),
             nodes: 1,
-            smallest: self.room.smallest_before(cutoff, select as usize),
+            smallest: room.smallest_before(cutoff, select as usize),
             ranges: self.recent_ranges(),
             per_node: vec![own],
         }
     }
 
-    pub(crate) fn on_count_request(&mut self, now: Time, from: NodeId, r: CountRequest) {
-        self.tag.last_round_seen = now;
-        let refuse = !self.qpid.is_settled()
-            || self
-                .tag
-                .round
-                .as_ref()
-                .is_some_and(|cur| cur.stamp > r.stamp)
-            || r.bounds.is_empty();
-        if refuse {
+    /// A count request from the parent side: refused (a refusal sent back) while this node is
+    /// not `settled` or counts a newer round. Returns whether it was taken; then the node merges
+    /// the request's ranges and calls [`Tag::join_round`].
+    pub(crate) fn take_request(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        r: &CountRequest,
+        settled: bool,
+        out: &mut Outbox,
+    ) -> bool {
+        self.last_round_seen = now;
+        let newer_here = self.round.as_ref().is_some_and(|cur| cur.stamp > r.stamp);
+        if !settled || newer_here || r.bounds.is_empty() {
             let reply = ChannelMsg::CountReply {
                 stamp: r.stamp,
                 counts: None,
             };
-            self.send_to(now, from, reply);
-            return;
+            out.send(from, reply);
+            return false;
         }
-        self.merge_ranges(now, r.ranges.into_iter());
-        let neighbours: Vec<NodeId> = self.qpid.weights.keys().copied().collect();
-        self.start_round(now, r.stamp, Some(from), r.bounds, r.select, &neighbours);
+        true
+    }
+
+    /// Counts this node's subtree for the round `r` that `from` asked about.
+    pub(crate) fn join_round(
+        &mut self,
+        from: NodeId,
+        r: CountRequest,
+        ctx: Ctx<'_>,
+        local: &Local,
+        out: &mut Outbox,
+    ) -> Option<Round> {
+        self.start_round((r.stamp, r.bounds, r.select), Some(from), ctx, local, out)
     }
 
     /// The latest decided ranges this node knows, oldest first.
     fn recent_ranges(&self) -> Vec<AdmitRange> {
-        let skip = self.tag.ranges.len().saturating_sub(RANGES_SENT);
-        self.tag.ranges[skip..].to_vec()
+        let skip = self.ranges.len().saturating_sub(RANGES_SENT);
+        self.ranges[skip..].to_vec()
     }
 
+    /// A child's counts (None: it refused, and the whole round is off). Ignored when it answers
+    /// no round in progress here (an older one, or a copy). Some when the root's round is now
+    /// complete.
     pub(crate) fn on_count_reply(
         &mut self,
-        now: Time,
         from: NodeId,
         stamp: Stamp,
         counts: Option<Counts>,
-    ) {
-        let Some(round) = self.tag.round.as_mut() else {
-            return;
+        out: &mut Outbox,
+    ) -> Result<Option<Round>, Ignored> {
+        let Some(round) = self.round.as_mut() else {
+            return Err(Ignored::StaleRound);
         };
         if round.stamp != stamp || !round.waiting.remove(&from) {
-            return;
+            return Err(Ignored::StaleRound);
         }
-        match counts {
-            Some(c) => {
-                round.acc.add(&c);
-                round.acc.merge_smallest(&c.smallest, round.select as usize);
-                self.maybe_finish_round(now);
+        let Some(c) = counts else {
+            // Someone below refused: the whole round is off.
+            if let Some(round) = self.round.take()
+                && let Some(up) = round.reply_to
+            {
+                let reply = ChannelMsg::CountReply {
+                    stamp,
+                    counts: None,
+                };
+                out.send(up, reply);
             }
-            None => {
-                // Someone below refused: the whole round is off.
-                if let Some(round) = self.tag.round.take()
-                    && let Some(up) = round.reply_to
-                {
-                    let reply = ChannelMsg::CountReply {
-                        stamp,
-                        counts: None,
-                    };
-                    self.send_to(now, up, reply);
-                }
-            }
-        }
+            return Ok(None);
+        };
+        round.acc.add(&c);
+        round.acc.merge_smallest(&c.smallest, round.select as usize);
+        Ok(self.finish_if_done(out))
     }
 
-    fn maybe_finish_round(&mut self, now: Time) {
-        if !self
-            .tag
-            .round
-            .as_ref()
-            .is_some_and(|r| r.waiting.is_empty())
-        {
-            return;
+    /// Once every child has answered: reply to the parent, or, at the root, hand the round back
+    /// to be decided.
+    fn finish_if_done(&mut self, out: &mut Outbox) -> Option<Round> {
+        if !self.round.as_ref().is_some_and(|r| r.waiting.is_empty()) {
+            return None;
         }
-        let Some(round) = self.tag.round.take() else {
-            return;
-        };
+        let round = self.round.take()?;
         match round.reply_to {
             Some(up) => {
                 let reply = ChannelMsg::CountReply {
                     stamp: round.stamp,
                     counts: Some(Box::new(round.acc)),
                 };
-                self.send_to(now, up, reply);
+                out.send(up, reply);
+                None
             }
-            None => self.complete_round(now, round),
+            None => Some(round),
         }
     }
 
-    /// At the root, with the whole cluster counted: decide how many to let out.
-    fn complete_round(&mut self, now: Time, round: Round) {
-        let settings = &self.cfg.settings;
+    /// At the root, with the whole cluster counted: decide how many to let out (§4.5.3, with
+    /// the places departed members' visitors may still hold counted as taken).
+    pub(crate) fn decide(
+        &mut self,
+        now: Time,
+        round: Round,
+        version: u64,
+        out: &mut Outbox,
+    ) -> Decision {
         let counts = round.acc;
         let cutoff = round.stamp.time;
-        let eligible = counts.below.last().copied().unwrap_or(0);
-        self.tag.departed.retain(|d| d.until > now);
+        self.departed.retain(|d| d.until > now);
         let on_site = self
-            .tag
             .departed
             .iter()
             .fold(counts.on_site, |sum, d| sum.saturating_add(d.places));
-        let free = if settings.is_unlimited() {
+        let free = if self.settings.is_unlimited() {
             u64::MAX
         } else {
-            settings.target_on_site.saturating_sub(on_site)
+            self.settings.target_on_site.saturating_sub(on_site)
         };
-        let mut admit = eligible.min(free);
-        let mut max_key = None;
-        if self.cfg.admission == AdmissionMode::Range && admit < eligible && admit > 0 {
-            // Only the smallest keys go: the admit-th smallest bounds the range. A round admits
-            // at most as many as were reported.
-            admit = admit.min(counts.smallest.len() as u64);
-            max_key = admit
-                .checked_sub(1)
-                .and_then(|i| counts.smallest.get(i as usize).copied());
-        }
-        let rate = self.tag.rate.sample(now, counts.admitted_total);
+        let (admit, max_key) = self.how_many(&counts, free);
+        let rate = self.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= admit;
         let places = places_after(&counts, admit, max_key.is_some());
         let summary = Summary {
             stamp: round.stamp,
             bounds: round.bounds,
             below: counts.below,
-            version: self.membership.version,
+            version,
             queued: counts.queued,
             on_site,
             admitted: admit,
@@ -313,86 +408,94 @@ impl Node {
             free_places: if everyone_in { free - admit } else { 0 },
             members: counts.nodes,
             places,
-            departed: self.tag.departed.clone(),
+            departed: self.departed.clone(),
         };
-        self.emit(Event::CountCompleted(summary.clone()));
-        let version = self.membership.version;
-        let range =
-            (self.cfg.admission == AdmissionMode::Range && admit > 0).then_some(AdmitRange {
-                cutoff,
-                max_key,
-                version,
-                decided_at: round.stamp.time,
-            });
-        self.merge_ranges(now, counts.ranges.iter().copied());
-        let result = CountResult {
+        out.emit(Event::CountCompleted(summary.clone()));
+        let by_range = self.mode == AdmissionMode::Range;
+        let range = (by_range && admit > 0).then_some(AdmitRange {
+            cutoff,
+            max_key,
+            version,
+            decided_at: round.stamp.time,
+        });
+        let batch = (!by_range && admit > 0).then_some(Admission {
+            count: admit,
+            cutoff,
+            version,
+        });
+        Decision {
+            reported: counts.ranges,
+            summary,
+            range,
+            batch,
+        }
+    }
+
+    /// How many of the eligible visitors the `free` places let out, and in range admission the
+    /// largest key among them (the admit-th smallest; a round admits at most as many as were
+    /// reported).
+    fn how_many(&self, counts: &Counts, free: u64) -> (u64, Option<QueueKey>) {
+        let eligible = counts.below.last().copied().unwrap_or(0);
+        let admit = eligible.min(free);
+        if self.mode != AdmissionMode::Range || admit >= eligible || admit == 0 {
+            return (admit, None);
+        }
+        let admit = admit.min(counts.smallest.len() as u64);
+        let max_key = admit
+            .checked_sub(1)
+            .and_then(|i| counts.smallest.get(i as usize).copied());
+        (admit, max_key)
+    }
+
+    /// The result of the root's count, with the latest ranges (merged from the count first).
+    pub(crate) fn result(&self, summary: Summary, range: Option<AdmitRange>) -> CountResult {
+        CountResult {
             summary,
             admit: range,
             earlier: self.recent_ranges(),
-        };
-        self.on_count_result(now, self.me.id, result);
-        if admit > 0 {
-            let batch = Admission {
-                count: admit,
-                cutoff,
-                version,
-            };
-            match self.cfg.admission {
-                AdmissionMode::Range => {}
-                AdmissionMode::Batched => self.on_delete_min(now, batch),
-                AdmissionMode::Sequential => {
-                    for _ in 0..admit {
-                        self.on_delete_min(now, Admission { count: 1, ..batch });
-                    }
-                }
-            }
         }
     }
 
     /// The result of a count flows down the tree: keep the summary, take this node's share of
-    /// straight-through places, let out this node's part of the range, pass it on.
-    pub(crate) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
-        let me = self.me.id;
+    /// straight-through places, pass it on. Returns the ranges it carries, for the node to merge
+    /// (and let out its part of).
+    pub(crate) fn on_count_result(
+        &mut self,
+        from: NodeId,
+        r: CountResult,
+        ctx: Ctx<'_>,
+        out: &mut Outbox,
+    ) -> Vec<AdmitRange> {
         let seen = self
-            .tag
             .summary
             .as_ref()
             .is_some_and(|s| s.stamp >= r.summary.stamp);
         if seen {
             // A copy that came another way (the tree changed under the flood), or an old one.
-            self.merge_ranges(now, r.earlier.into_iter().chain(r.admit));
-            return;
+            return r.earlier.into_iter().chain(r.admit).collect();
         }
-        let neighbours: Vec<NodeId> = self
-            .qpid
-            .weights
-            .keys()
-            .copied()
-            .filter(|&n| n != from)
-            .collect();
-        for n in neighbours {
-            self.send_to(now, n, ChannelMsg::CountResult(Box::new(r.clone())));
+        for &n in ctx.neighbours.iter().filter(|&&n| n != from) {
+            out.send(n, ChannelMsg::CountResult(Box::new(r.clone())));
         }
-        let members: Vec<NodeId> = self.membership.members.keys().copied().collect();
-        let n = members.len().max(1) as u64;
-        let index = members.iter().position(|&m| m == me).unwrap_or(0) as u64;
+        let n = ctx.members.len().max(1) as u64;
+        let index = ctx.members.keys().position(|&m| m == ctx.me).unwrap_or(0) as u64;
         let free = r.summary.free_places;
-        self.tag.budget = free / n + u64::from(index < free % n);
-        self.tag.own_below.retain(|(s, _)| *s >= r.summary.stamp);
+        self.budget = free / n + u64::from(index < free % n);
+        self.own_below.retain(|(s, _)| *s >= r.summary.stamp);
         for &d in r.summary.departed.iter().take(DEPARTED_KEPT) {
             self.note_departed(d);
         }
-        self.tag.summary = Some(r.summary);
-        self.merge_ranges(now, r.earlier.into_iter().chain(r.admit));
+        self.summary = Some(r.summary);
+        r.earlier.into_iter().chain(r.admit).collect()
     }
 
-    /// A member left the cluster (it died, or was removed): the places its visitors held at
-    /// the last count stay counted until the passes it could have issued have expired, so the
-    /// site does not fill past the target with visitors nobody counts any more.
-    pub(crate) fn member_departed(&mut self, now: Time, node: NodeId) {
-        let expiry = self.cfg.settings.pass_expiry_ms;
+    /// A member left the cluster (it died, or was removed) with membership `version`: the
+    /// places its visitors held at the last count stay counted until the passes it could have
+    /// issued have expired, so the site does not fill past the target with visitors nobody
+    /// counts any more.
+    pub(crate) fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
+        let expiry = self.settings.pass_expiry_ms;
         let places = self
-            .tag
             .summary
             .as_ref()
             .and_then(|s| s.places.iter().find(|(n, _)| *n == node))
@@ -401,7 +504,7 @@ impl Node {
             self.note_departed(Departed {
                 until: now.saturating_add(expiry),
                 node,
-                version: self.membership.version,
+                version,
                 places,
             });
         }
@@ -411,7 +514,6 @@ impl Node {
     /// the root's list, so a new root still counts it).
     fn note_departed(&mut self, d: Departed) {
         match self
-            .tag
             .departed
             .iter_mut()
             .find(|k| k.node == d.node && k.version == d.version)
@@ -420,63 +522,79 @@ impl Node {
                 k.until = k.until.max(d.until);
                 k.places = k.places.max(d.places);
             }
-            None => self.tag.departed.push(d),
+            None => self.departed.push(d),
         }
-        if self.tag.departed.len() > DEPARTED_KEPT {
+        if self.departed.len() > DEPARTED_KEPT {
             // Keep the ones that hold places longest.
-            self.tag.departed.sort_unstable_by(|a, b| b.cmp(a));
-            self.tag.departed.truncate(DEPARTED_KEPT);
+            self.departed.sort_unstable_by(|a, b| b.cmp(a));
+            self.departed.truncate(DEPARTED_KEPT);
         }
     }
 
-    fn merge_ranges(&mut self, now: Time, ranges: impl Iterator<Item = AdmitRange>) {
+    /// Adds decided ranges this node had not seen (the node then lets out what falls in them,
+    /// [`Tag::admit_decided`]).
+    pub(crate) fn merge_ranges(&mut self, ranges: impl IntoIterator<Item = AdmitRange>) {
         for range in ranges {
-            if !self
-                .tag
-                .ranges
-                .iter()
-                .any(|k| k.decided_at == range.decided_at)
-            {
-                self.tag.ranges.push(range);
+            if !self.ranges.iter().any(|k| k.decided_at == range.decided_at) {
+                self.ranges.push(range);
             }
         }
-        self.tag.ranges.sort_by_key(|r| r.decided_at);
-        let excess = self.tag.ranges.len().saturating_sub(RANGES_KEPT);
-        self.tag.ranges.drain(..excess);
-        self.admit_decided(now);
+        self.ranges.sort_by_key(|r| r.decided_at);
+        let excess = self.ranges.len().saturating_sub(RANGES_KEPT);
+        self.ranges.drain(..excess);
     }
 
     /// Lets out every local visitor whose key falls in a decided range, attributed to the round
     /// that decided it: this node's share of the latest round, and anyone re-queued here (their
     /// node died) or cut off from a result that the cluster had already decided to let in.
-    pub(crate) fn admit_decided(&mut self, now: Time) {
+    /// Returns whether anyone was let out.
+    pub(crate) fn admit_decided(&self, now: Time, local: &mut Local, out: &mut Outbox) -> bool {
         let mut admitted = false;
-        for i in 0..self.tag.ranges.len() {
-            let range = self.tag.ranges[i];
-            while let Some(k) = self.room.head() {
+        for range in &self.ranges {
+            while let Some(k) = local.room().head() {
                 if k.join_time >= range.cutoff || range.max_key.is_some_and(|m| k > m) {
                     break;
                 }
-                self.admit_head(now, range.decided_at);
+                local.admit_head(now, range.decided_at, out);
                 admitted = true;
             }
         }
-        if admitted {
-            self.local_queue_changed(now);
-        }
+        admitted
     }
 
-    /// Estimated number of visitors ahead of `key` in the whole cluster: exactly those queued
-    /// here, plus the other nodes' share of the last count's histogram (less their share of
-    /// that round's admissions), plus, for the part of the queue that joined after the last
-    /// count, as many again per other member as joined here (balancers spread visitors evenly).
-    /// The part after the count errs high rather than low: the visitor is never shown a larger
-    /// number later, so an estimate that starts low would stay wrong.
-    pub(crate) fn visitors_ahead(&self, key: &waitingroom_core::QueueKey, local: u64) -> u64 {
-        let Some(s) = &self.tag.summary else {
+    /// Takes one straight-through place for a visitor joining an empty queue: only while the
+    /// last count let everyone in and this node's share of the free places lasts.
+    pub(crate) fn take_place(&mut self, queued_here: u64) -> bool {
+        let take = self.settings.admit_straight_through
+            && self.budget > 0
+            && queued_here == 0
+            && self
+                .summary
+                .as_ref()
+                .is_some_and(|s| s.queued <= s.admitted);
+        if take {
+            self.budget -= 1;
+        }
+        take
+    }
+
+    /// Estimated number of visitors ahead of `key` in the whole cluster of `members`: exactly
+    /// those queued here (`local`), plus the other nodes' share of the last count's histogram
+    /// (less their share of that round's admissions), plus, for the part of the queue that
+    /// joined after the last count, as many again per other member as joined here (balancers
+    /// spread visitors evenly). The part after the count errs high rather than low: the visitor
+    /// is never shown a larger number later, so an estimate that starts low would stay wrong.
+    pub(crate) fn visitors_ahead(
+        &self,
+        key: &QueueKey,
+        local: u64,
+        room: &WaitingRoom,
+        members: usize,
+    ) -> u64 {
+        let Some(s) = &self.summary else {
             return local;
         };
-        let Some((_, own)) = self.tag.own_below.iter().find(|(st, _)| *st == s.stamp) else {
+        let Some((_, own)) = self.own_below.iter().find(|(st, _)| *st == s.stamp) else {
             return local;
         };
         let cutoff = s.stamp.time;
@@ -491,11 +609,11 @@ impl Node {
             (u128::from(s.admitted.min(global)) * u128::from(others) / u128::from(global)) as u64
         };
         let recent_here = if key.join_time >= cutoff {
-            local.saturating_sub(self.room.queued_before(cutoff))
+            local.saturating_sub(room.queued_before(cutoff))
         } else {
             0
         };
-        let other_members = (self.membership.members.len() as u64).saturating_sub(1);
+        let other_members = (members as u64).saturating_sub(1);
         local
             .saturating_add(others.saturating_sub(others_gone))
             .saturating_add(recent_here.saturating_mul(other_members))
@@ -561,7 +679,185 @@ fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use crate::membership::Membership;
+    use crate::messages::Body;
+    use crate::node::Node;
+    use crate::testing::{self, Neighbours, Peer, Said, member, said, settle, tree};
+
     use super::*;
+
+    /// Node `id` of `m`, settled, with nothing left to resend.
+    fn settled(id: u64, m: &Membership) -> (Node, Neighbours) {
+        let mut node = member(testing::config(id, 1, testing::queued_settings()), m);
+        let peers = settle(&mut node);
+        (node, peers)
+    }
+
+    fn line() -> Membership {
+        tree(2, &[1, 2, 3], &[(1, 2), (2, 3)])
+    }
+
+    fn request(time: Time) -> CountRequest {
+        CountRequest {
+            stamp: Stamp {
+                time,
+                origin: NodeId(1),
+            },
+            version: 2,
+            bounds: vec![time],
+            select: 0,
+            ranges: Vec::new(),
+        }
+    }
+
+    fn reply(stamp: Stamp, counts: Option<Counts>) -> ChannelMsg {
+        ChannelMsg::CountReply {
+            stamp,
+            counts: counts.map(Box::new),
+        }
+    }
+
+    /// Node `node`'s own figures in a count: `queued` visitors, all eligible.
+    fn counts_of(node: u64, queued: u64) -> Counts {
+        Counts {
+            on_site: 0,
+            queued,
+            below: vec![queued],
+            admitted_total: 0,
+            nodes: 1,
+            smallest: Vec::new(),
+            ranges: Vec::new(),
+            per_node: vec![NodeCounts {
+                node: NodeId(node),
+                on_site: 0,
+                eligible: queued,
+            }],
+        }
+    }
+
+    /// §4.5.2: a count request goes on to every neighbour but the one it came from; once they
+    /// have all answered, the subtree's total goes back up.
+    #[test]
+    fn a_count_goes_down_the_tree_and_the_subtree_total_comes_back() {
+        let (mut node, mut peers) = settled(2, &line());
+        let r = request(1_000);
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(r.clone()));
+        assert_eq!(node.handle_message(1_000, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(
+                NodeId(3),
+                ChannelMsg::CountRequest(r.clone())
+            )]
+        );
+        let below = Some(counts_of(3, 2));
+        let env = peers.channel(3, &node, reply(r.stamp, below));
+        assert_eq!(node.handle_message(1_001, env), Ok(()));
+        let mut total = counts_of(2, 0);
+        total.add(&counts_of(3, 2));
+        assert_eq!(total.nodes, 2);
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), reply(r.stamp, Some(total)))]
+        );
+    }
+
+    /// §5.2: a newer round supersedes an older one: a request for the older round is refused,
+    /// and an answer for it is ignored.
+    #[test]
+    fn an_older_round_is_refused_and_its_answers_ignored() {
+        let (mut node, mut peers) = settled(2, &line());
+        let newer = request(2_000);
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(newer));
+        node.handle_message(2_000, env).expect("a count request");
+        said(&mut node);
+        let older = request(1_000);
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(older.clone()));
+        assert_eq!(node.handle_message(2_001, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), reply(older.stamp, None))]
+        );
+        let late = reply(older.stamp, Some(counts_of(3, 1)));
+        let env = peers.channel(3, &node, late);
+        assert_eq!(node.handle_message(2_002, env), Err(Ignored::StaleRound));
+        assert_eq!(said(&mut node), []);
+    }
+
+    /// README, "Eviction with TAG": a node still settling after a membership change refuses
+    /// the round (the next interval counts again).
+    #[test]
+    fn a_node_still_settling_refuses_the_round() {
+        let mut node = member(testing::config(2, 1, testing::queued_settings()), &line());
+        let r = request(1_000);
+        let env = Peer::new(1).channel(&node, ChannelMsg::CountRequest(r.clone()));
+        assert_eq!(node.handle_message(1_000, env), Ok(()));
+        assert_eq!(
+            said(&mut node),
+            [Said::Channel(NodeId(1), reply(r.stamp, None))]
+        );
+    }
+
+    /// §4.5.1 and §4.5.3, with range admission (README, "Eviction with TAG"): at the interval
+    /// boundary only the root counts; with every answer in it decides how many to let out (all
+    /// who joined before the boundary, as places are unlimited) and floods the result, which
+    /// names the range every node lets out its share of.
+    #[test]
+    fn the_root_counts_decides_and_floods_the_result() {
+        let (mut node, mut peers) = settled(1, &tree(2, &[1, 2], &[(1, 2)]));
+        assert!(node.is_root());
+
+        node.handle_timeout(1_000);
+        let stamp = Stamp {
+            time: 1_000,
+            origin: NodeId(1),
+        };
+        let ping = Body::Ping {
+            nonce: 1,
+            view: node.membership().view(),
+        };
+        let count = ChannelMsg::CountRequest(CountRequest {
+            stamp,
+            ..request(1_000)
+        });
+        assert_eq!(
+            said(&mut node),
+            [
+                Said::Raw("n2".into(), ping),
+                Said::Channel(NodeId(2), count)
+            ]
+        );
+        let env = peers.channel(2, &node, reply(stamp, Some(counts_of(2, 1))));
+        assert_eq!(node.handle_message(1_001, env), Ok(()));
+        let summary = Summary {
+            stamp,
+            bounds: vec![1_000],
+            below: vec![1],
+            version: 2,
+            queued: 1,
+            on_site: 0,
+            admitted: 1,
+            rate_milli_per_s: 0,
+            free_places: u64::MAX - 1,
+            members: 2,
+            places: vec![(NodeId(1), 0), (NodeId(2), 1)],
+            departed: Vec::new(),
+        };
+        let range = AdmitRange {
+            cutoff: 1_000,
+            max_key: None,
+            version: 2,
+            decided_at: 1_000,
+        };
+        let result = CountResult {
+            summary: summary.clone(),
+            admit: Some(range),
+            earlier: Vec::new(),
+        };
+        let flood = ChannelMsg::CountResult(Box::new(result));
+        assert_eq!(said(&mut node), [Said::Channel(NodeId(2), flood)]);
+        assert_eq!(testing::events(&mut node), [Event::CountCompleted(summary)]);
+    }
 
     #[test]
     fn bounds_end_at_the_cutoff() {

@@ -1,22 +1,8 @@
-//! Hand-written protocol scenarios, driven deterministically by a tiny in-process network.
+//! Hand-written protocol scenarios, driven deterministically by the test rig (`testing::Net`).
 
-mod harness;
-
-use harness::Net;
-use waitingroom_core::{CheckInStatus, Settings};
-use waitingroom_distributed::{AdmissionMode, invariants};
-
-fn queued_settings() -> Settings {
-    Settings {
-        target_on_site: Settings::UNLIMITED,
-        refresh_interval_ms: 600,
-        ticket_expiry_ms: 10_000,
-        pass_expiry_ms: 0,
-        eviction_interval_ms: 1_000,
-        cleanup_interval_ms: 1_000,
-        admit_straight_through: false,
-    }
-}
+use waitingroom_core::{CheckInStatus, NodeId, Settings};
+use waitingroom_distributed::testing::{Crowd, Faults, Net, queued_settings};
+use waitingroom_distributed::{AdmissionMode, Event, invariants};
 
 #[test]
 fn a_cluster_forms_and_settles() {
@@ -63,10 +49,6 @@ fn visitors_on_many_nodes_are_admitted_in_join_order() {
         }
     }
 }
-
-use harness::{Crowd, Faults};
-use waitingroom_core::NodeId;
-use waitingroom_distributed::Event;
 
 /// A cluster of `n` with `visitors` spread over the nodes, joined 10 ms apart.
 fn crowded(n: u64, visitors: usize, mode: AdmissionMode, seed: u64) -> (Net, Crowd) {

@@ -117,7 +117,7 @@ impl Driver {
 
     fn on_event(&self, e: Event) {
         match e {
-            Event::Admitted { key, .. } => self.metrics.on_admitted(key.join_time),
+            Event::Admitted { key, at, .. } => self.metrics.on_admitted(key.join_time, at),
             Event::Joined { version } => tracing::info!(version, "joined the cluster"),
             Event::Rejoining => tracing::warn!("the cluster dropped this node; rejoining"),
             Event::MemberAdded(c) => {
@@ -129,14 +129,20 @@ impl Driver {
             Event::MemberFailed(c) => {
                 tracing::warn!(id = c.id.0, addr = %c.addr, "member failed (no probe answer)")
             }
-            Event::CountCompleted(s) => tracing::debug!(
-                queued = s.queued,
-                on_site = s.on_site,
-                admitted = s.admitted,
-                members = s.members,
-                "count completed"
-            ),
-            Event::TreeRepaired => tracing::warn!("no count seen for too long: tree rebuilt"),
+            Event::CountCompleted(s) => {
+                self.metrics.on_round_completed();
+                tracing::debug!(
+                    queued = s.queued,
+                    on_site = s.on_site,
+                    admitted = s.admitted,
+                    members = s.members,
+                    "count completed"
+                )
+            }
+            Event::TreeRepaired => {
+                self.metrics.on_tree_repaired();
+                tracing::warn!("no count seen for too long: tree rebuilt")
+            }
         }
     }
 }

@@ -7,7 +7,9 @@
 //!   loop of one listener (header read timeout, peer address);
 //! - [`api`]: the HTTP routes and every handler: visitor API, waiting page, peer endpoints
 //!   (one handler for forwarded check-ins and leaves), operations;
-//! - [`origin`]: a small demo origin site that checks passes offline;
+//! - [`origin`]: a small demo origin site behind the gate;
+//! - [`gate`]: a tower layer for origins that checks passes offline and sends visitors without
+//!   one to the room;
 //! - [`visitor`]: the visitor operations handlers call: verify the token, ask the node, forward
 //!   to the node holding the ticket, sign the answer;
 //! - [`app`]: one node's parts assembled, the state every handler gets;
@@ -35,6 +37,7 @@ pub mod crypto;
 pub mod driver;
 pub mod errors;
 pub mod fairness;
+pub mod gate;
 pub mod leaves;
 pub mod metrics;
 pub mod origin;
@@ -50,3 +53,5 @@ pub mod wire;
 
 #[cfg(test)]
 mod abuse_tests;
+#[cfg(test)]
+mod deploy_tests;

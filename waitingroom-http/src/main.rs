@@ -8,13 +8,14 @@ mod load;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use waitingroom_http::config::{self, Options};
-use waitingroom_http::crypto::{Crypto, PassVerifier};
-use waitingroom_http::origin::{self, Origin};
+use waitingroom_http::crypto::Crypto;
+use waitingroom_http::gate::{Gate, GateConfig};
+use waitingroom_http::origin;
 use waitingroom_http::server;
 
 /// A fair, distributed virtual waiting room node.
@@ -74,7 +75,8 @@ struct OriginArgs {
     /// Where visitors without a valid pass are sent.
     #[arg(long, value_name = "URL")]
     waiting_room_url: String,
-    /// A node's JWKS URL, fetched at start (retried for 30 s).
+    /// A node's JWKS URL, fetched at start (retried for 30 s), and again when a pass names a
+    /// key id not in it (at most every 30 s).
     #[arg(long, value_name = "URL")]
     jwks_url: String,
 }
@@ -182,11 +184,9 @@ fn create_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 
 async fn origin(args: OriginArgs) -> anyhow::Result<()> {
     server::init_logging(config::LogFormat::Text, "info");
-    let verifier = fetch_jwks(&args.jwks_url).await?;
-    let app = origin::router(Arc::new(Origin {
-        verifier,
-        waiting_room_url: args.waiting_room_url,
-    }));
+    let cfg = GateConfig::new(args.jwks_url, args.waiting_room_url);
+    let gate = Gate::connect(cfg, reqwest::Client::new(), Duration::from_secs(30)).await?;
+    let app = origin::router(&gate);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -197,28 +197,4 @@ async fn origin(args: OriginArgs) -> anyhow::Result<()> {
         })
         .await?;
     Ok(())
-}
-
-async fn fetch_jwks(url: &str) -> anyhow::Result<PassVerifier> {
-    let client = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let attempt = async {
-            let text = client
-                .get(url)
-                .send()
-                .await?
-                .error_for_status()?
-                .text()
-                .await?;
-            anyhow::Ok(PassVerifier::from_jwks_json(&text)?)
-        };
-        match attempt.await {
-            Ok(v) => return Ok(v),
-            Err(e) if std::time::Instant::now() > deadline => {
-                return Err(e).with_context(|| format!("cannot fetch the JWKS from {url}"));
-            }
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
-        }
-    }
 }

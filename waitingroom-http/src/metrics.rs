@@ -1,15 +1,19 @@
 //! Prometheus metrics (`waitingroom_` prefix, `_total` counters, base units), served at
-//! `/metrics` in the OpenMetrics text format.
+//! `/metrics` in the OpenMetrics text format. The dashboard and alert rules in `deploy/` read
+//! them; a test (`deploy_tests`) checks that every name they use is here.
 
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-use waitingroom_distributed::{Body, ChannelMsg, NodeStatus};
+use waitingroom_core::{Settings, Time};
+use waitingroom_distributed::{Body, ChannelMsg, Ignored, NodeStatus};
 
 use crate::fairness::Inversions;
 
@@ -29,10 +33,11 @@ pub struct TypeLabels {
     pub r#type: &'static str,
 }
 
-/// Label of refusal counters.
+/// Label of counters by reason: ignored peer messages, refused peer requests, shed requests.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// Why, e.g. `bad_signature`, `replayed`.
+    /// Why: an ignored message's [`Ignored::as_str`] (e.g. `stale_version`), a refused peer
+    /// request's (e.g. `bad_signature`, `replayed`), a shed request's (e.g. `overloaded`).
     pub reason: &'static str,
 }
 
@@ -62,10 +67,18 @@ pub struct Metrics {
     /// Admission inversions (see `fairness`).
     pub inversions: Counter,
     fairness: Mutex<Inversions>,
+    /// Seconds from a visitor's join to their admission, for visitors let out here.
+    wait: Histogram,
+    /// Eviction rounds this node completed as root.
+    rounds_completed: Counter,
+    /// Spanning tree rebuilds after rounds stopped coming.
+    tree_repairs: Counter,
     /// Peer messages delivered, by type.
     pub peer_sent: Family<TypeLabels, Counter>,
     /// Peer messages received, by type.
     pub peer_received: Family<TypeLabels, Counter>,
+    /// Peer messages the node ignored, by reason.
+    pub peer_ignored: Family<ReasonLabels, Counter>,
     /// Peer messages dropped because a peer's queue was full or its request failed.
     pub peer_dropped: Counter,
     /// Peer requests that failed (error status or no answer).
@@ -85,6 +98,26 @@ pub struct Metrics {
     cluster_queued: Gauge,
     cluster_on_site: Gauge,
     membership_version: Gauge,
+    last_round: Gauge<f64, AtomicU64>,
+    limits: Limits,
+}
+
+/// The node's live settings, as gauges (set from the protocol node at each scrape, so they show
+/// what it applies).
+#[derive(Debug, Default)]
+struct Limits {
+    target_on_site: Gauge<f64, AtomicU64>,
+    pass_expiry: Gauge<f64, AtomicU64>,
+    eviction_interval: Gauge<f64, AtomicU64>,
+}
+
+fn wait_histogram() -> Histogram {
+    // 1/8 s .. ~2.3 h.
+    Histogram::new(exponential_buckets(0.125, 2.0, 17))
+}
+
+fn seconds(ms: Time) -> f64 {
+    ms as f64 / 1000.0
 }
 
 fn latency_histogram() -> Histogram {
@@ -110,8 +143,12 @@ impl Metrics {
             requeues: Counter::default(),
             inversions: Counter::default(),
             fairness: Mutex::new(Inversions::default()),
+            wait: wait_histogram(),
+            rounds_completed: Counter::default(),
+            tree_repairs: Counter::default(),
             peer_sent: Family::default(),
             peer_received: Family::default(),
+            peer_ignored: Family::default(),
             peer_dropped: Counter::default(),
             peer_failures: Counter::default(),
             peer_auth_failures: Family::default(),
@@ -125,12 +162,16 @@ impl Metrics {
             cluster_queued: Gauge::default(),
             cluster_on_site: Gauge::default(),
             membership_version: Gauge::default(),
+            last_round: Gauge::default(),
+            limits: Limits::default(),
             registry: Registry::with_prefix("waitingroom"),
         };
         m.register_visitors();
         m.register_peers();
         m.register_requests();
         m.register_gauges();
+        m.register_rounds();
+        m.register_limits();
         m
     }
 
@@ -190,6 +231,11 @@ impl Metrics {
             self.peer_received.clone(),
         );
         r.register(
+            "peer_messages_ignored",
+            "Protocol messages received and ignored by the node, by reason",
+            self.peer_ignored.clone(),
+        );
+        r.register(
             "peer_messages_dropped",
             "Protocol messages dropped: peer queue full or delivery failed (the protocol resends)",
             self.peer_dropped.clone(),
@@ -204,6 +250,60 @@ impl Metrics {
             "Peer requests and answers refused by authentication (no valid cluster MAC, stale, \
              replayed, misdirected, body not the one signed), by reason",
             self.peer_auth_failures.clone(),
+        );
+    }
+
+    /// Waits, eviction rounds and the build.
+    fn register_rounds(&mut self) {
+        let r = &mut self.registry;
+        r.register_with_unit(
+            "wait",
+            "Time from a visitor's join to their admission, for visitors let out by this node",
+            Unit::Seconds,
+            self.wait.clone(),
+        );
+        r.register(
+            "rounds_completed",
+            "Eviction rounds (cluster-wide counts) this node completed as the root",
+            self.rounds_completed.clone(),
+        );
+        r.register_with_unit(
+            "last_round_timestamp",
+            "Unix time of the eviction round whose cluster-wide count this node saw last",
+            Unit::Seconds,
+            self.last_round.clone(),
+        );
+        r.register(
+            "tree_repairs",
+            "Spanning tree rebuilds because no count came by for watchdog_rounds intervals",
+            self.tree_repairs.clone(),
+        );
+        r.register(
+            "build",
+            "The running build",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+    }
+
+    /// The live settings.
+    fn register_limits(&mut self) {
+        let (r, l) = (&mut self.registry, &self.limits);
+        r.register(
+            "target_on_site",
+            "Visitors allowed on the site at once (+Inf: unlimited)",
+            l.target_on_site.clone(),
+        );
+        r.register_with_unit(
+            "pass_expiry",
+            "How long a pass stays valid without a refresh",
+            Unit::Seconds,
+            l.pass_expiry.clone(),
+        );
+        r.register_with_unit(
+            "eviction_interval",
+            "How often visitors are let out of the queue (one eviction round)",
+            Unit::Seconds,
+            l.eviction_interval.clone(),
         );
     }
 
@@ -268,15 +368,26 @@ impl Metrics {
         );
     }
 
-    /// Records an admission of a visitor who joined at `join_time`.
-    pub fn on_admitted(&self, join_time: u64) {
+    /// Records an admission, at `at`, of a visitor who joined at `join_time`.
+    pub fn on_admitted(&self, join_time: Time, at: Time) {
         self.admitted.inc();
+        self.wait.observe(seconds(at.saturating_sub(join_time)));
         let n = self
             .fairness
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .record(join_time);
         self.inversions.inc_by(n);
+    }
+
+    /// Records a round this node completed as root.
+    pub fn on_round_completed(&self) {
+        self.rounds_completed.inc();
+    }
+
+    /// Records a tree rebuild.
+    pub fn on_tree_repaired(&self) {
+        self.tree_repairs.inc();
     }
 
     /// Counts one `result` on a family.
@@ -304,6 +415,15 @@ impl Metrics {
         self.shed.get_or_create(&ReasonLabels { reason }).inc();
     }
 
+    /// Counts a peer message the node ignored.
+    pub fn count_ignored(family: &Family<ReasonLabels, Counter>, reason: Ignored) {
+        family
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
     /// Counts a peer message.
     pub fn count_type(family: &Family<TypeLabels, Counter>, body: &Body) {
         family
@@ -313,8 +433,8 @@ impl Metrics {
             .inc();
     }
 
-    /// Renders the registry after setting the gauges from `status`.
-    pub fn render(&self, status: &NodeStatus) -> String {
+    /// Renders the registry after setting the gauges from `status` and the node's `settings`.
+    pub fn render(&self, status: &NodeStatus, settings: &Settings) -> String {
         let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.queued.set(g(status.queued));
         self.on_site.set(g(status.on_site));
@@ -324,7 +444,18 @@ impl Metrics {
         if let Some(s) = &status.summary {
             self.cluster_queued.set(g(s.queued));
             self.cluster_on_site.set(g(s.on_site));
+            self.last_round.set(seconds(s.stamp.time));
         }
+        let l = &self.limits;
+        l.target_on_site
+            .set(if settings.target_on_site == Settings::UNLIMITED {
+                f64::INFINITY
+            } else {
+                settings.target_on_site as f64
+            });
+        l.pass_expiry.set(seconds(settings.pass_expiry_ms));
+        l.eviction_interval
+            .set(seconds(settings.eviction_interval_ms));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -352,5 +483,53 @@ pub fn message_type(body: &Body) -> &'static str {
         Body::PingReq { .. } => "ping_req",
         Body::JoinRequest { .. } => "join_request",
         Body::NotMember { .. } => "not_member",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use waitingroom_core::NodeId;
+    use waitingroom_distributed::Phase;
+
+    use super::*;
+
+    fn status() -> NodeStatus {
+        NodeStatus {
+            id: NodeId(1),
+            incarnation: 1,
+            addr: "http://127.0.0.1:1".into(),
+            phase: Phase::Member,
+            version: 1,
+            members: Vec::new(),
+            edges: Vec::new(),
+            parent: None,
+            is_root: true,
+            queued: 0,
+            on_site: 0,
+            admitted_total: 0,
+            summary: None,
+        }
+    }
+
+    #[test]
+    fn waits_are_observed_from_join_to_admission() {
+        let m = Metrics::new();
+        m.on_admitted(1_000, 4_000);
+        m.on_admitted(2_000, 2_100);
+        m.on_round_completed();
+        let text = m.render(&status(), &Settings::default());
+        for line in [
+            "waitingroom_wait_seconds_sum 3.1",
+            "waitingroom_wait_seconds_count 2",
+            "waitingroom_wait_seconds_bucket{le=\"0.125\"} 1",
+            "waitingroom_wait_seconds_bucket{le=\"2.0\"} 1",
+            "waitingroom_wait_seconds_bucket{le=\"4.0\"} 2",
+            "waitingroom_admitted_total 2",
+            "waitingroom_rounds_completed_total 1",
+            // No count seen yet.
+            "waitingroom_last_round_timestamp_seconds 0.0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
     }
 }

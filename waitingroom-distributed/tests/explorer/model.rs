@@ -10,6 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use waitingroom_core::{NodeId, QueueKey, Settings, Ticket, Time};
+use waitingroom_distributed::testing;
 use waitingroom_distributed::{Body, Event, Node, NodeConfig, Transmit};
 
 use super::{Config, TimerPolicy, checks};
@@ -247,7 +248,7 @@ fn settings(cfg: &Config) -> Settings {
 }
 
 fn node_config(id: u64, cfg: &Config) -> NodeConfig {
-    let mut c = NodeConfig::new(NodeId(id), 1, format!("n{id}"), settings(cfg));
+    let mut c = testing::config(id, 1, settings(cfg));
     c.admission = cfg.mode;
     let lossy = cfg.drops > 0 || cfg.dups > 0;
     // Probes only where a crash must be detected: every probe is one more timer instant.
@@ -265,7 +266,7 @@ fn node_config(id: u64, cfg: &Config) -> NodeConfig {
 }
 
 fn addr_id(addr: &str) -> NodeId {
-    NodeId(addr[1..].parse().expect("addresses are n<id>"))
+    testing::id_of(addr).expect("addresses are n<id>")
 }
 
 fn msg_fp(t: &Transmit) -> u128 {
@@ -295,7 +296,7 @@ impl State {
             if id == 1 {
                 node.start_cluster(s.now);
             } else {
-                node.join_cluster(s.now, vec!["n1".into()]);
+                node.join_cluster(s.now, vec![testing::addr(1)]);
             }
             s.slots.push(Slot::new(node, true));
             s.drain(NodeId(id));
@@ -316,7 +317,7 @@ impl State {
         while let Some(m) = queue.pop_front() {
             let to = addr_id(&m.t.to_addr);
             let now = self.now;
-            self.node_mut(to).handle_message(now, m.t.envelope.clone());
+            let _ = self.node_mut(to).handle_message(now, m.t.envelope.clone());
             self.drain(to);
             queue.extend(std::mem::take(&mut self.in_flight));
         }
@@ -392,7 +393,7 @@ impl State {
         }
         for (to, envelope) in acks {
             let now = self.now;
-            self.node_mut(to).handle_message(now, envelope);
+            let _ = self.node_mut(to).handle_message(now, envelope);
             problems.extend(self.drain(to));
         }
         for e in events {
@@ -560,7 +561,7 @@ impl State {
                 let m = self.take(fp);
                 let to = addr_id(&m.t.to_addr);
                 let now = self.now;
-                self.node_mut(to).handle_message(now, m.t.envelope.clone());
+                let _ = self.node_mut(to).handle_message(now, m.t.envelope.clone());
                 self.drain(to)
             }
             Step::Drop(fp) => {

@@ -542,6 +542,25 @@ async fn visitor_bodies_are_bounded() {
     }
 }
 
+/// A well-signed message the node does not act on is counted by why. (A message addressed to
+/// another node never reaches the protocol: its request is refused as misdirected first.)
+#[tokio::test]
+async fn ignored_peer_messages_are_counted_by_reason() {
+    let n = TestNode::start(options(), false);
+    let contact = json!({"id": 2, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+    let unknown_probe = json!([{
+        "from": contact, "to": 1, "to_incarnation": 1,
+        "body": {"PingAck": {"nonce": 77, "target": 1, "view": {"version": 1, "digest": 0}}}
+    }]);
+    let body = unknown_probe.to_string().into_bytes();
+    let r = n.send(n.peer_request(MESSAGES_PATH, body)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let reason = crate::metrics::ReasonLabels {
+        reason: "unknown_probe",
+    };
+    assert_eq!(n.app.metrics.peer_ignored.get_or_create(&reason).get(), 1);
+}
+
 #[tokio::test]
 async fn oversized_peer_batch_is_413_and_changes_nothing() {
     let limit = 2048;

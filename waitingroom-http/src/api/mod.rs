@@ -30,7 +30,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
@@ -39,6 +39,10 @@ use crate::client_addr::ClientAddr;
 use crate::errors::{ApiError, LoggedError};
 use crate::metrics::RouteLabels;
 use crate::peer::{FORWARD_PATH, ForwardOp, MESSAGES_PATH};
+
+/// The pass check under any method and path suffix, for gates that cannot set the path or
+/// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).
+pub const VERIFY_ANY_PATH: &str = "/api/pass/verify/{*checked_path}";
 
 /// Every route of a node on one port: the public and the internal routes together. For a node
 /// without `--internal-listen` (allowed on loopback only) and for in-process tests.
@@ -136,6 +140,8 @@ fn visitor_routes(app: &App) -> Router<Arc<App>> {
         .route("/api/leave", post(visitor::leave))
         .route("/api/pass/refresh", post(visitor::refresh_pass))
         .route("/api/pass/verify", get(visitor::verify_pass))
+        // Envoy's ext_authz asks with the request's own method and its path appended.
+        .route(VERIFY_ANY_PATH, any(visitor::verify_pass))
         .layer(DefaultBodyLimit::max(app.cfg.limits.visitor_body))
 }
 
@@ -251,7 +257,7 @@ async fn track(
     {
         if status >= 500 {
             tracing::warn!(%route, status, code = %e.code, error = %e.message, "request failed");
-        } else if route == "/api/pass/verify" {
+        } else if route == "/api/pass/verify" || route == VERIFY_ANY_PATH {
             // A gate's routine answer (every visitor without a valid pass gets it): not worth a
             // log line each at info.
             tracing::debug!(%route, status, code = %e.code, error = %e.message, "request refused");

@@ -31,8 +31,10 @@ pub(super) async fn readyz(State(app): State<Arc<App>>) -> Result<&'static str, 
 }
 
 pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let status = app.driver.status();
-    let text = app.metrics.render(&status);
+    let (status, settings) = app
+        .driver
+        .read(|n| (n.status(), n.room().settings().clone()));
+    let text = app.metrics.render(&status, &settings);
     (
         [(
             header::CONTENT_TYPE,

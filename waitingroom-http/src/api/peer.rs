@@ -110,7 +110,9 @@ pub(super) async fn messages(
     }
     app.driver.with(|node, now| {
         for env in envelopes {
-            node.handle_message(now, env);
+            if let Err(reason) = node.handle_message(now, env) {
+                Metrics::count_ignored(&app.metrics.peer_ignored, reason);
+            }
         }
     });
     Ok(StatusCode::NO_CONTENT)

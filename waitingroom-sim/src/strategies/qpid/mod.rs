@@ -289,7 +289,8 @@ impl QpidRoom {
             }
             return;
         };
-        node.handle_message(ctx.now, t.envelope);
+        // Why a message was ignored is the node's business: the run's trace records what it did.
+        let _ = node.handle_message(ctx.now, t.envelope);
         self.drain(ctx, to);
         self.check(ctx);
     }

@@ -8,9 +8,11 @@
 use thiserror::Error;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket, TicketId, Time};
 
+use super::{Node, next_boundary};
+use crate::cluster::Phase;
+use crate::membership::Contact;
 use crate::messages::ChannelMsg;
-use crate::messages::Contact;
-use crate::node::{Node, Phase};
+use crate::outputs::Outbox;
 
 /// Most re-queued visitors remembered for nodes that are away.
 const FORGETS_LIMIT: usize = 65_536;
@@ -33,26 +35,13 @@ impl Node {
     /// A new visitor joins through this node.
     pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
         self.ready()?;
-        let straight_through = self.cfg.settings.admit_straight_through
-            && self.tag.budget > 0
-            && self.room.queued() == 0
-            && self
-                .tag
-                .summary
-                .as_ref()
-                .is_some_and(|s| s.queued <= s.admitted);
+        let straight_through = self.tag.take_place(self.local.room().queued());
+        let answer = self.local.room_mut().join_as(now, straight_through);
         if straight_through {
-            self.tag.budget -= 1;
-        }
-        let answer = self.room.join_as(now, straight_through);
-        if straight_through {
-            self.admitted_total += 1;
-            let key = answer.ticket.key_on(self.me.id);
-            self.emit(crate::node::Event::Admitted {
-                key,
-                at: now,
-                decided_at: now,
-            });
+            let key = answer.ticket.key_on(self.id());
+            let mut out = Outbox::default();
+            self.local.admitted(key, now, now, &mut out);
+            self.send_outbox(now, out);
         }
         self.local_queue_changed(now);
         Ok(self.with_cluster_position(now, answer, None))
@@ -69,23 +58,23 @@ impl Node {
     /// be reached. The visitor is queued here under their original join time.
     pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
         self.ready_for(ticket)?;
-        let requeued = !self.room.knows(ticket.id);
+        let requeued = !self.local.room().knows(ticket.id);
         // Without the shown position, the engine's answer is the plain local rank.
         let shown = ticket.previous_position;
         let unclamped = Ticket {
             previous_position: None,
             ..ticket.clone()
         };
-        let mut answer = self.room.check_in(now, &unclamped)?;
+        let mut answer = self.local.room_mut().check_in(now, &unclamped)?;
         self.local_queue_changed(now);
-        if requeued && ticket.node != self.me.id {
+        if requeued && ticket.node != self.id() {
             self.forget_elsewhere(now, ticket.node, ticket.id);
         }
         if requeued && matches!(answer.status, CheckInStatus::Queued { .. }) {
             // Their node is gone; the cluster may already have decided to let them in.
             self.admit_decided(now);
-            if self.room.is_admitted(ticket.id) {
-                answer = self.room.check_in(now, &answer.ticket)?;
+            if self.local.room().is_admitted(ticket.id) {
+                answer = self.local.room_mut().check_in(now, &answer.ticket)?;
             }
         }
         Ok(self.with_cluster_position(now, answer, shown))
@@ -100,23 +89,23 @@ impl Node {
     /// Like [`Node::leave`], whatever node holds the ticket.
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
         self.ready_for(ticket)?;
-        Ok(self.room.leave(now, ticket)?)
+        Ok(self.local.room_mut().leave(now, ticket)?)
     }
 
     /// Extends a valid pass; its holder now counts as on the site through this node.
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
-        Ok(self.room.refresh_pass(now, pass)?)
+        Ok(self.local.room_mut().refresh_pass(now, pass)?)
     }
 
     /// Whether `pass` is valid at `now`.
     pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
-        Ok(self.room.validate_pass(now, pass)?)
+        Ok(self.local.room().validate_pass(now, pass)?)
     }
 
     /// Tells `node` (the visitor's previous node) to drop its entry: now if it is a member, or
     /// once it is one again.
     fn forget_elsewhere(&mut self, now: Time, node: NodeId, ticket: TicketId) {
-        if self.membership.contains(node) {
+        if self.cluster.membership().contains(node) {
             self.send_to(now, node, ChannelMsg::Forget { ticket });
             return;
         }
@@ -129,8 +118,7 @@ impl Node {
     /// The transport could not deliver to `addr` (connection refused, timeout): probe that
     /// member next instead of waiting for its turn in the round-robin order.
     pub fn report_unreachable(&mut self, addr: &str) {
-        if let Some(c) = self.membership.members.values().find(|c| &*c.addr == addr) {
-            let id = c.id;
+        if let Some(id) = self.cluster.member_at(addr) {
             self.swim.prioritise(id);
         }
     }
@@ -139,24 +127,17 @@ impl Node {
     /// that may still be alive (removed by mistake, or cut off by a partition) and must be
     /// asked before the visitor is queued a second time.
     pub fn owner_of(&self, ticket: &Ticket) -> Option<Contact> {
-        if ticket.node == self.me.id || self.room.knows(ticket.id) {
+        if ticket.node == self.id() || self.local.room().knows(ticket.id) {
             return None;
         }
-        // A member; or a node we saw leave; or one the cluster removed before we joined (we may
-        // have restarted since, or it was on the other side of a partition).
-        self.membership
-            .members
-            .get(&ticket.node)
-            .or_else(|| self.formers.get(&ticket.node))
-            .or_else(|| self.membership.removed.get(&ticket.node))
-            .cloned()
+        self.cluster.reach(ticket.node).cloned()
     }
 
     /// A node serves the visitors it knows even while it rejoins the cluster; anyone else
     /// needs it to be a member.
     fn ready_for(&self, ticket: &Ticket) -> Result<(), VisitorError> {
-        let alive = matches!(self.phase, Phase::Member | Phase::Joining { .. });
-        if alive && self.room.knows(ticket.id) {
+        let alive = matches!(self.cluster.phase(), Phase::Member | Phase::Joining { .. });
+        if alive && self.local.room().knows(ticket.id) {
             Ok(())
         } else {
             self.ready()
@@ -182,17 +163,19 @@ impl Node {
     /// visitor was shown before) and the ETA by one from the cluster's admission rate.
     fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
         if let CheckInStatus::Queued { position: local } = answer.status {
-            let key = answer.ticket.key_on(self.me.id);
+            let key = answer.ticket.key_on(self.id());
+            let room = self.local.room();
+            let members = self.cluster.membership().members.len();
             let estimate = self
-                .visitors_ahead(&key, local.saturating_sub(1))
+                .tag
+                .visitors_ahead(&key, local.saturating_sub(1), room, members)
                 .saturating_add(1);
             let position = shown.map_or(estimate, |p| p.min(estimate)).max(1);
             answer.status = CheckInStatus::Queued { position };
             answer.ticket.previous_position = Some(position);
             answer.eta_ms = self
                 .tag
-                .summary
-                .as_ref()
+                .summary()
                 .filter(|s| s.rate_milli_per_s > 0)
                 .map(|s| position.saturating_mul(1_000_000) / s.rate_milli_per_s);
             if let Some(soon) = self.refresh_soon(now, &answer.ticket, position) {
@@ -213,13 +196,13 @@ impl Node {
     /// (2,000 visitors on 3 nodes: check-in p99 0.2 s instead of 35 ms); their refresh
     /// intervals, spread by ticket id, serve them.
     fn refresh_soon(&self, now: Time, ticket: &Ticket, position: u64) -> Option<Time> {
-        let s = self.tag.summary.as_ref()?;
+        let s = self.tag.summary()?;
         if self.cfg.settings.is_unlimited() || position > s.admitted.max(1) {
             return None;
         }
         let interval = self.cfg.settings.eviction_interval_ms;
         let spread = (interval * 8 / 10).max(1);
-        let boundary = crate::node::next_boundary(now, interval);
+        let boundary = next_boundary(now, interval);
         Some(boundary + interval / 10 + ticket.id.0 % spread)
     }
 }

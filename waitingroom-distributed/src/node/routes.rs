@@ -1,0 +1,436 @@
+//! Routing between the protocol's parts. Each part is called with what it needs of the node
+//! and says what it wants sent in an outbox; what one part's call means for another (a
+//! membership applied re-initialises QPID, a count decided lets visitors out, a member declared
+//! dead changes the membership) is decided here, in the order the protocol needs.
+
+use waitingroom_core::{NodeId, Time};
+
+use super::Node;
+use crate::cluster::{Applied, Asking, Change};
+use crate::config::AdmissionMode;
+use crate::ignored::Ignored;
+use crate::local::Local;
+use crate::membership::{ClusterRank, Contact, Membership, View};
+use crate::messages::{
+    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Stamp, Weight,
+};
+use crate::outputs::{Event, Outbox};
+use crate::qpid::{self, Qpid};
+use crate::swim::{Swim, Tick};
+use crate::tag::{self, Round, Tag};
+use crate::timer::Timer;
+
+impl Node {
+    // ---- QPID ------------------------------------------------------------------------------
+
+    /// Runs `f` on QPID with what it needs to know of the node, then sends what it said.
+    fn with_qpid<R>(
+        &mut self,
+        now: Time,
+        f: impl FnOnce(&mut Qpid, qpid::Ctx, &mut Local, &mut Outbox) -> R,
+    ) -> R {
+        let ctx = qpid::Ctx {
+            me: self.cluster.me().id,
+            version: self.cluster.membership().version,
+            member: self.is_member(),
+        };
+        let mut out = Outbox::default();
+        let result = f(&mut self.qpid, ctx, &mut self.local, &mut out);
+        self.send_outbox(now, out);
+        result
+    }
+
+    /// The local queue's head may have changed (insert, admission, expiry): QPID propagates it.
+    pub(super) fn local_queue_changed(&mut self, now: Time) {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.local_queue_changed(now, ctx, local, out)
+        });
+    }
+
+    pub(super) fn on_update(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        weight: Weight,
+    ) -> Result<(), Ignored> {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.on_update(now, ctx, from, weight, local, out)
+        })
+    }
+
+    pub(super) fn on_find_root(
+        &mut self,
+        now: Time,
+        from: (NodeId, Weight),
+        admit: Option<Admission>,
+    ) -> Result<(), Ignored> {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.on_find_root(now, ctx, from, admit, local, out)
+        })
+    }
+
+    pub(super) fn on_delete_min(&mut self, now: Time, admit: Admission) -> Result<(), Ignored> {
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.on_delete_min(now, ctx, admit, local, out)
+        })
+    }
+
+    pub(super) fn on_weight_query(&mut self, now: Time, from: NodeId) -> Result<(), Ignored> {
+        self.with_qpid(now, |q, ctx, _, out| q.on_weight_query(ctx, from, out))
+    }
+
+    pub(super) fn check_settling(&mut self, now: Time) {
+        self.with_qpid(now, |q, ctx, _, out| q.check_settling(now, ctx, out));
+    }
+
+    // ---- TAG -------------------------------------------------------------------------------
+
+    /// Runs `f` on TAG with what it needs to know of the node, then sends what it said.
+    fn with_tag<R>(
+        &mut self,
+        now: Time,
+        f: impl FnOnce(&mut Tag, tag::Ctx<'_>, &mut Local, &mut Outbox) -> R,
+    ) -> R {
+        let neighbours = self.cluster.neighbours();
+        let membership = self.cluster.membership();
+        let ctx = tag::Ctx {
+            me: self.cluster.me().id,
+            version: membership.version,
+            members: &membership.members,
+            neighbours: &neighbours,
+        };
+        let mut out = Outbox::default();
+        let result = f(&mut self.tag, ctx, &mut self.local, &mut out);
+        self.send_outbox(now, out);
+        result
+    }
+
+    /// An interval boundary: the watchdog rebuilds a tree that has gone quiet; the root counts.
+    pub(super) fn on_eviction_tick(&mut self, now: Time) {
+        if !self.is_member() {
+            return;
+        }
+        let queued = self.local.room().queued();
+        let members = self.cluster.membership().members.len();
+        if self.tag.watchdog(now, queued, members) {
+            let refreshed = self.cluster.refreshed();
+            self.emit(Event::TreeRepaired);
+            self.commit_membership(now, refreshed);
+            return;
+        }
+        if !self.is_root() || !self.qpid.is_settled() {
+            return;
+        }
+        let done = self.with_tag(now, |t, ctx, local, out| {
+            t.start_count(now, ctx, local, out)
+        });
+        self.complete_round(now, done);
+    }
+
+    pub(super) fn on_count_request(&mut self, now: Time, from: NodeId, mut r: CountRequest) {
+        let settled = self.qpid.is_settled();
+        let taken = self.with_tag(now, |t, _, _, out| {
+            t.take_request(now, from, &r, settled, out)
+        });
+        if !taken {
+            return;
+        }
+        self.merge_ranges(now, std::mem::take(&mut r.ranges));
+        let done = self.with_tag(now, |t, ctx, local, out| {
+            t.join_round(from, r, ctx, local, out)
+        });
+        self.complete_round(now, done);
+    }
+
+    pub(super) fn on_count_reply(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        stamp: Stamp,
+        counts: Option<Counts>,
+    ) -> Result<(), Ignored> {
+        let reply = self.with_tag(now, |t, _, _, out| {
+            t.on_count_reply(from, stamp, counts, out)
+        });
+        self.complete_round(now, reply?);
+        Ok(())
+    }
+
+    /// At the root, with the whole cluster counted (if `round` is): decide, merge the ranges
+    /// the count reported, flood the result (this node takes it first), and in the deleteMin
+    /// modes let the batch out through QPID.
+    fn complete_round(&mut self, now: Time, round: Option<Round>) {
+        let Some(round) = round else {
+            return;
+        };
+        let version = self.cluster.membership().version;
+        let decision = self.with_tag(now, |t, _, _, out| t.decide(now, round, version, out));
+        self.merge_ranges(now, decision.reported);
+        let result = self.tag.result(decision.summary, decision.range);
+        self.on_count_result(now, self.id(), result);
+        let Some(batch) = decision.batch else {
+            return;
+        };
+        // This node applied the batch's version: QPID takes it (a one-at-a-time deleteMin at a
+        // node still settling is dropped: the next count lets that visitor out).
+        if self.cfg.admission == AdmissionMode::Sequential {
+            for _ in 0..batch.count {
+                let _ = self.on_delete_min(now, Admission { count: 1, ..batch });
+            }
+        } else {
+            let _ = self.on_delete_min(now, batch);
+        }
+    }
+
+    pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
+        let ranges = self.with_tag(now, |t, ctx, _, out| t.on_count_result(from, r, ctx, out));
+        self.merge_ranges(now, ranges);
+    }
+
+    fn merge_ranges(&mut self, now: Time, ranges: Vec<AdmitRange>) {
+        self.tag.merge_ranges(ranges);
+        self.admit_decided(now);
+    }
+
+    /// Lets out the local visitors whose keys fall in a decided range; QPID hears of the new
+    /// head.
+    pub(super) fn admit_decided(&mut self, now: Time) {
+        let mut out = Outbox::default();
+        let admitted = self.tag.admit_decided(now, &mut self.local, &mut out);
+        self.send_outbox(now, out);
+        if admitted {
+            self.local_queue_changed(now);
+        }
+    }
+
+    // ---- SWIM ------------------------------------------------------------------------------
+
+    pub(super) fn on_probe_tick(&mut self, now: Time) {
+        if !self.is_member() {
+            return;
+        }
+        let mut out = Outbox::default();
+        let (me, members) = (self.id(), &self.cluster.membership().members);
+        let tick = self.swim.tick(me, members, self.cluster.view(), &mut out);
+        self.send_outbox(now, out);
+        match tick {
+            Tick::Pinged(nonce) => {
+                let due = now + self.cfg.probe_timeout_ms;
+                self.arm(due, Timer::ProbeTimeout(nonce));
+            }
+            Tick::Dead(target) => self.declare_dead(now, target),
+            Tick::Idle => {}
+        }
+    }
+
+    pub(super) fn on_probe_timeout(&mut self, now: Time, nonce: u64) {
+        let mut out = Outbox::default();
+        let (me, members) = (self.id(), &self.cluster.membership().members);
+        self.swim.timed_out(nonce, me, members, &mut out);
+        self.send_outbox(now, out);
+    }
+
+    /// Every node answers a ping. A ping also shows the sender's membership view: a joining
+    /// node learns a member's address from it, and a member sends its tree to a peer that is
+    /// behind or conflicts (anti-entropy), or tells a stranger it is not a member.
+    pub(super) fn on_ping(&mut self, now: Time, from: &Contact, nonce: u64, view: View) {
+        let mut out = Outbox::default();
+        Swim::answer(self.id(), self.cluster.view(), from, nonce, &mut out);
+        if view.version > 0 {
+            self.cluster.learn_seed(&from.addr);
+        }
+        self.cluster.compare_views(from, view, &mut out);
+        if self.is_member() && !self.cluster.membership().contains(from.id) {
+            out.raw(from.clone(), self.cluster.not_member());
+        }
+        self.send_outbox(now, out);
+    }
+
+    pub(super) fn on_ping_ack(
+        &mut self,
+        now: Time,
+        from: &Contact,
+        nonce: u64,
+        target: NodeId,
+        view: View,
+    ) -> Result<(), Ignored> {
+        let mut out = Outbox::default();
+        if from.id == target {
+            self.cluster.compare_views(from, view, &mut out);
+        }
+        let acked = self.swim.on_ack(nonce, target, view, &mut out);
+        self.send_outbox(now, out);
+        acked
+    }
+
+    /// Another member asks this one to probe `target` for it (an indirect probe).
+    pub(super) fn on_ping_req(
+        &mut self,
+        now: Time,
+        from: &Contact,
+        target: Contact,
+        nonce: u64,
+    ) -> Result<(), Ignored> {
+        if !self.is_member() {
+            return Err(Ignored::NotInCluster);
+        }
+        if !self.cluster.membership().contains(from.id) {
+            return Err(Ignored::SenderNotMember);
+        }
+        let mut out = Outbox::default();
+        let view = self.cluster.view();
+        self.swim.relay(from, target, nonce, view, &mut out);
+        self.send_outbox(now, out);
+        Ok(())
+    }
+
+    /// Pings a former member now and then: if it lives in another cluster (a healed
+    /// partition), its answer tells us, and the lesser cluster joins the greater.
+    pub(super) fn probe_a_former(&mut self, now: Time) {
+        if !self.is_member() {
+            return;
+        }
+        let candidates = self.cluster.former_candidates();
+        let mut out = Outbox::default();
+        self.swim
+            .ping_one_of(&candidates, self.cluster.view(), &mut out);
+        self.send_outbox(now, out);
+    }
+
+    // ---- membership ------------------------------------------------------------------------
+
+    /// Starts a cluster of one.
+    pub(super) fn become_single(&mut self, now: Time) {
+        let mut out = Outbox::default();
+        let membership = self.cluster.found(&mut out);
+        self.send_outbox(now, out);
+        self.apply_membership(now, membership);
+    }
+
+    pub(super) fn send_join_request(&mut self, now: Time) {
+        let mut out = Outbox::default();
+        let asking = self.cluster.ask_to_join(now, &mut out);
+        self.send_outbox(now, out);
+        match asking {
+            Asking::Asked => self.arm(now + self.cfg.join_retry_ms, Timer::JoinRetry),
+            Asking::GiveUp => self.become_single(now),
+            Asking::NotJoining => {}
+        }
+    }
+
+    pub(super) fn on_join_request(&mut self, now: Time, contact: Contact) -> Result<(), Ignored> {
+        let mut out = Outbox::default();
+        let next = self.cluster.on_join_request(contact, &mut out);
+        self.send_outbox(now, out);
+        if let Some(next) = next? {
+            self.commit_membership(now, next);
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_tree(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        m: Membership,
+    ) -> Result<(), Ignored> {
+        let mut out = Outbox::default();
+        let change = self.cluster.on_tree(from, m, &mut out);
+        self.send_outbox(now, out);
+        match change? {
+            Change::Apply(m) => self.apply_membership(now, m),
+            Change::Commit(m) => self.commit_membership(now, m),
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_not_member(
+        &mut self,
+        now: Time,
+        from: &Contact,
+        cluster: ClusterRank,
+        version: u64,
+    ) -> Result<(), Ignored> {
+        let mut out = Outbox::default();
+        let rejoin = self.cluster.on_not_member(from, cluster, version, &mut out);
+        self.send_outbox(now, out);
+        if let Some(seeds) = rejoin? {
+            self.rejoin(now, seeds);
+        }
+        Ok(())
+    }
+
+    /// SWIM declared `target` dead: remove it and tell everyone.
+    fn declare_dead(&mut self, now: Time, target: Contact) {
+        if let Some(next) = self.cluster.without(&target) {
+            self.emit(Event::MemberFailed(target));
+            self.commit_membership(now, next);
+        }
+    }
+
+    /// Applies a membership this node decided on and tells everyone.
+    fn commit_membership(&mut self, now: Time, next: Membership) {
+        let mut out = Outbox::default();
+        self.cluster.broadcast(&next, &mut out);
+        self.send_outbox(now, out);
+        self.apply_membership(now, next);
+    }
+
+    /// Makes `m` this node's membership; then the parts follow: SWIM forgets the members gone,
+    /// TAG keeps counting their places and drops its round, re-queued visitors are told to the
+    /// members back, QPID starts over on the new tree, and messages held for this version are
+    /// replayed.
+    fn apply_membership(&mut self, now: Time, m: Membership) {
+        let mut out = Outbox::default();
+        let applied = self.cluster.apply(m, &mut out);
+        self.send_outbox(now, out);
+        let (gone, added) = match applied {
+            Applied::Changed { gone, added } => (gone, added),
+            Applied::Rejoin(seeds) => return self.rejoin(now, seeds),
+            Applied::Unchanged => return,
+        };
+        let version = self.cluster.membership().version;
+        for id in gone {
+            self.swim.forget(id);
+            self.tag.member_departed(now, id, version);
+        }
+        for c in added {
+            for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
+                self.send(now, &c, ChannelMsg::Forget { ticket });
+            }
+        }
+        self.tag.abandon_round();
+        self.qpid_apply(now);
+        let pending = std::mem::take(&mut self.future);
+        for (from, msg) in pending {
+            // Whoever sent them learns nothing of how they were taken.
+            let _ = self.on_channel_msg(now, from, msg);
+        }
+    }
+
+    /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]): the root
+    /// role starts at the member with the lowest id.
+    fn qpid_apply(&mut self, now: Time) {
+        let me = self.id();
+        let membership = self.cluster.membership();
+        let lowest = membership.members.keys().next().copied().unwrap_or(me);
+        let parent = membership.next_hop(me, lowest);
+        let neighbours = self.cluster.neighbours();
+        self.arm_retransmit(now);
+        self.with_qpid(now, |q, ctx, local, out| {
+            q.apply(now, ctx, &neighbours, parent, local, out)
+        });
+    }
+
+    /// This node was removed from its cluster: a new life asks to be let back in, with no
+    /// links, no QPID state and no decisions of the old cluster; queued visitors stay.
+    fn rejoin(&mut self, now: Time, seeds: Vec<String>) {
+        let mut out = Outbox::default();
+        self.cluster.rejoin(now, seeds, &mut out);
+        self.send_outbox(now, out);
+        self.channels.clear();
+        self.qpid.reset();
+        self.tag.rejoined();
+        self.send_join_request(now);
+    }
+}

@@ -2,8 +2,8 @@
 //!
 //! `axum::serve` gives hyper no timer, so hyper's header read timeout never fires: a client that
 //! sends half a request head holds a connection (and its buffers) for as long as it likes. This
-//! loop serves each connection with hyper-util's server builder (HTTP/1.1, and HTTP/2 with
-//! prior knowledge, as axum does) with a timer, so a request head must arrive whole within
+//! loop serves each connection with hyper's HTTP/1.1 server (as axum does with this crate's
+//! features: no HTTP/2) with a timer, so a request head must arrive whole within
 //! `header_read_timeout_ms` of the connection asking for one — also between the requests of a
 //! kept-alive connection, so an idle connection is closed after that long too. Each request
 //! carries the TCP peer's address (`ConnectInfo<SocketAddr>`) for the join limit.
@@ -17,8 +17,8 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
+use hyper::server::conn::http1::Builder;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -36,9 +36,8 @@ pub async fn serve(
     header_read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = Builder::new(TokioExecutor::new());
+    let mut builder = Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout);
     let graceful = GracefulShutdown::new();
@@ -61,9 +60,8 @@ pub async fn serve(
                 req.extensions_mut().insert(ConnectInfo(remote));
                 req
             });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
-            .into_owned();
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             // A connection's errors (a client that went away, a head that came too slowly)

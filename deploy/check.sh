@@ -29,9 +29,9 @@ DEPLOY="$ROOT/deploy"
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/waitingroom-deploy-check"
-# Flags the files use that the security work adds (--internal-listen, --public-url,
-# --trusted-proxies); see deploy/README.md.
-PENDING_FLAGS="internal-listen public-url trusted-proxies"
+# Flags the files use that this binary does not know yet (none since the security work added
+# --internal-listen, --public-url and --trusted-proxies); see deploy/README.md.
+PENDING_FLAGS=""
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-deploy-check.XXXXXX")"
 trap 'rm -rf "$STATE"' EXIT
 

@@ -13,7 +13,8 @@
 # Node settings (BENCH_NODE_ARGS overrides): what an operator of a busy sale could run —
 #   --eviction-interval-ms 100 --refresh-interval-ms 250
 # plus the thesis' conditions: --admit-straight-through false --target-on-site unlimited
-# --pass-expiry-ms 0, and --log-level warn.
+# --pass-expiry-ms 0; --join-rate-limit 0 (every visitor comes from this one address), and
+# --log-level warn.
 # FRONT_PORT (default 18480), CLUSTER_DIR (default: a temporary directory) as cluster.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --json) JSON=1; shift ;;
     --ramp-up-ms) RAMP_UP_MS="$2"; shift 2 ;;
     --netns) NETNS_ARG=(--netns); shift ;;
-    *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 
@@ -52,7 +53,7 @@ NODE_BIN="$(node_bin)"
 export NODE_BIN
 command -v jq >/dev/null 2>&1 || apt_install jq
 
-BENCH_NODE_ARGS="${BENCH_NODE_ARGS:---eviction-interval-ms 100 --refresh-interval-ms 250 --admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --log-level warn}"
+BENCH_NODE_ARGS="${BENCH_NODE_ARGS:---eviction-interval-ms 100 --refresh-interval-ms 250 --admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --join-rate-limit 0 --log-level warn}"
 read -r -a NODE_ARGS <<<"$BENCH_NODE_ARGS"
 
 # CPU seconds (user + system) used so far by the cluster's nodes and balancer processes.

@@ -2,10 +2,14 @@
 # The waiting page tried as a visitor would, in headless Chromium.
 #
 # Starts 3 nodes (one place on the site, passes valid 3 s, everyone queued) and the demo origin,
-# then sends three headless browsers to three different nodes, one after the other:
-#   A - JavaScript off: only the <meta refresh> path moves it on;
-#   B - JavaScript on;  (E - JavaScript on, only there to make C wait longer)
-#   C - JavaScript on; its first page is dumped (the position must show);
+# then sends three headless browsers to three different nodes, one after the other. A GET never
+# takes a place: the page takes it with its own POST.
+#   A - JavaScript off: the page shows its button (checked: no place taken before it is
+#       pressed); it is pressed (DevTools Input events, scripts/cdp-click.py), and from then on
+#       only the <meta refresh> path moves it on;
+#   B - JavaScript on: the page joins by itself;  (E - JavaScript on, only there to make C wait
+#       longer)
+#   C - JavaScript on; its first page is dumped after its script joined (the position must show);
 #   D - joins last; its page is screenshot to docs/waiting-page.png.
 # Each browser is then watched through the DevTools HTTP endpoint (/json/list: the page title
 # carries the position) until it lands on the origin, which shows its welcome page (title "Demo
@@ -20,6 +24,7 @@ ROOT=$(pwd)
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
 command -v chromium >/dev/null 2>&1 || apt_install chromium
+command -v python3 >/dev/null 2>&1 || apt_install python3
 
 cargo build -q -p waitingroom-http --bin waitingroom-node
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/waitingroom-node"
@@ -55,14 +60,17 @@ COMMON=(--key-file "$WORK/key.pem" --target-on-site 1 --pass-expiry-ms 3000
     --ticket-expiry-ms 6000 --refresh-interval-ms 1000 --eviction-interval-ms 500
     --admit-straight-through false --origin-url "$ORIGIN" --page-title "You are in the queue")
 NODES=()
+INTERNAL=()
 for i in 0 1 2; do
     port=$((BASE_PORT + i))
+    iport=$((BASE_PORT + 50 + i))
     peers=()
-    [ "$i" -gt 0 ] && peers=(--peers "http://127.0.0.1:$BASE_PORT")
-    "$BIN" run --listen "127.0.0.1:$port" "${COMMON[@]}" "${peers[@]}" \
-        >/dev/null 2>"$WORK/node$i.log" &
+    [ "$i" -gt 0 ] && peers=(--peers "http://127.0.0.1:$((BASE_PORT + 50))")
+    "$BIN" run --listen "127.0.0.1:$port" --internal-listen "127.0.0.1:$iport" "${COMMON[@]}" \
+        "${peers[@]}" >/dev/null 2>"$WORK/node$i.log" &
     PIDS+=($!)
     NODES+=("http://127.0.0.1:$port")
+    INTERNAL+=("http://127.0.0.1:$iport")
     wait_ok "http://127.0.0.1:$port/readyz"
 done
 "$BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" --waiting-room-url "${NODES[0]}/" \
@@ -107,9 +115,28 @@ wait_queued() { # name debug-port: until its page shows a position in the title
     fail "browser $1 never showed the waiting page"
 }
 
+queued_total() { # visitors queued on every node (their internal /metrics)
+    local n=0 v u
+    for u in "${INTERNAL[@]}"; do
+        v=$(curl -s "$u/metrics" | awk '/^waitingroom_queued / { print $2 }')
+        n=$((n + ${v:-0}))
+    done
+    echo "$n"
+}
+
 DBG_A=$((BASE_PORT + 21)); DBG_B=$((BASE_PORT + 22)); DBG_C=$((BASE_PORT + 23))
 browse A "${NODES[0]}/" "$DBG_A" --blink-settings=scriptEnabled=false
+for _ in $(seq 1 100); do
+    [[ "$(page_of "$DBG_A")" == "… ·"* ]] && break
+    sleep 0.1
+done
+sleep 0.5
+[ "$(queued_total)" -eq 0 ] || fail "A's page load took a place before its button was pressed"
+python3 scripts/cdp-click.py "$DBG_A" "form.join button" \
+    || fail "could not press A's button"
 wait_queued A "$DBG_A"
+[ "$(queued_total)" -eq 1 ] || fail "A's button did not take exactly one place"
+echo "A took its place with the page's button (no JavaScript)"
 browse B "${NODES[1]}/shop/item/42" "$DBG_B"
 wait_queued B "$DBG_B"
 # E: one more visitor ahead of C, so that C has a few places to move up.
@@ -119,8 +146,8 @@ wait_queued E $((BASE_PORT + 24))
 # C: the position shows on the page (dumped DOM); then the same visitor waits in a browser.
 mkdir -p "$WORK/profile-C" docs
 # shellcheck disable=SC2046
-DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-C") --dump-dom "${NODES[2]}/" 2>/dev/null) \
-    || fail "chromium --dump-dom failed"
+DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-C") --virtual-time-budget=5000 \
+    --dump-dom "${NODES[2]}/" 2>/dev/null) || fail "chromium --dump-dom failed"
 POS=$(grep -o 'id="position">[0-9]*<' <<<"$DOM" | grep -o '[0-9][0-9]*' || true)
 grep -q 'aria-live="polite"' <<<"$DOM" || fail "no aria-live region in the page: ${DOM:0:400}"
 grep -q '<html lang="en">' <<<"$DOM" || fail "no lang on the page"
@@ -130,7 +157,7 @@ browse C "${NODES[2]}/" "$DBG_C"
 # The screenshot is of a fourth visitor (D), who joins last and is not watched further.
 mkdir -p "$WORK/profile-D"
 # shellcheck disable=SC2046
-timeout 30 chromium $(chrome_flags "$WORK/profile-D") --hide-scrollbars \
+timeout 30 chromium $(chrome_flags "$WORK/profile-D") --hide-scrollbars --virtual-time-budget=5000 \
     --screenshot="$ROOT/docs/waiting-page.png" "${NODES[1]}/" >/dev/null 2>&1 \
     || fail "screenshot failed"
 echo "screenshot: docs/waiting-page.png"

@@ -8,11 +8,20 @@
 #                                               the balancer, whose health check takes it out
 #   scripts/cluster.sh link I down|up           (netns mode) cut or restore node I's link
 #   scripts/cluster.sh status                   what runs, and each node's view of the cluster
+#   scripts/cluster.sh url I                    node I's public base URL (visitors)
+#   scripts/cluster.sh internal-url I           node I's internal base URL (peers, /metrics,
+#                                               /api/cluster)
 #   scripts/cluster.sh down                     stop exactly what `up`/`add` started, by PID
+#
+# Every node has two listeners: the public one (visitor API, page, JWKS, /livez, /readyz), which
+# the balancer sends visitors to, and the internal one (--internal-listen: peer traffic,
+# /metrics, /api/cluster), which peers and this script use. The balancer passes on public
+# routes only: /peer/..., /admin/..., /metrics and /api/cluster get 404 at the front.
 #
 # Environment:
 #   FRONT_PORT=8080        the balancer's port on 127.0.0.1
 #   BASE_PORT=FRONT_PORT+1 node i listens on BASE_PORT+i-1
+#   INTERNAL_BASE_PORT=BASE_PORT+1000  node i's internal listener is on INTERNAL_BASE_PORT+i-1
 #   CLUSTER_DIR=.cluster   state: PIDs, ports, key, logs, balancer config
 #   BALANCER=haproxy       or nginx (installed from Debian's packages when missing)
 #   NODE_BIN=...           the waitingroom-node binary (default: the release build, built
@@ -29,6 +38,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FRONT_PORT="${FRONT_PORT:-8080}"
 BASE_PORT="${BASE_PORT:-$((FRONT_PORT + 1))}"
+INTERNAL_BASE_PORT="${INTERNAL_BASE_PORT:-$((BASE_PORT + 1000))}"
 CLUSTER_DIR="${CLUSTER_DIR:-$ROOT/.cluster}"
 BALANCER="${BALANCER:-haproxy}"
 NETEM_DELAY="${NETEM_DELAY:-15ms}"
@@ -138,21 +148,24 @@ node_count() { cat "$CLUSTER_DIR/count" 2>/dev/null || echo 0; }
 
 # Starts node $1 (1-based); the first starts the cluster, the others join through node 1.
 start_node() {
-    local i="$1" bin host port url ns="" args=()
+    local i="$1" bin host port iport url ns="" args=()
     bin="$(node_bin)"
     port=$((BASE_PORT + i - 1))
+    iport=$((INTERNAL_BASE_PORT + i - 1))
     host=127.0.0.1
     if [[ -f "$CLUSTER_DIR/netns-mode" ]]; then
         host="$(netns_setup_node "$i")"
         ns="$(ns_name "$i")"
-    elif port_busy "$port"; then
-        die "port $port is in use (set FRONT_PORT/BASE_PORT)"
+    elif port_busy "$port" || port_busy "$iport"; then
+        die "port $port or $iport is in use (set FRONT_PORT/BASE_PORT/INTERNAL_BASE_PORT)"
     fi
     url="http://$host:$port"
-    args=(run --listen "$host:$port" --key-file "$CLUSTER_DIR/key.pem"
-        --client-ip-header x-forwarded-for)
+    # The balancer on 127.0.0.1 is the nodes' trusted proxy (the default): the client is the
+    # last x-forwarded-for entry it writes.
+    args=(run --listen "$host:$port" --internal-listen "$host:$iport"
+        --key-file "$CLUSTER_DIR/key.pem" --client-ip-header x-forwarded-for)
     if ((i > 1)); then
-        args+=(--peers "$(cat "$CLUSTER_DIR/node-1.url")")
+        args+=(--peers "$(cat "$CLUSTER_DIR/node-1.internal")")
     fi
     if [[ -s "$CLUSTER_DIR/node-args" ]]; then
         mapfile -t extra <"$CLUSTER_DIR/node-args"
@@ -168,6 +181,7 @@ start_node() {
     fi
     echo $! >"$CLUSTER_DIR/node-$i.pid"
     echo "$url" >"$CLUSTER_DIR/node-$i.url"
+    echo "http://$host:$iport" >"$CLUSTER_DIR/node-$i.internal"
 }
 
 wait_node() {
@@ -215,6 +229,10 @@ defaults
 
 frontend waitingroom
     bind 127.0.0.1:$FRONT_PORT
+    # Only public routes reach the nodes (their public listeners do not serve these anyway).
+    acl internal_route path /peer /admin /metrics /api/cluster
+    acl internal_route path_beg /peer/ /admin/ /metrics/ /api/cluster/
+    http-request return status 404 content-type application/json string '{"error":"no such route","code":"not_found"}' if internal_route
     default_backend nodes
 
 backend nodes
@@ -255,10 +273,17 @@ EOF
     }
     server {
         listen 127.0.0.1:$FRONT_PORT;
+        # Only public routes reach the nodes (their public listeners do not serve these anyway).
+        location ~ ^/(peer|admin|metrics|api/cluster)(/|\$) {
+            default_type application/json;
+            return 404 '{"error":"no such route","code":"not_found"}';
+        }
         location / {
             proxy_pass http://nodes;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # The client's Host (a join's Origin is checked against it without --public-url).
+            proxy_set_header Host \$http_host;
             proxy_set_header X-Forwarded-For \$remote_addr;
             proxy_connect_timeout 1s;
             proxy_next_upstream error timeout http_503 non_idempotent;
@@ -311,20 +336,33 @@ reload_balancer() {
     esac
 }
 
+# How many /livez requests node $1 has served (from its internal /metrics).
+livez_served() {
+    curl -fsS -m 2 "$(cat "$CLUSTER_DIR/node-$1.internal")/metrics" 2>/dev/null |
+        awk '/^waitingroom_http_request_duration_seconds_count\{.*route="\/livez"/ { n += $2 } END { print n + 0 }'
+}
+
 wait_balancer() {
     local deadline=$((SECONDS + READY_TIMEOUT_S))
     if ! wait_http "http://127.0.0.1:$FRONT_PORT/readyz"; then
         tail -20 "$CLUSTER_DIR/balancer.log" >&2 || true
         die "the balancer on 127.0.0.1:$FRONT_PORT does not answer"
     fi
-    # Every node reachable through it: round robin hits each within a few requests.
-    local n seen
+    # Every node reachable through it: round robin hits each within a few requests. Each node
+    # counts the /livez requests it served (health checks use /readyz, so these came through
+    # the front); a node whose count grows is reached.
+    local n seen i
     n="$(node_count)"
     while true; do
-        seen=$(for ((k = 0; k < 3 * n; k++)); do
-            curl -fsS -m 2 "http://127.0.0.1:$FRONT_PORT/api/cluster" 2>/dev/null |
-                grep -o '"id":[0-9]*' | head -1
-        done | sort -u | grep -c . || true)
+        for ((k = 0; k < 3 * n; k++)); do
+            curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$FRONT_PORT/livez" 2>/dev/null || true
+        done
+        seen=0
+        for ((i = 1; i <= n; i++)); do
+            if (($(livez_served "$i") > 0)); then
+                seen=$((seen + 1))
+            fi
+        done
         ((seen >= n)) && break
         ((SECONDS < deadline)) || die "the balancer reaches only $seen of $n nodes"
         sleep 0.3
@@ -340,7 +378,7 @@ print_urls() {
     echo "  front:  http://127.0.0.1:$FRONT_PORT/   (round robin)"
     for ((i = 1; i <= n; i++)); do
         [[ -f "$CLUSTER_DIR/node-$i.url" ]] || continue
-        echo "  node $i: $(cat "$CLUSTER_DIR/node-$i.url")/   (PID $(cat "$CLUSTER_DIR/node-$i.pid"), log $CLUSTER_DIR/node-$i.log)"
+        echo "  node $i: $(cat "$CLUSTER_DIR/node-$i.url")/   (internal $(cat "$CLUSTER_DIR/node-$i.internal")/, PID $(cat "$CLUSTER_DIR/node-$i.pid"), log $CLUSTER_DIR/node-$i.log)"
     done
 }
 
@@ -474,7 +512,7 @@ cmd_status() {
     print_urls
     for ((i = 1; i <= n; i++)); do
         pid="$(cat "$CLUSTER_DIR/node-$i.pid")"
-        url="$(cat "$CLUSTER_DIR/node-$i.url")"
+        url="$(cat "$CLUSTER_DIR/node-$i.internal")"
         if is_ours "$pid" waitingroom-node; then
             state="$(curl -fsS -m 2 "$url/readyz" 2>/dev/null || echo 'not ready')"
             echo "node $i: running, ${state%$'\n'}; $(curl -fsS -m 2 "$url/metrics" 2>/dev/null |
@@ -491,6 +529,13 @@ cmd_status() {
     fi
 }
 
+# Prints node $2's URL of kind $1 (url: public, internal).
+cmd_url() {
+    local kind="$1" i="${2:-}"
+    [[ "$i" =~ ^[1-9][0-9]*$ && -f "$CLUSTER_DIR/node-$i.$kind" ]] || die "no node '$i' (usage: cluster.sh $3 I)"
+    cat "$CLUSTER_DIR/node-$i.$kind"
+}
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
@@ -500,6 +545,8 @@ kill) cmd_kill "$@" ;;
 link) cmd_link "$@" ;;
 down) cmd_down ;;
 status) cmd_status ;;
+url) cmd_url url "${1:-}" url ;;
+internal-url) cmd_url internal "${1:-}" internal-url ;;
 *)
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 2

@@ -11,7 +11,8 @@
 #                       [--after-s 4] [--victim 2] [--stop-s 3] [--nodes 3] [--netns]
 #   (both = kill, then add; all = kill, add, stop)
 #
-# Node settings (every visitor queued; one check-in a second): FAILOVER_NODE_ARGS overrides.
+# Node settings (every visitor queued; one check-in a second; no join limit: all visitors come
+# from this one address): FAILOVER_NODE_ARGS overrides.
 # FRONT_PORT (default 18380) and CLUSTER_DIR (default: a temporary directory) as cluster.sh.
 # Prints one line per run and exits non-zero if any visitor was lost.
 set -euo pipefail
@@ -36,7 +37,7 @@ while [[ $# -gt 0 ]]; do
     --stop-s) STOP_S="$2"; shift 2 ;;
     --nodes) NODES="$2"; shift 2 ;;
     --netns) NETNS_ARG=(--netns); shift ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 case "$MODE" in kill | add | stop | link | both | all) ;; *) echo "--mode kill|add|stop|link|both|all" >&2; exit 2 ;; esac
@@ -60,8 +61,9 @@ export NODE_BIN
 command -v jq >/dev/null 2>&1 || apt_install jq
 
 # Every visitor queued (no straight-through, unlimited target, passes born expired), a
-# check-in a second, a round every 500 ms, SWIM probes every 300 ms.
-read -r -a NODE_ARGS <<<"${FAILOVER_NODE_ARGS:---admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --eviction-interval-ms 500 --refresh-interval-ms 1000 --probe-interval-ms 300 --probe-timeout-ms 150 --forward-timeout-ms 500 --log-level warn}"
+# check-in a second, a round every 500 ms, SWIM probes every 300 ms. The load comes from one
+# address (this machine, through the balancer), so the per-client join limit is off.
+read -r -a NODE_ARGS <<<"${FAILOVER_NODE_ARGS:---admit-straight-through false --target-on-site unlimited --pass-expiry-ms 0 --eviction-interval-ms 500 --refresh-interval-ms 1000 --probe-interval-ms 300 --probe-timeout-ms 150 --forward-timeout-ms 500 --join-rate-limit 0 --log-level warn}"
 
 failed=0
 run() {
@@ -88,16 +90,18 @@ run() {
     local status=0
     wait "$LOAD_PID" || status=$?
     LOAD_PID=""
-    # Each surviving node's view, for the record.
-    local members
-    members=$(curl -fsS -m 2 "http://127.0.0.1:$FRONT_PORT/metrics" | awk '/^waitingroom_members /{print $2}')
+    # A surviving node's view, for the record (from its internal listener).
+    local members survivor=1
+    ((VICTIM != 1)) || survivor=2
+    members=$(curl -fsS -m 2 "$(bash "$ROOT/scripts/cluster.sh" internal-url "$survivor")/metrics" |
+        awk '/^waitingroom_members /{print $2}')
     bash "$ROOT/scripts/cluster.sh" down >/dev/null
     if ((status != 0)) || [[ ! -s "$out" ]]; then
         echo "failover $mode: the load generator failed (status $status)"
         failed=1
         return
     fi
-    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors) \(.error_reasons | tostring), re-checked-in after a refused leave \(.readmissions), passes lost \(.pass_lost), most on site at once \(.max_on_site), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
+    jq -r --arg mode "$mode" --arg members "$members" '"failover \($mode): \(.users) visitors, \(.joined) joined, \(.admitted) admitted, lost \(.lost), not joined \(.not_joined), errors \(.errors) \(.error_reasons | tostring), re-checked-in after a refused leave \(.readmissions), retried later (503, not errors) \(.retried_later), passes lost \(.pass_lost), most on site at once \(.max_on_site), \(.admitted_per_s)/s, Kendall-Tau seen \(.kendall_tau) eviction \(.kendall_tau_eviction), members after \($members)"' "$out"
     if [[ "$(jq '.lost + .not_joined' "$out")" != 0 ]] ||
         [[ "$(jq '.admitted == .users' "$out")" != true ]]; then
         echo "failover $mode: FAILED (visitors lost)"

@@ -16,7 +16,7 @@ secs=${1:-120}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(tokens cluster_key peer_message peer_batch peer_values visitor_request)
+    targets=(tokens cluster_key peer_message peer_batch peer_values visitor_request peer_auth replay_cache)
 fi
 target_dir=${FUZZ_TARGET_DIR:-fuzz/target}
 
@@ -28,6 +28,8 @@ status=0
 for t in "${targets[@]}"; do
     log="fuzz/logs/$t.log"
     case $t in
+        peer_auth) dict=fuzz/dict/peer_auth.dict ;;
+        replay_cache) dict="" ;;
         peer_*) dict=fuzz/dict/peer.dict ;;
         tokens) dict=fuzz/dict/tokens.dict ;;
         visitor_request) dict=fuzz/dict/visitor.dict ;;
@@ -35,7 +37,7 @@ for t in "${targets[@]}"; do
     esac
     cargo +nightly fuzz run -s none --target-dir "$target_dir" "$t" -- \
         -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
-        -max_total_time="$secs" -rss_limit_mb=4096 -timeout=10 -dict="$dict" \
+        -max_total_time="$secs" -rss_limit_mb=4096 -timeout=10 ${dict:+-dict="$dict"} \
         >"$log" 2>&1 || true
     # Fork mode reports "#<executions>: cov: ... oom/timeout/crash: a/b/c ..." lines.
     last=$(grep -E '^#[0-9]+: cov:' "$log" | tail -1)

@@ -9,13 +9,15 @@ use crate::peer::templates;
 use crate::tokens::key;
 
 /// The targets, by the names of their binaries.
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 8] = [
     "tokens",
     "cluster_key",
     "peer_message",
     "peer_batch",
     "peer_values",
     "visitor_request",
+    "peer_auth",
+    "replay_cache",
 ];
 
 /// The seed inputs of `target`.
@@ -27,6 +29,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "peer_batch" => peer_batches(),
         "peer_values" => peer_values(),
         "visitor_request" => visitor_requests(),
+        "peer_auth" => crate::peer_auth::peer_auth_seeds(),
+        "replay_cache" => crate::peer_auth::replay_cache_seeds(),
         _ => Vec::new(),
     }
 }
@@ -209,11 +213,15 @@ fn visitor_requests() -> Vec<Vec<u8>> {
                 "GET /api/pass/verify\nauthorization: Bearer \n\n",
             ],
         ),
-        // A browser on the waiting page.
+        // A browser on the waiting page: the page, its button, the page again; a button
+        // pressed from another site.
         session(
             straight,
             &[
                 "GET /\naccept: text/html\n\n",
+                "POST /\ncontent-type: application/x-www-form-urlencoded\norigin: http://x\nhost: x\n\njoin=1",
+                "POST /\nsec-fetch-site: cross-site\n\n",
+                "POST /api/join\norigin: null\n\n",
                 "GET /some/page?x=1\naccept: text/html,*/*\ncookie: wr_ticket=$T\n\n",
                 "HEAD /\naccept: text/html\n\n",
                 "GET /\naccept: text/html\ncookie: wr_pass=$P\n\n",

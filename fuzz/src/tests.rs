@@ -12,6 +12,8 @@ fn body(target: &str) -> fn(&[u8]) {
         "peer_batch" => crate::peer_batch,
         "peer_values" => crate::peer_values,
         "visitor_request" => crate::visitor_request,
+        "peer_auth" => crate::peer_auth,
+        "replay_cache" => crate::replay_cache,
         _ => unreachable!("unknown target {target}"),
     }
 }
@@ -137,6 +139,24 @@ fn peer_values_seeds() {
 #[test]
 fn visitor_requests_survive_mutations() {
     run("visitor_request", 600);
+}
+
+#[test]
+fn peer_auth_survives_mutations() {
+    run("peer_auth", 3_000);
+}
+
+/// The unedited seed is accepted (so the target reaches past the MAC), an edited one is not.
+#[test]
+fn peer_auth_seeds_reach_acceptance() {
+    let seeds = seeds("peer_auth");
+    assert!(crate::accepted(&seeds[0]));
+    assert!(!crate::accepted(&seeds[1]));
+}
+
+#[test]
+fn replay_cache_survives_mutations() {
+    run("replay_cache", 5_000);
 }
 
 /// Writes the seeds to `$WR_FUZZ_CORPUS/<target>/` (used by `scripts/fuzz-run.sh`).

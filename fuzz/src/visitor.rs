@@ -25,7 +25,8 @@ use waitingroom_http::api::router;
 use waitingroom_http::app::App;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::config::{Options, ServerConfig};
-use waitingroom_http::crypto::{Crypto, HEADER_KID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use waitingroom_http::crypto::Crypto;
+use waitingroom_http::peer_auth::{RequestHead, Route};
 
 use crate::tokens::key;
 
@@ -161,6 +162,7 @@ fn fresh_app(flags: u8) -> Arc<App> {
     let t = template(flags);
     let mut cfg = t.cfg.clone();
     cfg.limits.join_rate_limit = if flags & 4 != 0 { 2 } else { 0 };
+    cfg.limits.join_burst = cfg.limits.join_rate_limit;
     cfg.limits.client_ip_header = (flags & 8 != 0).then(|| "x-forwarded-for".to_owned());
     if flags & 16 != 0 {
         cfg.limits.visitor_body = 64;
@@ -179,6 +181,8 @@ struct Session {
     /// Whether any request was signed as a peer's: a peer may legitimately take the node out of
     /// the cluster, so it may then answer joins with 503.
     signed: bool,
+    /// The nonce of the next signed request (each app is fresh, so its replay cache is empty).
+    nonces: u64,
 }
 
 impl Session {
@@ -246,20 +250,21 @@ impl Session {
         let body = self.substitute(body);
         if sign {
             self.signed = true;
-            let sig = app
-                .crypto
-                .sign_request(method.as_str(), uri.path(), now_ms(), &body);
-            let values = [
-                (HEADER_KID, HeaderValue::from_str(&sig.kid)),
-                (
-                    HEADER_TIMESTAMP,
-                    HeaderValue::from_str(&sig.timestamp.to_string()),
-                ),
-                (HEADER_SIGNATURE, HeaderValue::from_str(&sig.signature)),
-            ];
-            for (name, value) in values {
-                headers.insert(name, value.expect("signature headers are ASCII"));
+            // As node 2 would sign it for this node (id 1, incarnation 1), now, fresh.
+            let route = Route {
+                path: uri.path(),
+                from: NodeId(2),
+                to: NodeId(1),
+                to_incarnation: 1,
+            };
+            let nonce = self.nonces;
+            self.nonces += 1;
+            let (head, mac) = RequestHead::sign(&app.crypto, route, now_ms(), nonce, &body);
+            for (name, value) in head.headers(&mac) {
+                let value = HeaderValue::from_str(&value).expect("signature headers are ASCII");
+                headers.insert(name, value);
             }
+            headers.insert(header::CONTENT_LENGTH, body.len().into());
         }
         let mut req = Request::builder()
             .method(method)
@@ -287,9 +292,12 @@ impl Session {
         );
         if status.is_client_error() || status.is_server_error() {
             if html {
-                // Only the waiting page answers in HTML, and only to GET (and HEAD).
+                // Only the waiting page answers in HTML: to GET (and HEAD), and to its button
+                // (POST /).
                 assert!(
-                    method == Method::GET || method == Method::HEAD,
+                    method == Method::GET
+                        || method == Method::HEAD
+                        || (method == Method::POST && path == "/"),
                     "{what}: an HTML error"
                 );
             } else {
@@ -297,9 +305,12 @@ impl Session {
             }
         }
         if status == StatusCode::SEE_OTHER {
+            // The page's button sends the browser back to the page; everything else to the
+            // origin.
+            let to = if method == Method::POST { "/" } else { ORIGIN };
             assert_eq!(
                 headers.get(header::LOCATION).map(HeaderValue::as_bytes),
-                Some(ORIGIN.as_bytes()),
+                Some(to.as_bytes()),
                 "{what}: redirects go to the origin"
             );
         }
@@ -385,7 +396,15 @@ fn check_json_error(what: &str, method: &Method, headers: &HeaderMap, body: &[u8
         v["error"].as_str().is_some_and(|e| !e.is_empty()),
         "{what}: error message {v}"
     );
-    if code == "rate_limited" || code == "not_ready" || code == "stopping" {
+    let later = [
+        "rate_limited",
+        "not_ready",
+        "stopping",
+        "owner_unavailable",
+        "overloaded",
+        "peer_busy",
+    ];
+    if later.contains(&code) {
         assert!(
             headers.contains_key(header::RETRY_AFTER),
             "{what}: {code} without Retry-After"

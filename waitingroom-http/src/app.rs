@@ -1,7 +1,7 @@
 //! Shared state of the HTTP handlers: one node's parts, assembled.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use waitingroom_core::{NodeId, SettingsError};
 use waitingroom_distributed::Node;
@@ -13,7 +13,13 @@ use crate::leaves::RecentLeaves;
 use crate::metrics::Metrics;
 use crate::page::Page;
 use crate::peer::Transport;
+use crate::peer_auth::PeerAuthError;
 use crate::rate_limit::RateLimiter;
+use crate::replay::ReplayCache;
+
+/// Why a request may be shed at once with 503 (`waitingroom_requests_shed_total{reason}`):
+/// too many in progress on the public routes, too many peer requests, a full replay cache.
+pub const SHED_REASONS: [&str; 3] = ["overloaded", "peer_busy", "replay_cache_full"];
 
 /// Everything a handler needs.
 #[derive(Debug)]
@@ -34,6 +40,12 @@ pub struct App {
     pub join_limit: RateLimiter,
     /// Passes handed out lately, so a leave whose answer was lost can be repeated.
     pub recent_leaves: RecentLeaves,
+    /// Nonces of the peer requests accepted lately (see [`crate::peer_auth`]).
+    pub replay: ReplayCache,
+    /// One permit per peer request in progress (`max_peer_requests`).
+    pub peer_slots: Arc<tokio::sync::Semaphore>,
+    /// Requests in progress on the public routes (`max_pending_requests`).
+    pub pending: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -48,8 +60,14 @@ impl App {
     ) -> Self {
         App {
             page: Page::new(&cfg.branding),
-            join_limit: RateLimiter::new(cfg.limits.join_rate_limit),
+            join_limit: RateLimiter::new(cfg.limits.join_rate_limit, cfg.limits.join_burst),
+            pending: AtomicUsize::new(0),
             recent_leaves: RecentLeaves::default(),
+            replay: ReplayCache::new(
+                cfg.limits.peer_replay_capacity,
+                cfg.limits.peer_clock_window_ms,
+            ),
+            peer_slots: Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_peer_requests)),
             driver,
             crypto,
             transport,
@@ -69,11 +87,14 @@ impl App {
         client: reqwest::Client,
     ) -> Arc<Self> {
         let metrics = Arc::new(Metrics::new());
+        Metrics::declare(&metrics.peer_auth_failures, &PeerAuthError::REASONS);
+        Metrics::declare(&metrics.shed, &SHED_REASONS);
         let transport = Arc::new(Transport::new(
             client,
             crypto.clone(),
             cfg.limits.clone(),
             metrics.clone(),
+            node.id(),
         ));
         let driver = Arc::new(Driver::new(node, transport.clone(), metrics.clone()));
         Arc::new(App::new(driver, crypto, transport, metrics, cfg))

@@ -16,25 +16,37 @@ use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 use waitingroom_distributed::{AdmissionMode, NodeConfig};
 
+use crate::client_addr::Cidr;
+
 /// Every setting of `waitingroom-node run`; `None` means "not given here".
 #[derive(Debug, Clone, Default, Args, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {
     // ---- network and identity ----
-    /// Address to listen on for visitors and peers. Port 0 picks a free port (the chosen
-    /// address is printed on stdout as `listening on http://ADDR`). (default: 127.0.0.1:8080)
+    /// Address of the public listener: visitors, the waiting page, passes, the JWKS, /livez and
+    /// /readyz. Port 0 picks a free port (printed on stdout as `listening on http://ADDR`).
+    /// Without --internal-listen it serves the internal routes too, which is allowed only on a
+    /// loopback address. (default: 127.0.0.1:8080)
     #[arg(long, env = "WAITINGROOM_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Base URL other nodes use to reach this one. Required when listening on 0.0.0.0 or ::.
-    /// (default: http:// + the listen address)
+    /// Address of the internal listener: peer traffic (/peer/...), /metrics, /api/cluster (and
+    /// /livez, /readyz); the public listener answers 404 on those. Keep it on a network only
+    /// the nodes and operators reach. Port 0 picks a free port (printed as `internal listening
+    /// on http://ADDR`). Required unless --listen is a loopback address. (default: none: one
+    /// port, loopback only)
+    #[arg(long, env = "WAITINGROOM_INTERNAL_LISTEN", value_name = "ADDR")]
+    pub internal_listen: Option<SocketAddr>,
+    /// Base URL other nodes use to reach this one: its internal listener; http:// (this build
+    /// has no TLS). Required when that listener is on 0.0.0.0 or ::. (default: http:// + the internal listener's address, or
+    /// the public one's without --internal-listen)
     #[arg(long, env = "WAITINGROOM_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
     /// This node's id, unique in the cluster and never 0. (default: derived from the
     /// advertised URL)
     #[arg(long, env = "WAITINGROOM_NODE_ID", value_name = "ID")]
     pub node_id: Option<u64>,
-    /// Base URLs of cluster members to join through (comma-separated). Empty: start a new
-    /// cluster. (default: empty)
+    /// Internal base URLs (http://) of cluster members to join through (comma-separated).
+    /// Empty: start a new cluster. (default: empty)
     #[arg(
         long,
         env = "WAITINGROOM_PEERS",
@@ -59,6 +71,11 @@ pub struct Options {
     /// Where admitted visitors are sent: the protected site. (default: /)
     #[arg(long, env = "WAITINGROOM_ORIGIN_URL", value_name = "URL")]
     pub origin_url: Option<String>,
+    /// The URL visitors reach the room at (e.g. https://queue.shop.example). Joins from pages
+    /// of any other origin are refused (403 cross_site). (default: none: a join's Origin must
+    /// match its Host header)
+    #[arg(long, env = "WAITINGROOM_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
 
     // ---- waiting room ----
     /// How many visitors may be on the site at once; "unlimited" for no limit. (default: 100)
@@ -132,9 +149,24 @@ pub struct Options {
     /// Largest request body on visitor routes, bytes. (default: 16384)
     #[arg(long, env = "WAITINGROOM_VISITOR_BODY_LIMIT", value_name = "BYTES")]
     pub visitor_body_limit: Option<usize>,
-    /// Largest request body on peer routes, bytes. (default: 8388608)
+    /// Largest request body on peer routes, bytes; a node also cuts what it sends to fit.
+    /// Checked from the signed Content-Length before any body byte is read. (default: 1048576)
     #[arg(long, env = "WAITINGROOM_PEER_BODY_LIMIT", value_name = "BYTES")]
     pub peer_body_limit: Option<usize>,
+    /// A peer request is accepted only within this distance of this node's clock, ms: a
+    /// captured request is good for this long at most (and its nonce is remembered for twice
+    /// as long). Nodes' clocks must agree within it. (default: 5000)
+    #[arg(long, env = "WAITINGROOM_PEER_CLOCK_WINDOW_MS", value_name = "MS")]
+    pub peer_clock_window_ms: Option<u64>,
+    /// Most peer request nonces remembered against replay (about 40 bytes each). When full of
+    /// nonces younger than twice the clock window, peer requests get 503 until some expire.
+    /// (default: 262144)
+    #[arg(long, env = "WAITINGROOM_PEER_REPLAY_CAPACITY", value_name = "N")]
+    pub peer_replay_capacity: Option<usize>,
+    /// Most peer requests in progress at once; more get 503 with Retry-After at once (each may
+    /// hold up to peer_body_limit of memory). (default: 64)
+    #[arg(long, env = "WAITINGROOM_MAX_PEER_REQUESTS", value_name = "N")]
+    pub max_peer_requests: Option<usize>,
     /// Most protocol messages queued for one peer; beyond it the oldest are dropped (the
     /// protocol resends what matters). (default: 20000)
     #[arg(long, env = "WAITINGROOM_PEER_QUEUE_LIMIT", value_name = "N")]
@@ -149,20 +181,52 @@ pub struct Options {
     /// visitor is re-queued here under their original join time, ms. (default: 1000)
     #[arg(long, env = "WAITINGROOM_FORWARD_TIMEOUT_MS", value_name = "MS")]
     pub forward_timeout_ms: Option<u64>,
+    /// A request head (request line and headers) must arrive whole within this long of the
+    /// connection asking for it, ms; also the longest a kept-alive connection may sit idle
+    /// between requests. Slower clients are disconnected. (default: 10000)
+    #[arg(long, env = "WAITINGROOM_HEADER_READ_TIMEOUT_MS", value_name = "MS")]
+    pub header_read_timeout_ms: Option<u64>,
+    /// The longest a request may take from its head to its answer (a slow client's body
+    /// included), ms; past it, 408 `request_timeout`. Above forward_timeout_ms, twice over: a
+    /// forwarded request may wait for the batch ahead of it. (default: 10000)
+    #[arg(long, env = "WAITINGROOM_REQUEST_TIMEOUT_MS", value_name = "MS")]
+    pub request_timeout_ms: Option<u64>,
     /// On SIGTERM, how long to keep delivering the farewell before exiting, ms.
     /// (default: 2000)
     #[arg(long, env = "WAITINGROOM_SHUTDOWN_GRACE_MS", value_name = "MS")]
     pub shutdown_grace_ms: Option<u64>,
-    /// Joins allowed per client per second (burst: the same number); 0 = no limit. The client
-    /// is the peer IP, or the client_ip_header when set. (default: 0)
+    /// Joins allowed per client per second, each node; 0 = no limit (benchmarks from one
+    /// address). The client is the address a trusted proxy reports, else the TCP peer; IPv6 by
+    /// its /64. Generous for people (one join per visit; hundreds behind one NAT at a sale's
+    /// start fit the burst), tight for a flood from one address. (default: 20)
     #[arg(long, env = "WAITINGROOM_JOIN_RATE_LIMIT", value_name = "N")]
     pub join_rate_limit: Option<u32>,
-    /// Header the load balancer sets to the client's address (e.g. x-forwarded-for). Its last
-    /// entry, the one the balancer wrote, is the client. Only set it when nodes are reachable
-    /// through the balancer alone. (default: none)
+    /// Most joins one client may make at once before the rate applies. (default: twice
+    /// join_rate_limit)
+    #[arg(long, env = "WAITINGROOM_JOIN_BURST", value_name = "N")]
+    pub join_burst: Option<u32>,
+    /// Header in which trusted proxies report the client's address; "" for none. Read only
+    /// from trusted_proxies; its entries are read from the last (the one the proxy wrote),
+    /// skipping trusted proxies. (default: x-forwarded-for)
     #[arg(long, env = "WAITINGROOM_CLIENT_IP_HEADER", value_name = "NAME")]
     pub client_ip_header: Option<String>,
-    /// Mark cookies `Secure` (set when visitors reach the room over HTTPS). (default: false)
+    /// Networks of the proxies (balancers) whose client_ip_header is believed, comma-separated
+    /// CIDRs or addresses; "" for none. From anyone else the TCP peer address is the client.
+    /// (default: 127.0.0.0/8,::1)
+    #[arg(
+        long,
+        env = "WAITINGROOM_TRUSTED_PROXIES",
+        value_name = "CIDR,...",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Most requests in progress on the public listener; beyond it a request gets 503
+    /// `overloaded` with Retry-After at once instead of waiting behind the others (/livez and
+    /// /readyz are never refused). (default: 4096)
+    #[arg(long, env = "WAITINGROOM_MAX_PENDING_REQUESTS", value_name = "N")]
+    pub max_pending_requests: Option<usize>,
+    /// Mark cookies `Secure` (browsers send them over HTTPS only). Always on when public_url
+    /// is https. (default: false, or true with an https public_url)
     #[arg(long, env = "WAITINGROOM_COOKIE_SECURE", value_name = "BOOL")]
     pub cookie_secure: Option<bool>,
 
@@ -281,6 +345,12 @@ pub struct Limits {
     pub visitor_body: usize,
     /// Peer body limit, bytes.
     pub peer_body: usize,
+    /// Accepted distance of a peer request's timestamp from the clock, ms.
+    pub peer_clock_window_ms: u64,
+    /// Most nonces in the replay cache.
+    pub peer_replay_capacity: usize,
+    /// Most peer requests in progress.
+    pub max_peer_requests: usize,
     /// Per-peer queue bound, messages.
     pub peer_queue: usize,
     /// Messages per peer request.
@@ -289,19 +359,31 @@ pub struct Limits {
     pub peer_timeout_ms: u64,
     /// Forwarded visitor request timeout, ms.
     pub forward_timeout_ms: u64,
+    /// Header read (and keep-alive idle) timeout, ms.
+    pub header_read_timeout_ms: u64,
+    /// Whole-request timeout, ms.
+    pub request_timeout_ms: u64,
     /// Shutdown grace, ms.
     pub shutdown_grace_ms: u64,
     /// Joins per client per second; 0 = off.
     pub join_rate_limit: u32,
-    /// Header holding the client address.
+    /// Most joins per client at once.
+    pub join_burst: u32,
+    /// Header in which trusted proxies report the client address.
     pub client_ip_header: Option<String>,
+    /// Proxies whose header is believed.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Most requests in progress on the public listener.
+    pub max_pending_requests: usize,
 }
 
 /// The resolved configuration of one node.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Listen address.
+    /// Public listen address.
     pub listen: SocketAddr,
+    /// Internal listen address; `None`: one port for everything (loopback only).
+    pub internal_listen: Option<SocketAddr>,
     /// Advertised URL, if given (else derived from the bound address).
     pub advertise: Option<String>,
     /// Node id, if given (else derived from the advertised URL).
@@ -314,6 +396,8 @@ pub struct ServerConfig {
     pub extra_verify_keys: Vec<PathBuf>,
     /// Where admitted visitors go.
     pub origin_url: String,
+    /// The room's public URL and its origin (for the `Origin` check of joins), if given.
+    pub public_url: Option<(String, String)>,
     /// Waiting room settings.
     pub settings: Settings,
     /// Protocol configuration template (id, incarnation, address and seed are filled in at
@@ -374,12 +458,14 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
     }
     protocol_knobs!(merge!(
         listen,
+        internal_listen,
         advertise,
         node_id,
         peers,
         key_file,
         extra_verify_key,
         origin_url,
+        public_url,
         target_on_site,
         refresh_interval_ms,
         ticket_expiry_ms,
@@ -389,13 +475,21 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         admit_straight_through,
         visitor_body_limit,
         peer_body_limit,
+        peer_clock_window_ms,
+        peer_replay_capacity,
+        max_peer_requests,
         peer_queue_limit,
         peer_batch_limit,
         peer_timeout_ms,
         forward_timeout_ms,
+        header_read_timeout_ms,
+        request_timeout_ms,
         shutdown_grace_ms,
         join_rate_limit,
+        join_burst,
         client_ip_header,
+        trusted_proxies,
+        max_pending_requests,
         cookie_secure,
         log_format,
         log_level,
@@ -418,20 +512,28 @@ impl Options {
         let listen = self
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let internal_listen = self.internal_listen(listen)?;
         // Fields are evaluated in the order written: that is the order of the checks.
         Ok(ServerConfig {
-            advertise: self.advertise(listen)?,
+            advertise: self.advertise(internal_listen.unwrap_or(listen))?,
             node_id: self.node_id()?,
             peers: self.seeds()?,
             key_file: self.key_file()?,
             extra_verify_keys: self.extra_verify_key.clone().unwrap_or_default(),
             origin_url: self.origin_url()?,
+            public_url: self.public_url()?,
             limits: self.limits()?,
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
-            cookie_secure: self.cookie_secure.unwrap_or(false),
+            // Secure whenever visitors reach the room over https.
+            cookie_secure: self.cookie_secure.unwrap_or(false)
+                || self
+                    .public_url
+                    .as_deref()
+                    .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://")),
             listen,
+            internal_listen,
             settings,
             protocol,
         })
@@ -466,18 +568,40 @@ impl Options {
         Ok(protocol)
     }
 
+    /// The internal listener. Secure by default: without one, the internal routes (peer
+    /// traffic, metrics, the cluster's members) would be on the public port, which is allowed
+    /// only when that port is on loopback (a demo, tests, a script on one machine).
+    fn internal_listen(&self, listen: SocketAddr) -> Result<Option<SocketAddr>, SettingsError> {
+        match self.internal_listen {
+            Some(internal) if internal == listen && internal.port() != 0 => Err(
+                SettingsError::new("internal_listen", "must differ from listen"),
+            ),
+            Some(internal) => Ok(Some(internal)),
+            None if listen.ip().is_loopback() => Ok(None),
+            None => Err(SettingsError::new(
+                "internal_listen",
+                format!(
+                    "is required when listen ({listen}) is not a loopback address: peer \
+                     routes, /metrics and /api/cluster must not be served on the public port; \
+                     give --internal-listen ADDR on a network only the nodes reach"
+                ),
+            )),
+        }
+    }
+
     /// The advertised URL, if given: peers must be able to reach it, so it is required when
-    /// `listen` is an unspecified address.
-    fn advertise(&self, listen: SocketAddr) -> Result<Option<String>, SettingsError> {
+    /// the listener peers use (`peer_listen`: the internal one, else the public one) is an
+    /// unspecified address.
+    fn advertise(&self, peer_listen: SocketAddr) -> Result<Option<String>, SettingsError> {
         match &self.advertise {
             Some(adv) => {
-                check_url("advertise", adv)?;
+                check_peer_url("advertise", adv)?;
                 Ok(Some(adv.trim_end_matches('/').to_owned()))
             }
-            None if listen.ip().is_unspecified() => Err(SettingsError::new(
+            None if peer_listen.ip().is_unspecified() => Err(SettingsError::new(
                 "advertise",
-                "must be set when listen is an unspecified address (0.0.0.0 or ::): peers \
-                 need an address they can reach",
+                "must be set when the listener peers use is on an unspecified address (0.0.0.0 \
+                 or ::): peers need an address they can reach",
             )),
             None => Ok(None),
         }
@@ -511,18 +635,23 @@ impl Options {
             .filter(|p| !p.is_empty())
             .collect();
         for p in &peers {
-            check_url("peers", p)?;
+            check_peer_url("peers", p)?;
         }
         Ok(peers)
     }
 
-    /// Where admitted visitors go: it ends up in a `Location` header and the page.
+    /// Where admitted visitors go: it ends up in a `Location` header. When given, an absolute
+    /// http(s) URL with a host: no `//host` (which a browser reads as "any scheme"), no
+    /// `javascript:` or other scheme, no path alone. The default, `/`, is this host's root:
+    /// for a room in front of its site, where a gate sends pass holders on.
     fn origin_url(&self) -> Result<String, SettingsError> {
-        let origin_url = self.origin_url.clone().unwrap_or_else(|| "/".to_owned());
-        if !(origin_url.starts_with('/') || check_url("origin_url", &origin_url).is_ok()) {
+        let Some(origin_url) = self.origin_url.clone() else {
+            return Ok("/".to_owned());
+        };
+        if check_url("origin_url", &origin_url).is_err() || web_origin(&origin_url).is_none() {
             return Err(SettingsError::new(
                 "origin_url",
-                "must be an http(s) URL or a path starting with /",
+                format!("`{origin_url}` is not an absolute http:// or https:// URL with a host"),
             ));
         }
         if origin_url.contains(['"', '<', '>', '\n', '\r']) {
@@ -538,40 +667,105 @@ impl Options {
     fn limits(&self) -> Result<Limits, SettingsError> {
         let limits = Limits {
             visitor_body: self.visitor_body_limit.unwrap_or(16 * 1024),
-            peer_body: self.peer_body_limit.unwrap_or(8 * 1024 * 1024),
+            peer_body: self.peer_body_limit.unwrap_or(1024 * 1024),
+            peer_clock_window_ms: self.peer_clock_window_ms.unwrap_or(5_000),
+            peer_replay_capacity: self.peer_replay_capacity.unwrap_or(262_144),
+            max_peer_requests: self.max_peer_requests.unwrap_or(64),
             peer_queue: self.peer_queue_limit.unwrap_or(20_000),
             peer_batch: self.peer_batch_limit.unwrap_or(1024),
             peer_timeout_ms: self.peer_timeout_ms.unwrap_or(2_000),
             forward_timeout_ms: self.forward_timeout_ms.unwrap_or(1_000),
+            header_read_timeout_ms: self.header_read_timeout_ms.unwrap_or(10_000),
+            request_timeout_ms: self.request_timeout_ms.unwrap_or(10_000),
             shutdown_grace_ms: self.shutdown_grace_ms.unwrap_or(2_000),
-            join_rate_limit: self.join_rate_limit.unwrap_or(0),
-            client_ip_header: self
-                .client_ip_header
-                .as_ref()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty()),
+            join_rate_limit: self.join_rate_limit.unwrap_or(20),
+            join_burst: self
+                .join_burst
+                .unwrap_or_else(|| self.join_rate_limit.unwrap_or(20).saturating_mul(2)),
+            client_ip_header: self.client_ip_header()?,
+            trusted_proxies: self.trusted_proxies()?,
+            max_pending_requests: self.max_pending_requests.unwrap_or(4096),
         };
         for (field, value) in [
             ("visitor_body_limit", limits.visitor_body as u64),
             ("peer_body_limit", limits.peer_body as u64),
+            ("peer_clock_window_ms", limits.peer_clock_window_ms),
+            ("peer_replay_capacity", limits.peer_replay_capacity as u64),
+            ("max_peer_requests", limits.max_peer_requests as u64),
             ("peer_queue_limit", limits.peer_queue as u64),
             ("peer_batch_limit", limits.peer_batch as u64),
             ("peer_timeout_ms", limits.peer_timeout_ms),
             ("forward_timeout_ms", limits.forward_timeout_ms),
+            ("header_read_timeout_ms", limits.header_read_timeout_ms),
+            ("request_timeout_ms", limits.request_timeout_ms),
+            ("max_pending_requests", limits.max_pending_requests as u64),
         ] {
             if value == 0 {
                 return Err(SettingsError::new(field, "must be greater than 0"));
             }
         }
-        if let Some(h) = &limits.client_ip_header
-            && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()
-        {
+        if limits.request_timeout_ms <= limits.forward_timeout_ms.saturating_mul(2) {
+            return Err(SettingsError::new(
+                "request_timeout_ms",
+                "must exceed twice forward_timeout_ms (a forwarded request may wait that long)",
+            ));
+        }
+        Ok(limits)
+    }
+
+    /// The header trusted proxies report clients in (`None`: "" was given).
+    fn client_ip_header(&self) -> Result<Option<String>, SettingsError> {
+        let name = self
+            .client_ip_header
+            .as_deref()
+            .unwrap_or("x-forwarded-for")
+            .trim()
+            .to_ascii_lowercase();
+        if name.is_empty() {
+            return Ok(None);
+        }
+        if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err(SettingsError::new(
                 "client_ip_header",
                 "is not a valid header name",
             ));
         }
-        Ok(limits)
+        Ok(Some(name))
+    }
+
+    /// The networks whose client-address header is believed.
+    fn trusted_proxies(&self) -> Result<Vec<Cidr>, SettingsError> {
+        let Some(list) = &self.trusted_proxies else {
+            return Ok(["127.0.0.0/8", "::1"]
+                .iter()
+                .filter_map(|c| Cidr::parse(c))
+                .collect());
+        };
+        list.iter()
+            .map(|c| c.trim())
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                Cidr::parse(c).ok_or_else(|| {
+                    SettingsError::new(
+                        "trusted_proxies",
+                        format!("`{c}` is not an address or a network like 10.0.0.0/8"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The room's public URL, if given, and its origin (`scheme://host[:port]` as browsers
+    /// write it in an `Origin` header).
+    fn public_url(&self) -> Result<Option<(String, String)>, SettingsError> {
+        let Some(url) = &self.public_url else {
+            return Ok(None);
+        };
+        let url = url.trim().trim_end_matches('/').to_owned();
+        check_url("public_url", &url)?;
+        let origin = web_origin(&url)
+            .ok_or_else(|| SettingsError::new("public_url", format!("`{url}` has no host")))?;
+        Ok(Some((url, origin)))
     }
 
     /// The log filter, checked now so a typo is not silently ignored at start.
@@ -619,6 +813,42 @@ impl Options {
             template,
         })
     }
+}
+
+/// The origin of an absolute http(s) URL as a browser serialises it: scheme and host in lower
+/// case, the port only when it is not the scheme's default. `None` without a host.
+pub fn web_origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = rest.split(['/', '?', '#']).next()?.to_ascii_lowercase();
+    // Credentials (`user@`) never appear in an Origin.
+    let host = authority.rsplit('@').next()?;
+    let default = match scheme.as_str() {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return None,
+    };
+    let host = host.strip_suffix(default).unwrap_or(host);
+    (!host.is_empty()).then(|| format!("{scheme}://{host}"))
+}
+
+/// A URL peers are reached at: `http://` only. This build has no TLS client (nor server), so
+/// an `https://` peer could never be reached: refused now rather than failing at run time.
+fn check_peer_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
+    if url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    {
+        return Err(SettingsError::new(
+            field,
+            format!(
+                "`{url}`: peers talk plain http:// between internal listeners (this build has \
+                 no TLS; mutual TLS on the internal listener is not implemented): use http:// \
+                 on a private network"
+            ),
+        ));
+    }
+    check_url(field, url)
 }
 
 fn check_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
@@ -763,7 +993,29 @@ mod tests {
                     listen: Some("0.0.0.0:80".parse().unwrap()),
                     ..base()
                 },
+                "internal_listen",
+            ),
+            (
+                Options {
+                    listen: Some("10.0.0.5:80".parse().unwrap()),
+                    ..base()
+                },
+                "internal_listen",
+            ),
+            (
+                Options {
+                    listen: Some("0.0.0.0:80".parse().unwrap()),
+                    internal_listen: Some("0.0.0.0:81".parse().unwrap()),
+                    ..base()
+                },
                 "advertise",
+            ),
+            (
+                Options {
+                    internal_listen: Some("127.0.0.1:8080".parse().unwrap()),
+                    ..base()
+                },
+                "internal_listen",
             ),
             (
                 Options {
@@ -779,11 +1031,116 @@ mod tests {
                 },
                 "node_id",
             ),
+            (
+                Options {
+                    peers: Some(vec!["https://10.0.0.2:9081".into()]),
+                    ..base()
+                },
+                "peers",
+            ),
+            (
+                Options {
+                    advertise: Some("https://10.0.0.1:9081".into()),
+                    ..base()
+                },
+                "advertise",
+            ),
+            (
+                Options {
+                    trusted_proxies: Some(vec!["10.0.0.0/8".into(), "balancer".into()]),
+                    ..base()
+                },
+                "trusted_proxies",
+            ),
+            (
+                Options {
+                    public_url: Some("queue.example".into()),
+                    ..base()
+                },
+                "public_url",
+            ),
+            (
+                Options {
+                    request_timeout_ms: Some(1_500),
+                    ..base()
+                },
+                "request_timeout_ms",
+            ),
         ];
         for (o, field) in cases {
             let err = o.resolve().unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
         }
+    }
+
+    /// One port for everything only on loopback; a public address needs an internal listener,
+    /// and the advertised URL is needed only where peers could not guess it.
+    #[test]
+    fn internal_routes_leave_the_public_port_unless_it_is_loopback() {
+        let with = |listen: &str, internal: Option<&str>| Options {
+            listen: Some(listen.parse().unwrap()),
+            internal_listen: internal.map(|a| a.parse().unwrap()),
+            ..base()
+        };
+        let c = with("127.0.0.1:8080", None).resolve().unwrap();
+        assert_eq!(c.internal_listen, None);
+        let c = with("[::1]:8080", None).resolve().unwrap();
+        assert_eq!(c.internal_listen, None);
+        let c = with("0.0.0.0:80", Some("10.0.0.5:9080")).resolve().unwrap();
+        assert_eq!(c.internal_listen, Some("10.0.0.5:9080".parse().unwrap()));
+        assert_eq!(
+            c.advertise, None,
+            "derived from the internal address at start"
+        );
+        assert!(with("0.0.0.0:80", None).resolve().is_err());
+    }
+
+    /// Where admitted visitors are sent must be an absolute http(s) URL with a host: a
+    /// protocol-relative `//host`, another scheme or a bare path are refused at start.
+    #[test]
+    fn origin_url_must_be_an_absolute_http_url() {
+        let with = |url: &str| {
+            Options {
+                origin_url: Some(url.into()),
+                ..base()
+            }
+            .resolve()
+        };
+        for bad in [
+            "//evil.example/",
+            "javascript:alert(1)",
+            "ftp://shop.example/",
+            "/shop",
+            "https://",
+            "http:///x",
+            "https://shop.example/\"<",
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.contains("origin_url"), "{bad}: {err}");
+        }
+        for good in ["https://shop.example/", "http://127.0.0.1:9/origin"] {
+            assert_eq!(with(good).unwrap().origin_url, good);
+        }
+        assert_eq!(base().resolve().unwrap().origin_url, "/", "the default");
+    }
+
+    #[test]
+    fn public_url_gives_the_origin_and_secure_cookies() {
+        let c = Options {
+            public_url: Some("https://Queue.Example:443/waiting/".into()),
+            ..base()
+        }
+        .resolve()
+        .unwrap();
+        let (url, origin) = c.public_url.unwrap();
+        assert_eq!(url, "https://Queue.Example:443/waiting");
+        assert_eq!(origin, "https://queue.example");
+        assert!(c.cookie_secure);
+        assert!(!base().resolve().unwrap().cookie_secure);
+        assert_eq!(
+            web_origin("http://a.example:8080/x?y").as_deref(),
+            Some("http://a.example:8080")
+        );
     }
 
     #[test]

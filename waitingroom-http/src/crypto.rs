@@ -4,12 +4,11 @@
 //! Every node holds the same cluster key, so any node checks what any other made. Passes are
 //! EdDSA (Ed25519) tokens that origins verify offline from the JWKS; tickets, which only the
 //! cluster reads, are HMAC-SHA256 tokens under a secret derived from the cluster key (see
-//! [`waitingroom_core::token`]). Peer requests carry an HMAC-SHA256 over
-//! `method \n path \n timestamp \n body`, keyed with another derived secret, separate from the
-//! pass-signing key: only holders of the cluster key can make one, for a microsecond where an
-//! Ed25519 signature and its check cost about 100. A request older than [`MAX_PEER_SKEW_MS`] (or
-//! as far in the future) is refused, which bounds replays to that window (and the protocol's
-//! per-link sequence numbers drop replayed channel messages anyway).
+//! [`waitingroom_core::token`]). Peer requests and their answers carry an HMAC-SHA256 keyed with
+//! another derived secret, separate from the pass-signing key: only holders of the cluster key
+//! can make one, for a microsecond where an Ed25519 signature and its check cost about 100.
+//! What that MAC covers, and the replay and destination checks around it, are
+//! [`crate::peer_auth`]'s business.
 //!
 //! For a key rotation a node holds previous keys besides the current one
 //! ([`Crypto::with_previous`]): it makes everything with the current key and accepts tickets,
@@ -17,38 +16,11 @@
 
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use thiserror::Error;
 use waitingroom_core::{Pass, Ticket, Time};
 
 use waitingroom_core::{ClusterKey, KeyRing, VerifyingKeySet};
 pub use waitingroom_core::{KeyError, TokenError};
-
-/// Header naming the signing key of a peer request.
-pub const HEADER_KID: &str = "x-waitingroom-kid";
-/// Header carrying the Unix time in milliseconds at which a peer request was signed.
-pub const HEADER_TIMESTAMP: &str = "x-waitingroom-timestamp";
-/// Header carrying the base64url HMAC-SHA256 of a peer request.
-pub const HEADER_SIGNATURE: &str = "x-waitingroom-signature";
-/// Peer requests signed further than this from our clock are refused.
-pub const MAX_PEER_SKEW_MS: u64 = 30_000;
-
-/// Why a peer request was not accepted as coming from a cluster member.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum PeerAuthError {
-    /// A signature header is missing or unreadable.
-    #[error("missing or malformed peer signature headers")]
-    Missing,
-    /// The timestamp is too far from our clock.
-    #[error(
-        "peer request timestamp is more than {MAX_PEER_SKEW_MS} ms away from this node's clock"
-    )]
-    Stale,
-    /// The MAC does not match: the sender does not hold this cluster's key.
-    #[error("peer request signature does not verify: {0}")]
-    BadSignature(KeyError),
-}
 
 /// Why the cluster keys could not be loaded.
 #[derive(Debug, Error)]
@@ -72,17 +44,6 @@ pub enum LoadKeyError {
     /// A previous key is a different key under a key id already in use.
     #[error("a previous key clashes with another key: {0}")]
     Clash(KeyError),
-}
-
-/// Signed headers of one peer request.
-#[derive(Debug, Clone)]
-pub struct PeerSignature {
-    /// Key id.
-    pub kid: String,
-    /// Unix ms.
-    pub timestamp: u64,
-    /// base64url HMAC-SHA256.
-    pub signature: String,
 }
 
 /// The cluster's current key, any previous keys still accepted, and what is derived from them.
@@ -170,49 +131,20 @@ impl Crypto {
         self.keys.verify_pass(token, now)
     }
 
-    /// Signs a peer request (HMAC-SHA256 with the current key's derived peer secret).
-    pub fn sign_request(&self, method: &str, path: &str, now: Time, body: &[u8]) -> PeerSignature {
-        let timestamp = now.to_string();
-        let mac = self
-            .keys
-            .peer_mac(&request_parts(method, path, &timestamp, body));
-        PeerSignature {
-            kid: self.keys.current().kid().to_owned(),
-            timestamp: now,
-            signature: URL_SAFE_NO_PAD.encode(mac),
-        }
+    /// The id of the key everything is made with.
+    pub fn kid(&self) -> &str {
+        self.keys.current().kid()
     }
 
-    /// Checks a peer request's signature headers (`kid`, `timestamp`, `signature`, as sent)
-    /// against the peer secret of the key `kid` names.
-    pub fn verify_request(
-        &self,
-        method: &str,
-        path: &str,
-        headers: (Option<&str>, Option<&str>, Option<&str>),
-        body: &[u8],
-        now: Time,
-    ) -> Result<(), PeerAuthError> {
-        let (Some(kid), Some(timestamp), Some(signature)) = headers else {
-            return Err(PeerAuthError::Missing);
-        };
-        let timestamp_ms: u64 = timestamp.parse().map_err(|_| PeerAuthError::Missing)?;
-        if timestamp_ms.abs_diff(now) > MAX_PEER_SKEW_MS {
-            return Err(PeerAuthError::Stale);
-        }
-        // 43 characters decode to 32 bytes; base64 wants room for its estimate, 33.
-        let mut mac = [0u8; 33];
-        let Ok(32) = URL_SAFE_NO_PAD.decode_slice(signature, &mut mac) else {
-            return Err(PeerAuthError::Missing);
-        };
-        // The timestamp as sent: the MAC covers exactly the header's text.
-        self.keys
-            .verify_peer_mac(
-                kid,
-                &request_parts(method, path, timestamp, body),
-                &mac[..32],
-            )
-            .map_err(PeerAuthError::BadSignature)
+    /// The HMAC-SHA256 of a peer request or answer whose canonical text is `message`, under
+    /// the current key's derived peer secret (see [`crate::peer_auth`] for what it covers).
+    pub fn peer_mac(&self, message: &[u8]) -> [u8; 32] {
+        self.keys.peer_mac(&[message])
+    }
+
+    /// Checks a peer MAC made with the key `kid` names, in constant time.
+    pub fn verify_peer_mac(&self, kid: &str, message: &[u8], mac: &[u8]) -> Result<(), KeyError> {
+        self.keys.verify_peer_mac(kid, &[message], mac)
     }
 }
 
@@ -226,25 +158,6 @@ fn read_key(path: &Path) -> Result<ClusterKey, LoadKeyError> {
         path: shown,
         source,
     })
-}
-
-/// What a peer request MAC covers, in order. The body goes last so no choice of body can make
-/// two different (method, path, timestamp) triples produce the same bytes.
-fn request_parts<'a>(
-    method: &'a str,
-    path: &'a str,
-    timestamp: &'a str,
-    body: &'a [u8],
-) -> [&'a [u8]; 7] {
-    [
-        method.as_bytes(),
-        b"\n",
-        path.as_bytes(),
-        b"\n",
-        timestamp.as_bytes(),
-        b"\n",
-        body,
-    ]
 }
 
 /// HMAC-SHA256 under any key: the tests forge tokens with it.
@@ -303,35 +216,17 @@ mod tests {
     }
 
     #[test]
-    fn request_signatures_cover_every_part() {
+    fn peer_macs_depend_on_the_message_and_the_key() {
         let a = Crypto::generate();
-        let s = a.sign_request("POST", "/peer/messages", 5_000, b"[]");
-        let hdr = |s: &PeerSignature| (s.kid.clone(), s.timestamp.to_string(), s.signature.clone());
-        let (k, t, g) = hdr(&s);
-        let h = (Some(k.as_str()), Some(t.as_str()), Some(g.as_str()));
-        a.verify_request("POST", "/peer/messages", h, b"[]", 6_000)
-            .unwrap();
-        assert!(
-            a.verify_request("POST", "/peer/messages", h, b"[1]", 6_000)
-                .is_err()
-        );
-        assert!(
-            a.verify_request("POST", "/peer/other", h, b"[]", 6_000)
-                .is_err()
-        );
+        let mac = a.peer_mac(b"request");
+        assert_eq!(a.verify_peer_mac(a.kid(), b"request", &mac), Ok(()));
         assert_eq!(
-            a.verify_request("POST", "/peer/messages", h, b"[]", 60_000),
-            Err(PeerAuthError::Stale)
+            a.verify_peer_mac(a.kid(), b"requesT", &mac),
+            Err(KeyError::BadSignature)
         );
         let b = Crypto::generate();
-        assert!(
-            b.verify_request("POST", "/peer/messages", h, b"[]", 6_000)
-                .is_err()
-        );
-        assert_eq!(
-            a.verify_request("POST", "/peer/messages", (None, None, None), b"[]", 6_000),
-            Err(PeerAuthError::Missing)
-        );
+        assert!(b.verify_peer_mac(a.kid(), b"request", &mac).is_err());
+        assert!(b.verify_peer_mac(b.kid(), b"request", &mac).is_err());
     }
 
     #[test]
@@ -352,26 +247,18 @@ mod tests {
             eviction_time: 900,
         };
         let (old_ticket, old_pass) = (old.sign_ticket(&t), old.sign_pass(&pass));
-        let s = old.sign_request("POST", "/peer/messages", 5_000, b"[]");
-        let ts = s.timestamp.to_string();
-        let h = (
-            Some(s.kid.as_str()),
-            Some(ts.as_str()),
-            Some(s.signature.as_str()),
-        );
+        let old_mac = old.peer_mac(b"request");
         assert_eq!(both.verify_ticket(&old_ticket, 1_500), Ok(t.clone()));
         assert_eq!(both.verify_pass(&old_pass, 1_500), Ok(pass.clone()));
         assert_eq!(
-            both.verify_request("POST", "/peer/messages", h, b"[]", 6_000),
+            both.verify_peer_mac(old.kid(), b"request", &old_mac),
             Ok(())
         );
         assert!(only_new.verify_ticket(&old_ticket, 1_500).is_err());
         assert!(only_new.verify_pass(&old_pass, 1_500).is_err());
         assert_eq!(
-            only_new.verify_request("POST", "/peer/messages", h, b"[]", 6_000),
-            Err(PeerAuthError::BadSignature(KeyError::UnknownKid(
-                old_key.kid().to_owned()
-            )))
+            only_new.verify_peer_mac(old.kid(), b"request", &old_mac),
+            Err(KeyError::UnknownKid(old_key.kid().to_owned()))
         );
         // Everything is made with the new key, and the JWKS lists both, the new one first.
         assert_eq!(only_new.verify_ticket(&both.sign_ticket(&t), 1_500), Ok(t));
@@ -379,10 +266,7 @@ mod tests {
             only_new.verify_pass(&both.sign_pass(&pass), 1_500),
             Ok(pass)
         );
-        assert_eq!(
-            both.sign_request("POST", "/x", 5_000, b"").kid,
-            new_key.kid()
-        );
+        assert_eq!(both.kid(), new_key.kid());
         let kids: Vec<_> = both.jwks()["keys"]
             .as_array()
             .unwrap()

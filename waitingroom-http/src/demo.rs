@@ -18,9 +18,12 @@ pub struct DemoArgs {
     /// Number of nodes.
     #[arg(long, default_value_t = 3)]
     nodes: u16,
-    /// Port of the first node; the others follow.
+    /// Public port of the first node (visitors); the others follow.
     #[arg(long, default_value_t = 8081)]
     base_port: u16,
+    /// Internal port of the first node (peers, /metrics, /api/cluster); the others follow.
+    #[arg(long, default_value_t = 9081)]
+    internal_base_port: u16,
     /// Port of the demo origin site.
     #[arg(long, default_value_t = 8090)]
     origin_port: u16,
@@ -112,9 +115,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("waitingroom demo is running (key: {})", key_file.display());
     for i in 0..args.nodes {
         println!(
-            "  node {}:   {url}/   (metrics {url}/metrics, cluster {url}/api/cluster)",
+            "  node {}:   {url}/   (metrics {internal}/metrics, cluster {internal}/api/cluster)",
             i + 1,
-            url = args.node_url(i)
+            url = args.node_url(i),
+            internal = args.internal_url(i)
         );
     }
     println!("  origin:   {origin_url}  (sends visitors without a pass to node 1)");
@@ -138,6 +142,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 impl DemoArgs {
     fn node_url(&self, i: u16) -> String {
         format!("http://127.0.0.1:{}", self.base_port + i)
+    }
+
+    fn internal_url(&self, i: u16) -> String {
+        format!("http://127.0.0.1:{}", self.internal_base_port + i)
     }
 }
 
@@ -173,6 +181,8 @@ async fn start_all(
             "run".into(),
             "--listen".into(),
             format!("127.0.0.1:{}", args.base_port + i),
+            "--internal-listen".into(),
+            format!("127.0.0.1:{}", args.internal_base_port + i),
             "--key-file".into(),
             key_file.display().to_string(),
             "--origin-url".into(),
@@ -184,7 +194,7 @@ async fn start_all(
             "30000".into(),
         ];
         if i > 0 {
-            a.extend(["--peers".into(), args.node_url(0)]);
+            a.extend(["--peers".into(), args.internal_url(0)]);
         }
         a.extend(args.node_args.iter().cloned());
         children.0.push(spawn(&format!("node {}", i + 1), &a)?);

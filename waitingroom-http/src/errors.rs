@@ -11,7 +11,8 @@ use thiserror::Error;
 use waitingroom_core::EngineError;
 use waitingroom_distributed::VisitorError;
 
-use crate::crypto::{PeerAuthError, TokenError};
+use crate::crypto::TokenError;
+use crate::peer_auth::PeerAuthError;
 
 /// An error answered to a client.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -88,6 +89,37 @@ impl ApiError {
         }
     }
 
+    /// 503 `owner_unavailable`: the node holding the visitor's ticket is a member but did not
+    /// answer; the visitor retries (`Retry-After`) and keeps their place.
+    pub fn owner_unavailable(owner: waitingroom_core::NodeId) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "owner_unavailable",
+            format!(
+                "the node holding this ticket ({owner}) is not answering; retry shortly, your \
+                 place is kept"
+            ),
+        )
+    }
+
+    /// 503 `overloaded`: too many requests in progress; shed at once.
+    pub fn overloaded() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "this node is busy; retry shortly (your place is kept)",
+        )
+    }
+
+    /// 403 `cross_site`: a join from a page of another site.
+    pub fn cross_site(why: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "cross_site",
+            format!("joins from another site are refused ({why})"),
+        )
+    }
+
     /// 404.
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")
@@ -102,9 +134,28 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, code, message)
     }
 
-    /// 401 for a peer request without a valid cluster signature.
+    /// A refused peer request: 401 `unauthorized_peer` when it is not a cluster member's, or
+    /// not for the first time; 421 `misdirected_peer` when it is signed for another node; 413
+    /// when its declared body is too large; 503 `peer_busy` when it cannot be checked now.
     pub fn peer_auth(e: &PeerAuthError) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized_peer", e.to_string())
+        let (status, code) = match e {
+            PeerAuthError::Misdirected { .. } => {
+                (StatusCode::MISDIRECTED_REQUEST, "misdirected_peer")
+            }
+            PeerAuthError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            PeerAuthError::ReplayCacheFull => (StatusCode::SERVICE_UNAVAILABLE, "peer_busy"),
+            _ => (StatusCode::UNAUTHORIZED, "unauthorized_peer"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+
+    /// 503 `peer_busy`: too many peer requests in progress.
+    pub fn peer_busy() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "peer_busy",
+            "too many peer requests in progress; retry shortly",
+        )
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The modules, each using only modules listed after it (so none import each other):
 //!
-//! - [`server`]: start, serve, and leave the cluster on SIGTERM;
+//! - [`server`]: start, serve, and leave the cluster on SIGTERM; [`serve`]: the connection
+//!   loop of one listener (header read timeout, peer address);
 //! - [`api`]: the HTTP routes and every handler: visitor API, waiting page, peer endpoints
 //!   (one handler for forwarded check-ins and leaves), operations;
 //! - [`origin`]: a small demo origin site behind the gate;
@@ -18,6 +19,8 @@
 //! - [`leaves`]: passes kept a minute so a leave whose answer was lost can be repeated;
 //! - [`metrics`], [`fairness`]: Prometheus metrics and the live inversion count;
 //! - [`errors`]: the one error type of handlers; [`cookies`]: the ticket and pass cookies;
+//! - [`peer_auth`]: what a peer request's MAC covers, checked from its headers before its body
+//!   is read; [`replay`]: the nonces of recent peer requests;
 //! - [`config`]: settings from file, environment and flags; [`crypto`]: keys, tokens and peer
 //!   signatures; [`wire`]: the JSON bodies; [`clock`]: the one clock; [`rate_limit`]: the
 //!   per-client join limit; [`client_addr`]: who a request comes from.
@@ -40,7 +43,10 @@ pub mod metrics;
 pub mod origin;
 pub mod page;
 pub mod peer;
+pub mod peer_auth;
 pub mod rate_limit;
+pub mod replay;
+pub mod serve;
 pub mod server;
 pub mod visitor;
 pub mod wire;

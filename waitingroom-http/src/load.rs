@@ -21,6 +21,12 @@
 //!   `readmissions`: leaves answered 409 `not_admitted` after a check-in said "admitted" (the
 //!   visitor checks in again, as the waiting page would);
 //!   `error_reasons`: failed requests by endpoint, status and error code;
+//! - `retried_later`: requests answered 503 with `Retry-After` and a "retry later" code
+//!   (`owner_unavailable`: the node holding the ticket is a member but not answering;
+//!   `overloaded`: a node shedding load), asked again after a growing back-off (from the
+//!   `Retry-After`, doubled, at most 5 s, plus up to a quarter at random). The room keeps the
+//!   visitor's place, so these are not errors (and a leave's retries are not counted against
+//!   its attempts);
 //! - `max_on_site`: the most passes valid at one instant (from each pass's `created_at` and
 //!   `expires_at`): visitors on the site at once, to compare with `target_on_site`;
 //! - latency per endpoint from sending a request to reading its whole answer;

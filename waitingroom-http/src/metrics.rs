@@ -33,10 +33,11 @@ pub struct TypeLabels {
     pub r#type: &'static str,
 }
 
-/// Label of ignored peer messages.
+/// Label of counters by reason: ignored peer messages, refused peer requests, shed requests.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// Why the node ignored it ([`Ignored::as_str`]), e.g. `stale_version`.
+    /// Why: an ignored message's [`Ignored::as_str`] (e.g. `stale_version`), a refused peer
+    /// request's (e.g. `bad_signature`, `replayed`), a shed request's (e.g. `overloaded`).
     pub reason: &'static str,
 }
 
@@ -82,8 +83,10 @@ pub struct Metrics {
     pub peer_dropped: Counter,
     /// Peer requests that failed (error status or no answer).
     pub peer_failures: Counter,
-    /// Peer requests refused for lack of a valid cluster signature.
-    pub peer_auth_failures: Counter,
+    /// Peer requests (and answers) refused by authentication, by reason.
+    pub peer_auth_failures: Family<ReasonLabels, Counter>,
+    /// Requests refused at once with 503 because the node was at a limit, by reason.
+    pub shed: Family<ReasonLabels, Counter>,
     /// Joins refused by the rate limit.
     pub rate_limited: Counter,
     /// HTTP request latency by route.
@@ -148,7 +151,8 @@ impl Metrics {
             peer_ignored: Family::default(),
             peer_dropped: Counter::default(),
             peer_failures: Counter::default(),
-            peer_auth_failures: Counter::default(),
+            peer_auth_failures: Family::default(),
+            shed: Family::default(),
             rate_limited: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
             queued: Gauge::default(),
@@ -243,7 +247,8 @@ impl Metrics {
         );
         r.register(
             "peer_auth_failures",
-            "Peer requests refused for lack of a valid cluster signature",
+            "Peer requests and answers refused by authentication (no valid cluster MAC, stale, \
+             replayed, misdirected, body not the one signed), by reason",
             self.peer_auth_failures.clone(),
         );
     }
@@ -309,6 +314,11 @@ impl Metrics {
             "joins_rate_limited",
             "Joins refused by the per-client rate limit",
             self.rate_limited.clone(),
+        );
+        r.register(
+            "requests_shed",
+            "Requests refused at once with 503 because the node was at a limit, by reason",
+            self.shed.clone(),
         );
         r.register_with_unit(
             "http_request_duration",
@@ -383,6 +393,26 @@ impl Metrics {
     /// Counts one `result` on a family.
     pub fn count(family: &Family<ResultLabels, Counter>, result: &'static str) {
         family.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts a refused peer request or answer.
+    pub fn count_auth_failure(&self, reason: &'static str) {
+        self.peer_auth_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Makes the series of `reasons` exist in `family` (at 0), so dashboards and alerts find
+    /// them before the first count.
+    pub fn declare(family: &Family<ReasonLabels, Counter>, reasons: &[&'static str]) {
+        for &reason in reasons {
+            let _ = family.get_or_create(&ReasonLabels { reason });
+        }
+    }
+
+    /// Counts a request shed at a limit.
+    pub fn count_shed(&self, reason: &'static str) {
+        self.shed.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Counts a peer message the node ignored.

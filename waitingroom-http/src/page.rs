@@ -2,20 +2,28 @@
 //! This module only renders; the handler that joins, checks in and leaves for the browser is
 //! in [`crate::api`].
 //!
-//! The server does the work so the page needs no JavaScript: each load joins (no ticket
-//! cookie) or checks in (ticket cookie), and the page reloads itself with a `<meta refresh>`
-//! at the interval the room asks for. When the visitor is admitted the same request exchanges
-//! the ticket for a pass, sets the pass cookie and redirects to the origin. With JavaScript the
-//! page instead polls `/api/checkin` and updates the position in place.
+//! The server does the work so the page needs no JavaScript. A load without a ticket shows the
+//! page in its `new` state: it takes the visitor's place with its own POST (the script's
+//! `/api/join` at once, or without JavaScript its button, a form posting to `/`): a GET never
+//! takes a place. A load with a ticket checks in, and the page reloads itself with a `<meta
+//! refresh>` at the interval the room asks for. When the visitor is admitted the same request
+//! exchanges the ticket for a pass, sets the pass cookie and redirects to the origin. With
+//! JavaScript the page instead polls `/api/checkin` and updates the position in place, backing
+//! off on 503 and 429.
 //!
 //! Templates use `{{placeholder}}` substitution; every value is HTML-escaped. Placeholders:
-//! `title`, `text`, `position`, `eta`, `status` (`queued`, `starting` or `error`),
-//! `refresh_seconds`, `refresh_ms`, `background`, `foreground`, `accent`.
+//! `title`, `text`, `position`, `eta`, `status` (`new`, `queued`, `starting` or `error`),
+//! `refresh_seconds`, `refresh_ms`, `reload_seconds` (the `<meta refresh>`: the refresh
+//! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
+//! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
+//! `accent`.
 
 use std::collections::HashMap;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::config::Branding;
 use crate::errors::{ApiError, LoggedError};
@@ -42,9 +50,16 @@ impl Page {
         }
     }
 
-    /// Renders the page.
-    pub fn render(&self, position: &str, eta: &str, status: &str, refresh_ms: u64) -> String {
-        let refresh_ms = refresh_ms.max(500);
+    /// Renders the page. A page in the `new` state does not reload itself (its `reload_seconds`
+    /// is an hour): it waits for the visitor's button, or its script joins. `nonce` marks the
+    /// page's own script and style for the Content-Security-Policy.
+    pub fn render(&self, view: &View<'_>, nonce: &str) -> String {
+        let refresh_ms = view.refresh_ms.max(500);
+        let reload_seconds = if view.status == "new" {
+            3_600
+        } else {
+            refresh_ms.div_ceil(1000)
+        };
         let b = &self.branding;
         let values: HashMap<&str, String> = HashMap::from([
             ("title", b.title.clone()),
@@ -52,55 +67,134 @@ impl Page {
             ("background", b.background.clone()),
             ("foreground", b.foreground.clone()),
             ("accent", b.accent.clone()),
-            ("position", position.to_owned()),
-            ("eta", eta.to_owned()),
-            ("status", status.to_owned()),
+            ("position", view.position.to_owned()),
+            ("eta", view.eta.to_owned()),
+            ("status", view.status.to_owned()),
             ("refresh_ms", refresh_ms.to_string()),
             ("refresh_seconds", refresh_ms.div_ceil(1000).to_string()),
+            ("reload_seconds", reload_seconds.to_string()),
+            ("nonce", nonce.to_owned()),
         ]);
         substitute(&self.template, &values)
     }
 
+    /// The page as an answer with `status` and `cookies`, and the headers that keep it from
+    /// being framed (clickjacking: `frame-ancestors 'none'`, `X-Frame-Options: DENY`) and its
+    /// scripts and styles to its own. A template that marks them with `nonce="{{nonce}}"` (the
+    /// built-in one does) gets a policy that allows nothing else: no other script, style,
+    /// connection, image or form target than the page's and the room's own; one that does not
+    /// keeps inline code and the room's own resources working without a nonce.
+    fn respond(&self, status: StatusCode, cookies: Vec<HeaderValue>, view: &View<'_>) -> Response {
+        let nonce = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>());
+        let html = self.render(view, &nonce);
+        let csp = if self.template.contains("{{nonce}}") {
+            format!(
+                "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; \
+                 connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; \
+                 frame-ancestors 'none'"
+            )
+        } else {
+            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' \
+             'unsafe-inline'; img-src 'self' data:; form-action 'self'; base-uri 'none'; \
+             frame-ancestors 'none'"
+                .to_owned()
+        };
+        let mut resp = html_response(status, cookies, html);
+        if let Ok(v) = HeaderValue::from_str(&csp) {
+            resp.headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, v);
+        }
+        resp
+    }
+
     /// The page of a visitor waiting in line; sets `ticket_cookie` (their refreshed ticket).
     pub fn queued(&self, a: &VisitorAnswer, ticket_cookie: HeaderValue) -> Response {
-        let html = self.render(
-            &a.position.to_string(),
-            &eta_text(a.eta_seconds),
-            "queued",
-            a.refresh_after_ms,
-        );
-        html_response(StatusCode::OK, vec![ticket_cookie], html)
+        let view = View {
+            position: &a.position.to_string(),
+            eta: &eta_text(a.eta_seconds),
+            status: "queued",
+            refresh_ms: a.refresh_after_ms,
+        };
+        self.respond(StatusCode::OK, vec![ticket_cookie], &view)
+    }
+
+    /// The page of a visitor who has no place yet (no ticket, or one that can no longer be
+    /// used): the page takes one with its own POST — at once with JavaScript, with its button
+    /// without — then checks in every `refresh_ms`.
+    pub fn fresh(&self, refresh_ms: u64) -> Response {
+        let view = View {
+            position: "…",
+            eta: "Take your place in line with the button below.",
+            status: "new",
+            refresh_ms,
+        };
+        self.respond(StatusCode::OK, Vec::new(), &view)
     }
 
     /// The page of a visitor who could not be served: why, with `e`'s status; the page retries
     /// by itself. The response carries `e` for the request log.
     pub fn error(&self, e: &ApiError) -> Response {
-        let (status, text) = if e.status == StatusCode::SERVICE_UNAVAILABLE {
-            (
-                "starting",
-                "The waiting room is getting ready. This page retries by itself.".to_owned(),
-            )
-        } else if e.status == StatusCode::TOO_MANY_REQUESTS {
-            (
-                "error",
-                "Too many visits from your address; this page retries by itself.".to_owned(),
-            )
-        } else {
-            (
-                "error",
-                format!(
-                    "Something went wrong ({}); this page retries by itself.",
-                    e.message
-                ),
-            )
+        let (status, text) = error_text(e);
+        let view = View {
+            position: "…",
+            eta: &text,
+            status,
+            refresh_ms: 2_000,
         };
-        let html = self.render("…", &text, status, 2_000);
-        let mut resp = html_response(e.status, Vec::new(), html);
+        let mut resp = self.respond(e.status, Vec::new(), &view);
         resp.extensions_mut().insert(LoggedError {
             code: e.code.to_string(),
             message: e.message.clone(),
         });
         resp
+    }
+}
+
+/// What a page shows: the position, a sentence under it, the state (`new`, `queued`,
+/// `starting`, `error`) and how often it refreshes.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The position, or `…`.
+    pub position: &'a str,
+    /// The sentence under it.
+    pub eta: &'a str,
+    /// The state.
+    pub status: &'a str,
+    /// Refresh interval, ms.
+    pub refresh_ms: u64,
+}
+
+/// The state and the sentence of an error page.
+fn error_text(e: &ApiError) -> (&'static str, String) {
+    if e.code == "owner_unavailable" || e.code == "overloaded" {
+        (
+            "starting",
+            "The waiting room is busy. You keep your place; this page retries by itself."
+                .to_owned(),
+        )
+    } else if e.status == StatusCode::SERVICE_UNAVAILABLE {
+        (
+            "starting",
+            "The waiting room is getting ready. This page retries by itself.".to_owned(),
+        )
+    } else if e.code == "cross_site" {
+        (
+            "error",
+            "This page was opened from another site. Open the waiting room directly.".to_owned(),
+        )
+    } else if e.status == StatusCode::TOO_MANY_REQUESTS {
+        (
+            "error",
+            "Too many visits from your address; this page retries by itself.".to_owned(),
+        )
+    } else {
+        (
+            "error",
+            format!(
+                "Something went wrong ({}); this page retries by itself.",
+                e.message
+            ),
+        )
     }
 }
 
@@ -171,9 +265,18 @@ pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String
         header::HeaderName::from_static("x-content-type-options"),
         HeaderValue::from_static("nosniff"),
     );
+    // Not `no-referrer`: with it a browser sends `Origin: null` with the page's own form POST,
+    // which the join's same-site check must refuse. `same-origin` still tells other sites
+    // nothing.
     h.insert(
         header::HeaderName::from_static("referrer-policy"),
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
+    );
+    // Whatever else an answer is, it is not to be framed (the page adds its full policy).
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; base-uri 'none'; frame-ancestors 'none'"),
     );
     for c in cookies {
         h.append(header::SET_COOKIE, c);
@@ -213,7 +316,14 @@ mod tests {
             accent: "navy".into(),
             template: None,
         };
-        let html = Page::new(&b).render("7", &eta_text(Some(125)), "queued", 2000);
+        let eta = eta_text(Some(125));
+        let view = View {
+            position: "7",
+            eta: &eta,
+            status: "queued",
+            refresh_ms: 2000,
+        };
+        let html = Page::new(&b).render(&view, "n0nce");
         assert!(!html.contains("{{"), "{html}");
         assert!(html.contains("<html lang=\"en\">"));
         assert!(html.contains("aria-live=\"polite\""));
@@ -221,6 +331,9 @@ mod tests {
         assert!(html.contains(">7</p>"));
         assert!(html.contains("about 2 minutes"));
         assert!(html.contains("content=\"2\""));
+        assert!(
+            html.contains("<script nonce=\"n0nce\">") && html.contains("<style nonce=\"n0nce\">")
+        );
     }
 
     #[test]

@@ -9,24 +9,29 @@
 //! request drops its batch — the protocol's reliable channel resends what matters and SWIM
 //! notices a dead peer. Sender tasks of idle destinations exit and free their queue.
 //!
-//! Every peer request is signed with the cluster key (see [`crate::crypto`]).
+//! Every peer request is authenticated from its headers (see [`crate::peer_auth`]): bound to its
+//! destination node and incarnation, a nonce and a timestamp. So a batch goes to one
+//! destination (id and incarnation) only, and no request is larger than `peer_body_limit`: the
+//! messages queued for one address are cut into such requests. Answers to forwarded visitor
+//! requests are authenticated by the owner and checked here before they are believed.
 
 mod outbox;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::oneshot;
-use waitingroom_core::Ticket;
-use waitingroom_distributed::{Envelope, Transmit};
+use waitingroom_core::{NodeId, Ticket};
+use waitingroom_distributed::{Contact, Envelope, Transmit};
 
 use crate::clock::now_ms;
 use crate::config::Limits;
-use crate::crypto::{Crypto, HEADER_KID, HEADER_SIGNATURE, HEADER_TIMESTAMP, PeerAuthError};
+use crate::crypto::Crypto;
 use crate::metrics::Metrics;
+use crate::peer_auth::{ReplyHead, RequestHead, Route};
 use outbox::{Outbox, Outboxes};
 
 /// The logical path of batched protocol messages (what signatures cover, whatever URL prefix
@@ -91,6 +96,12 @@ type Responder = oneshot::Sender<Result<ForwardReply, Unreachable>>;
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(1_000);
 
+/// Most bytes one forwarded item, or its answer, takes as JSON: a ticket's claims or a signed
+/// token plus a few fields (a token is at most a few hundred bytes). A forwarded batch holds at
+/// most `peer_body_limit / FORWARD_ITEM_MAX` items, so the request and its answer each fit the
+/// peer body limit.
+const FORWARD_ITEM_MAX: usize = 1024;
+
 /// Outgoing peer traffic.
 #[derive(Debug)]
 pub struct Transport {
@@ -98,9 +109,12 @@ pub struct Transport {
     crypto: Arc<Crypto>,
     limits: Limits,
     metrics: Arc<Metrics>,
+    /// This node, the sender of every request.
+    me: NodeId,
     /// Protocol messages, per peer address.
     peers: Outboxes<Envelope>,
-    /// Forwarded visitor requests waiting for the batch to their owner, per owner address.
+    /// Forwarded visitor requests waiting for the batch to their owner, per owner (address,
+    /// id and incarnation).
     forwards: Outboxes<(ForwardItem, Responder)>,
     /// Peers a request failed to reach since the node last heard of it; the driver tells the
     /// node, which probes them first.
@@ -113,29 +127,40 @@ pub struct Transport {
 pub struct Unreachable(String);
 
 impl Transport {
-    /// A transport using `client` for every peer request.
+    /// A transport for node `me`, using `client` for every peer request.
     pub fn new(
         client: reqwest::Client,
         crypto: Arc<Crypto>,
         limits: Limits,
         metrics: Arc<Metrics>,
+        me: NodeId,
     ) -> Self {
         Transport {
             client,
             crypto,
             limits,
             metrics,
+            me,
             peers: Outboxes::default(),
             forwards: Outboxes::default(),
             unreachable: Mutex::new(Vec::new()),
         }
     }
 
-    /// The shared HTTP client, configured for peers (keep-alive, no proxy).
+    /// The shared HTTP client, configured for peers (keep-alive, no proxy), closing idle
+    /// connections after 5 s: half the peers' default header read timeout (see
+    /// [`Transport::build_client_with_idle`]).
     pub fn build_client() -> reqwest::Client {
+        Self::build_client_with_idle(Duration::from_secs(5))
+    }
+
+    /// The same, closing idle connections after `idle`: below the peers' own idle limit (their
+    /// header read timeout), so a request is never sent down a connection the other side is
+    /// closing.
+    pub fn build_client_with_idle(idle: Duration) -> reqwest::Client {
         reqwest::Client::builder()
             .no_proxy()
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(idle)
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_millis(500))
             .build()
@@ -157,27 +182,40 @@ impl Transport {
         }
     }
 
-    /// Delivers one destination's queue until it has been idle for a while.
+    /// Delivers one destination's queue until it has been idle for a while: each batch taken
+    /// leaves as one request per destination node, cut to the body limit.
     async fn sender(self: Arc<Self>, addr: String, peer: Arc<Outbox<Envelope>>) {
         let url = format!("{addr}{MESSAGES_PATH}");
         let mut backoff = BACKOFF_MIN;
         let max = self.limits.peer_batch;
         while let Some(batch) = self.peers.next_batch(&addr, &peer, max).await {
-            match self.post_batch(&url, &batch).await {
-                Ok(()) => {
-                    backoff = BACKOFF_MIN;
-                    for env in &batch {
-                        Metrics::count_type(&self.metrics.peer_sent, &env.body);
+            let mut failed = false;
+            for (to, envelopes) in by_destination(batch) {
+                let (chunks, too_big) = json_chunks(&envelopes, self.limits.peer_body);
+                if too_big > 0 {
+                    tracing::warn!(peer = %addr, too_big, "protocol message larger than peer_body_limit dropped");
+                    self.metrics.peer_dropped.inc_by(too_big as u64);
+                }
+                for (range, body) in chunks {
+                    let sent = &envelopes[range];
+                    if let Err(e) = self.post_batch(&url, to, body).await {
+                        failed = true;
+                        self.report_unreachable(&addr);
+                        self.metrics.peer_failures.inc();
+                        self.metrics.peer_dropped.inc_by(sent.len() as u64);
+                        tracing::debug!(peer = %addr, error = %e, dropped = sent.len(), "peer delivery failed");
+                    } else {
+                        for env in sent {
+                            Metrics::count_type(&self.metrics.peer_sent, &env.body);
+                        }
                     }
                 }
-                Err(e) => {
-                    self.report_unreachable(&addr);
-                    self.metrics.peer_failures.inc();
-                    self.metrics.peer_dropped.inc_by(batch.len() as u64);
-                    tracing::debug!(peer = %addr, error = %e, dropped = batch.len(), "peer delivery failed");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                }
+            }
+            if failed {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            } else {
+                backoff = BACKOFF_MIN;
             }
         }
     }
@@ -203,63 +241,148 @@ impl Transport {
         )
     }
 
-    async fn post_batch(&self, url: &str, batch: &[Envelope]) -> Result<(), Unreachable> {
-        let body = serde_json::to_vec(batch).map_err(|e| Unreachable(e.to_string()))?;
-        let resp = self
-            .signed_post(url, MESSAGES_PATH, body, self.limits.peer_timeout_ms)
+    async fn post_batch(
+        &self,
+        url: &str,
+        to: (NodeId, u64),
+        body: Vec<u8>,
+    ) -> Result<(), Unreachable> {
+        let route = Route {
+            path: MESSAGES_PATH,
+            from: self.me,
+            to: to.0,
+            to_incarnation: to.1,
+        };
+        let (resp, _) = self
+            .signed_post(url, route, body, self.limits.peer_timeout_ms)
             .await?;
         if resp.status().is_success() {
             Ok(())
         } else {
             let status = resp.status();
-            let text = resp.text().await.unwrap_or_default();
+            let text = read_limited(resp, 4096).await.unwrap_or_default();
             if status == StatusCode::UNAUTHORIZED {
-                tracing::warn!(%url, "peer refused our signature: do all nodes use the same cluster key?");
+                tracing::warn!(%url, "peer refused our signature: do all nodes use the same cluster key, and agree on the time?");
             }
-            Err(Unreachable(format!("status {status}: {text}")))
+            Err(Unreachable(format!(
+                "status {status}: {}",
+                String::from_utf8_lossy(&text)
+            )))
         }
     }
 
+    /// POSTs `body` to `url` along `route`, authenticated; the answer and the request's nonce.
     async fn signed_post(
         &self,
         url: &str,
-        path: &str,
+        route: Route<'_>,
         body: Vec<u8>,
         timeout_ms: u64,
-    ) -> Result<reqwest::Response, Unreachable> {
-        let sig = self.crypto.sign_request("POST", path, now_ms(), &body);
-        self.client
+    ) -> Result<(reqwest::Response, u64), Unreachable> {
+        // The OS-seeded generator: a nonce only has to differ from every other one.
+        let nonce: u64 = rand::random();
+        let (head, mac) = RequestHead::sign(&self.crypto, route, now_ms(), nonce, &body);
+        let mut req = self
+            .client
             .post(url)
             .timeout(Duration::from_millis(timeout_ms))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(HEADER_KID, sig.kid)
-            .header(HEADER_TIMESTAMP, sig.timestamp.to_string())
-            .header(HEADER_SIGNATURE, sig.signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        for (name, value) in head.headers(&mac) {
+            req = req.header(name, value);
+        }
+        let resp = req
             .body(body)
             .send()
             .await
-            .map_err(|e| Unreachable(e.to_string()))
+            .map_err(|e| Unreachable(e.to_string()))?;
+        Ok((resp, nonce))
     }
 }
 
+/// The envelopes of one batch by destination (id, incarnation), in order of first appearance,
+/// each group in its original order.
+fn by_destination(batch: Vec<Envelope>) -> Vec<((NodeId, u64), Vec<Envelope>)> {
+    let mut groups: Vec<((NodeId, u64), Vec<Envelope>)> = Vec::new();
+    for env in batch {
+        let to = (env.to, env.to_incarnation);
+        match groups.iter_mut().find(|(k, _)| *k == to) {
+            Some((_, g)) => g.push(env),
+            None => groups.push((to, vec![env])),
+        }
+    }
+    groups
+}
+
+/// One request's worth of a batch: which items, and their JSON array.
+type Chunk = (std::ops::Range<usize>, Vec<u8>);
+
+/// `items` as JSON arrays of at most `limit` bytes each, with the range of items each holds, in
+/// order; and how many items were left out because one alone is over the limit.
+fn json_chunks<T: Serialize>(items: &[T], limit: usize) -> (Vec<Chunk>, usize) {
+    let mut chunks = Vec::new();
+    let mut too_big = 0;
+    let mut start = 0;
+    let mut body = b"[".to_vec();
+    for (i, item) in items.iter().enumerate() {
+        let Ok(json) = serde_json::to_vec(item) else {
+            too_big += 1;
+            continue;
+        };
+        if json.len() + 2 > limit {
+            too_big += 1;
+            continue;
+        }
+        if body.len() > 1 && body.len() + 1 + json.len() + 1 > limit {
+            body.push(b']');
+            chunks.push((start..i, std::mem::replace(&mut body, b"[".to_vec())));
+            start = i;
+        }
+        if body.len() > 1 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&json);
+    }
+    if body.len() > 1 {
+        body.push(b']');
+        chunks.push((start..items.len(), body));
+    }
+    (chunks, too_big)
+}
+
+/// A response's body, up to `limit` bytes (more is an error, and stops the reading).
+async fn read_limited(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, Unreachable> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(Unreachable(format!("answer larger than {limit} bytes")));
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| Unreachable(e.to_string()))? {
+        if out.len() + chunk.len() > limit {
+            return Err(Unreachable(format!("answer larger than {limit} bytes")));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
 impl Transport {
-    /// Forwards a visitor request to the node at `addr`, batched with the others going there:
-    /// one sender task per owner posts everything queued as one request to [`FORWARD_PATH`]
-    /// (while a batch is in flight the next one fills up), so under load a forward costs a
-    /// fraction of an HTTP exchange. Returns the owner's status and body, or [`Unreachable`]
-    /// when it did not answer in time or answered with a server error (so the caller can serve
-    /// the visitor here).
+    /// Forwards a visitor request to `owner`, batched with the others going there: one sender
+    /// task per owner posts everything queued as one request to [`FORWARD_PATH`] (while a batch
+    /// is in flight the next one fills up), so under load a forward costs a fraction of an HTTP
+    /// exchange. Returns the owner's status and body, or [`Unreachable`] when it did not answer
+    /// in time, answered with a server error, or its answer did not authenticate.
     pub async fn forward_batched(
         self: &Arc<Self>,
-        addr: &str,
+        owner: &Contact,
         item: ForwardItem,
     ) -> Result<(StatusCode, serde_json::Value), Unreachable> {
         let (tx, rx) = oneshot::channel();
         {
             let mut owners = self.forwards.lock();
-            let q = Outboxes::get_or_start(&mut owners, addr, |addr, q| {
+            let key = format!("{} {} {}", owner.addr, owner.id.0, owner.incarnation);
+            let q = Outboxes::get_or_start(&mut owners, &key, |key, q| {
                 let this = self.clone();
-                tokio::spawn(async move { this.forward_sender(addr, q).await });
+                let owner = owner.clone();
+                tokio::spawn(async move { this.forward_sender(key, owner, q).await });
             });
             // Unbounded: each item is a visitor request waiting for its answer.
             q.push((item, tx), usize::MAX);
@@ -282,24 +405,32 @@ impl Transport {
     /// Posts one owner's forwarded requests in batches until it has been idle for a while.
     async fn forward_sender(
         self: Arc<Self>,
-        addr: String,
+        key: String,
+        owner: Contact,
         q: Arc<Outbox<(ForwardItem, Responder)>>,
     ) {
-        let url = format!("{addr}{FORWARD_PATH}");
-        let max = self.limits.peer_batch;
-        while let Some(batch) = self.forwards.next_batch(&addr, &q, max).await {
+        let url = format!("{}{FORWARD_PATH}", owner.addr);
+        let max = self
+            .limits
+            .peer_batch
+            .min(self.limits.peer_body / FORWARD_ITEM_MAX)
+            .max(1);
+        while let Some(batch) = self.forwards.next_batch(&key, &q, max).await {
             let (items, responders): (Vec<ForwardItem>, Vec<Responder>) = batch.into_iter().unzip();
-            let result = self.post_forwards(&url, &items).await.and_then(|replies| {
-                if replies.len() == responders.len() {
-                    Ok(replies)
-                } else {
-                    Err(Unreachable(format!(
-                        "{} answers to {} forwarded requests",
-                        replies.len(),
-                        responders.len()
-                    )))
-                }
-            });
+            let result = self
+                .post_forwards(&url, &owner, &items)
+                .await
+                .and_then(|replies| {
+                    if replies.len() == responders.len() {
+                        Ok(replies)
+                    } else {
+                        Err(Unreachable(format!(
+                            "{} answers to {} forwarded requests",
+                            replies.len(),
+                            responders.len()
+                        )))
+                    }
+                });
             match result {
                 Ok(replies) => {
                     for (tx, r) in responders.into_iter().zip(replies) {
@@ -315,38 +446,44 @@ impl Transport {
         }
     }
 
+    /// One forwarded batch to `owner`; its answers, once the owner's MAC over them checks out.
     async fn post_forwards(
         &self,
         url: &str,
+        owner: &Contact,
         items: &[ForwardItem],
     ) -> Result<Vec<ForwardReply>, Unreachable> {
         let body = serde_json::to_vec(items).map_err(|e| Unreachable(e.to_string()))?;
-        let resp = self
-            .signed_post(url, FORWARD_PATH, body, self.limits.forward_timeout_ms)
+        let route = Route {
+            path: FORWARD_PATH,
+            from: self.me,
+            to: owner.id,
+            to_incarnation: owner.incarnation,
+        };
+        let (resp, nonce) = self
+            .signed_post(url, route, body, self.limits.forward_timeout_ms)
             .await?;
-        if !resp.status().is_success() {
-            return Err(Unreachable(format!("status {}", resp.status())));
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(Unreachable(format!("status {status}")));
         }
-        let bytes = resp.bytes().await.map_err(|e| Unreachable(e.to_string()))?;
+        let headers = resp.headers().clone();
+        let bytes = read_limited(resp, self.limits.peer_body).await?;
+        ReplyHead::check(
+            &self.crypto,
+            nonce,
+            owner.id,
+            status.as_u16(),
+            &headers,
+            &bytes,
+        )
+        .map_err(|e| {
+            self.metrics.count_auth_failure(e.reason());
+            tracing::warn!(%url, error = %e, "answer to a forwarded request refused");
+            Unreachable(format!("unauthenticated answer: {e}"))
+        })?;
         serde_json::from_slice(&bytes).map_err(|e| Unreachable(e.to_string()))
     }
-}
-
-/// Checks that a peer request carries a valid cluster signature over `path` and `body`.
-pub fn authenticate(
-    crypto: &Crypto,
-    path: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(), PeerAuthError> {
-    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    crypto.verify_request(
-        "POST",
-        path,
-        (h(HEADER_KID), h(HEADER_TIMESTAMP), h(HEADER_SIGNATURE)),
-        body,
-        now_ms(),
-    )
 }
 
 #[cfg(test)]
@@ -384,6 +521,7 @@ mod tests {
             Arc::new(Crypto::generate()),
             limits(3),
             metrics.clone(),
+            NodeId(1),
         ));
         let addr: Arc<str> = Arc::from("http://127.0.0.1:9");
         // The sender task is spawned but, on this one-thread runtime, cannot run before the
@@ -403,5 +541,29 @@ mod tests {
             .collect();
         assert_eq!(kept, [7, 8, 9]);
         assert_eq!(metrics.peer_dropped.get(), 7);
+    }
+
+    /// A batch leaves as one request per destination, each cut to the body limit; a message
+    /// that alone is over the limit is left out (and counted by the caller).
+    #[test]
+    fn batches_split_by_destination_and_size() {
+        let batch: Vec<Envelope> = [5, 6, 5, 5, 6].into_iter().map(envelope).collect();
+        let groups = by_destination(batch);
+        let tos: Vec<(u64, usize)> = groups.iter().map(|((to, _), g)| (to.0, g.len())).collect();
+        assert_eq!(tos, [(5, 3), (6, 2)]);
+        let one = serde_json::to_vec(&groups[0].1[0]).unwrap().len();
+        // Room for two messages per request, not three.
+        let (chunks, too_big) = json_chunks(&groups[0].1, 2 * one + 3);
+        assert_eq!(too_big, 0);
+        let ranges: Vec<_> = chunks.iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(ranges, [0..2, 2..3]);
+        for (range, body) in &chunks {
+            assert!(body.len() <= 2 * one + 3);
+            let back: Vec<Envelope> = serde_json::from_slice(body).unwrap();
+            assert_eq!(back, groups[0].1[range.clone()]);
+        }
+        let (chunks, too_big) = json_chunks(&groups[0].1, one);
+        assert!(chunks.is_empty());
+        assert_eq!(too_big, 3);
     }
 }

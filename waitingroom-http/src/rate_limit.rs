@@ -5,7 +5,8 @@ use std::sync::{Mutex, PoisonError};
 
 use waitingroom_core::Time;
 
-/// A token bucket per client: `rate` per second, bursts of `rate`. 0 disables it.
+/// A token bucket per client: it holds at most `burst` joins and refills at `rate` per second.
+/// Rate 0 disables it.
 ///
 /// Each node keeps its own buckets: behind a balancer spreading one client over N nodes, that
 /// client gets up to N times the rate.
@@ -15,6 +16,7 @@ use waitingroom_core::Time;
 #[derive(Debug)]
 pub struct RateLimiter {
     rate: u32,
+    burst: u32,
     buckets: Mutex<HashMap<String, (f64, Time)>>,
 }
 
@@ -22,10 +24,12 @@ impl RateLimiter {
     /// Most clients remembered before a sweep.
     pub const MAX_CLIENTS: usize = 100_000;
 
-    /// A limiter allowing `rate` per second per client (0: unlimited).
-    pub fn new(rate: u32) -> Self {
+    /// A limiter allowing `rate` per second per client in bursts of up to `burst` (at least
+    /// one); rate 0: unlimited.
+    pub fn new(rate: u32, burst: u32) -> Self {
         RateLimiter {
             rate,
+            burst: burst.max(1),
             buckets: Mutex::new(HashMap::new()),
         }
     }
@@ -36,18 +40,20 @@ impl RateLimiter {
             return true;
         }
         let rate = f64::from(self.rate);
+        let burst = f64::from(self.burst);
         let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
         if buckets.len() >= Self::MAX_CLIENTS && !buckets.contains_key(client) {
-            let full_after_ms = 1000.0;
+            // A bucket untouched this long is full again: the same as no entry.
+            let full_after_ms = burst / rate * 1000.0;
             buckets.retain(|_, (_, last)| (now.saturating_sub(*last) as f64) < full_after_ms);
             if buckets.len() >= Self::MAX_CLIENTS {
                 // Still full of active clients: refuse newcomers rather than grow.
                 return false;
             }
         }
-        let (tokens, last) = buckets.entry(client.to_owned()).or_insert((rate, now));
+        let (tokens, last) = buckets.entry(client.to_owned()).or_insert((burst, now));
         let elapsed = now.saturating_sub(*last) as f64 / 1000.0;
-        *tokens = (*tokens + elapsed * rate).min(rate);
+        *tokens = (*tokens + elapsed * rate).min(burst);
         *last = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;
@@ -64,13 +70,23 @@ mod tests {
 
     #[test]
     fn bucket_refills() {
-        let l = RateLimiter::new(2);
+        let l = RateLimiter::new(2, 2);
         assert!(l.allow("a", 0));
         assert!(l.allow("a", 0));
         assert!(!l.allow("a", 0));
         assert!(l.allow("b", 0), "other clients are not affected");
         assert!(l.allow("a", 500));
         assert!(!l.allow("a", 500));
-        assert!(RateLimiter::new(0).allow("a", 0));
+        assert!(RateLimiter::new(0, 0).allow("a", 0));
+    }
+
+    #[test]
+    fn bursts_up_to_the_burst_then_the_rate() {
+        let l = RateLimiter::new(20, 40);
+        assert_eq!((0..100).filter(|_| l.allow("a", 0)).count(), 40);
+        // One more every 50 ms; never more than the burst however long the pause.
+        assert!(l.allow("a", 50));
+        assert!(!l.allow("a", 50));
+        assert_eq!((0..100).filter(|_| l.allow("a", 60_000)).count(), 40);
     }
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use waitingroom_core::SettingsError;
 use waitingroom_distributed::Node;
 
@@ -16,6 +17,7 @@ use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::{Crypto, LoadKeyError};
 use crate::peer::Transport;
+use crate::serve::serve;
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -34,9 +36,6 @@ pub enum ServerError {
     /// The protocol refused its configuration.
     #[error(transparent)]
     Setting(#[from] SettingsError),
-    /// Serving failed.
-    #[error("server error: {0}")]
-    Serve(std::io::Error),
 }
 
 /// Sets up `tracing` output (text or JSON lines on stderr).
@@ -59,40 +58,85 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         &cfg.key_file,
         &cfg.extra_verify_keys,
     )?);
-    let (listener, local) = bind(cfg.listen).await?;
-    let app = start_node(cfg, crypto, local)?;
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let service =
-        crate::api::router(app.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, service)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
-    // Scripts and tests wait for this line (it carries the port when port 0 was asked for).
-    println!("listening on http://{local}");
-    let _ = std::io::stdout().flush();
-
+    for path in std::iter::once(&cfg.key_file).chain(&cfg.extra_verify_keys) {
+        if let Some(warning) = key_file_warning(path) {
+            tracing::warn!(path = %path.display(), "{warning}");
+        }
+    }
+    let public = bind(cfg.listen).await?;
+    let internal = match cfg.internal_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let peer_addr = internal.as_ref().map_or(public.1, |(_, addr)| *addr);
+    let app = start_node(cfg, crypto, peer_addr)?;
+    if internal.is_none() {
+        tracing::warn!(
+            listen = %public.1,
+            "no --internal-listen: peer routes, /metrics and /api/cluster are served on the \
+             public port (allowed on loopback only)"
+        );
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let servers = serve_all(&app, public, internal, &stop_rx);
     wait_for_signal().await;
     let drained = leave(&app).await;
-    let _ = stop_tx.send(());
-    // Peers keep idle keep-alive connections open; do not wait long for them to close.
-    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_millis(300), server).await {
-        return Err(ServerError::Serve(e));
+    let _ = stop_tx.send(true);
+    for server in servers {
+        // Each server drains its connections for a bounded time (serve::serve).
+        let _ = server.await;
     }
     tracing::info!(drained, "stopped");
     Ok(())
 }
 
-/// Binds the listening socket; returns it with the address it got (the port, when 0 was
-/// asked for).
+/// Serves the public listener (every route, without an internal one) and the internal one
+/// until `stop` turns true. Prints `listening on http://ADDR` (and `internal listening on
+/// http://ADDR`): scripts and tests wait for these lines, which carry the port when port 0 was
+/// asked for.
+fn serve_all(
+    app: &Arc<App>,
+    public: (TcpListener, SocketAddr),
+    internal: Option<(TcpListener, SocketAddr)>,
+    stop: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let timeout = Duration::from_millis(app.cfg.limits.header_read_timeout_ms);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut servers = Vec::new();
+    let public_routes = if internal.is_some() {
+        crate::api::public_router(app.clone())
+    } else {
+        crate::api::router(app.clone())
+    };
+    servers.push(tokio::spawn(serve(
+        public.0,
+        public_routes,
+        timeout,
+        stopped(stop.clone()),
+    )));
+    println!("listening on http://{}", public.1);
+    if let Some((listener, addr)) = internal {
+        let routes = crate::api::internal_router(app.clone());
+        servers.push(tokio::spawn(serve(
+            listener,
+            routes,
+            timeout,
+            stopped(stop.clone()),
+        )));
+        println!("internal listening on http://{addr}");
+    }
+    let _ = std::io::stdout().flush();
+    servers
+}
+
+/// Binds a listening socket; returns it with the address it got (the port, when 0 was asked
+/// for).
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
-    let listen_error = |source| ServerError::Listen { addr, source };
-    let listener = TcpListener::bind(addr).await.map_err(listen_error)?;
-    let local = listener.local_addr().map_err(listen_error)?;
-    Ok((listener, local))
+    crate::serve::bind(addr)
+        .await
+        .map_err(|source| ServerError::Listen { addr, source })
 }
 
 /// Makes this process's node (its id, a new incarnation), starts a cluster or joins one
@@ -100,12 +144,12 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError
 fn start_node(
     cfg: ServerConfig,
     crypto: Arc<Crypto>,
-    local: SocketAddr,
+    peer_addr: SocketAddr,
 ) -> Result<Arc<App>, ServerError> {
     let advertise = cfg
         .advertise
         .clone()
-        .unwrap_or_else(|| format!("http://{local}"));
+        .unwrap_or_else(|| format!("http://{peer_addr}"));
     let id = cfg.node_id.unwrap_or_else(|| derive_node_id(&advertise));
     // A new incarnation per process start, so peers tell this life from an earlier one.
     let incarnation = now_ms().max(1);
@@ -116,12 +160,19 @@ fn start_node(
         .filter(|p| **p != advertise)
         .cloned()
         .collect();
-    let app = App::assemble(Arc::new(cfg), crypto, node, Transport::build_client());
+    // Peers close idle connections after their header read timeout: close ours well before.
+    let idle = Duration::from_millis(cfg.limits.header_read_timeout_ms / 2);
+    let app = App::assemble(
+        Arc::new(cfg),
+        crypto,
+        node,
+        Transport::build_client_with_idle(idle),
+    );
     tracing::info!(
         id = id.0,
         incarnation,
         %advertise,
-        listen = %local,
+        peers_at = %peer_addr,
         seeds = ?seeds,
         "node starting"
     );
@@ -134,6 +185,28 @@ fn start_node(
     });
     tokio::spawn(app.driver.clone().run_timer());
     Ok(app)
+}
+
+/// Why the key file at `path` is a risk, if it is: readable by other users than its owner
+/// (anyone who reads it can forge passes and talk to the cluster as a node).
+pub fn key_file_warning(path: &std::path::Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        (mode & 0o077 != 0).then(|| {
+            format!(
+                "the cluster key file is readable by others than its owner (mode {:o}): \
+                 anyone who reads it can forge passes; chmod 600 it",
+                mode & 0o777
+            )
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// Shutdown's first part: refuse visitors, tell the cluster this node leaves, and keep

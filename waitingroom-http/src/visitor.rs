@@ -94,11 +94,12 @@ impl App {
                 {
                     Ok(relayed) => relayed,
                     Err(e) => {
-                        // The thesis' re-queue: the visitor keeps their place (original join
-                        // time) here; SWIM will remove the silent node.
+                        self.unless_owner_is_member(&owner, &e)?;
+                        // The thesis' re-queue, once SWIM has removed the owner: the visitor
+                        // keeps their place (original join time) here.
                         self.metrics.requeues.inc();
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
-                            "owner unreachable: re-queueing the visitor here");
+                            "owner gone: re-queueing the visitor here");
                         self.check_in_here(&ticket)
                     }
                 }
@@ -120,9 +121,13 @@ impl App {
                 match self.forward(&owner, ForwardOp::Leave, &ticket, key).await {
                     Ok(relayed) => relayed,
                     Err(e) => {
-                        // Same as a check-in: the signed ticket says whether they were let out.
+                        self.unless_owner_is_member(&owner, &e)?;
+                        // The owner is gone: the signed ticket says whether they were let out.
+                        // (A pass it gave before it died is not known here, so this can be a
+                        // second one for the admission; making the exchange move with the
+                        // visitor's place is the admission-lease work's.)
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
-                            "owner unreachable: serving the leave here");
+                            "owner gone: serving the leave here");
                         let here = self.driver.with(|node, now| node.leave_here(now, &ticket));
                         self.passed(&ticket, key, here)
                     }
@@ -149,7 +154,7 @@ impl App {
             claims: ticket.clone(),
             idempotency_key: key.map(str::to_owned),
         };
-        match self.transport.forward_batched(&owner.addr, item).await {
+        match self.transport.forward_batched(owner, item).await {
             Ok((status, body)) => {
                 Metrics::count(&self.metrics.forwards, "ok");
                 Ok(relay(status, body))
@@ -162,6 +167,21 @@ impl App {
         }
     }
 
+    /// After the node holding a ticket did not answer: while it is still a member — alive but
+    /// slow, frozen, or cut off — only it may serve the visitor (anything served here could
+    /// be served there too: a second place, a second pass for one admission), so the visitor
+    /// is told to retry: 503 `owner_unavailable` with `Retry-After`. Only once SWIM has removed
+    /// it may this node serve the visitor.
+    fn unless_owner_is_member(&self, owner: &Contact, e: &Unreachable) -> Result<(), ApiError> {
+        if !self.driver.read(|n| n.membership().contains(owner.id)) {
+            return Ok(());
+        }
+        Metrics::count(&self.metrics.forwards, "owner_unavailable");
+        tracing::info!(owner = owner.id.0, error = %e,
+            "the node holding the ticket did not answer and is still a member: retry later");
+        Err(ApiError::owner_unavailable(owner.id))
+    }
+
     /// A check-in served here, whatever the membership says (forwarded here, or re-queued).
     fn check_in_here(&self, ticket: &Ticket) -> Result<VisitorAnswer, ApiError> {
         self.driver
@@ -170,8 +190,10 @@ impl App {
             .map_err(ApiError::from)
     }
 
-    /// A check-in or leave another node forwarded here: served here, whatever the membership
-    /// says. The ticket is the claims the forwarding node verified, or the token, verified here.
+    /// A check-in or leave another node forwarded here. The ticket is the claims the forwarding
+    /// node verified, or the token, verified here. Served only when the ticket names this node
+    /// (or this node holds it), or when the node it names has been removed from the cluster:
+    /// a live member's visitors are that member's to serve.
     pub fn serve_forwarded(
         &self,
         op: ForwardOp,
@@ -184,6 +206,22 @@ impl App {
             (None, Some(token)) => self.ticket(&token)?,
             (None, None) => return Err(ApiError::missing_token("ticket")),
         };
+        let ours = self.driver.read(|n| {
+            let m = n.membership();
+            ticket.node == n.id()
+                || n.room().knows(ticket.id)
+                || (!m.contains(ticket.node) && m.removed.contains_key(&ticket.node))
+        });
+        if !ours {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "wrong_node",
+                format!(
+                    "the ticket is held by node {}, a live member: only it serves this visitor",
+                    ticket.node
+                ),
+            ));
+        }
         match op {
             ForwardOp::Checkin => {
                 let answer = self.check_in_here(&ticket);

@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use waitingroom_core::{NodeId, Pass, Ticket, TicketId};
 use waitingroom_http::crypto::Crypto;
+use waitingroom_http::peer_auth::{RequestHead, Route};
 
 const BIN: &str = env!("CARGO_BIN_EXE_waitingroom-node");
 
@@ -48,8 +49,18 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 /// A running node process; killed (SIGKILL) on drop.
 struct NodeProc {
     child: Child,
+    /// The public listener's base URL.
     url: String,
+    /// The internal listener's, when it has one (else the public one serves everything).
+    internal: Option<String>,
     log: PathBuf,
+}
+
+impl NodeProc {
+    /// Where peers, metrics and the cluster view are.
+    fn internal_url(&self) -> &str {
+        self.internal.as_deref().unwrap_or(&self.url)
+    }
 }
 
 impl Drop for NodeProc {
@@ -65,6 +76,8 @@ struct Cluster {
     key: PathBuf,
     nodes: Vec<NodeProc>,
     settings: Vec<String>,
+    /// Whether each node gets an internal listener.
+    two_ports: bool,
 }
 
 impl Drop for Cluster {
@@ -91,6 +104,11 @@ impl Cluster {
     /// A cluster of `n` nodes with `extra` settings on top of [`FAST`], each ready and seeing
     /// all `n` as members.
     async fn start(name: &str, n: usize, extra: &[&str]) -> Cluster {
+        Self::start_with(name, n, extra, false).await
+    }
+
+    /// As [`Cluster::start`]; with `two_ports`, every node also has an internal listener.
+    async fn start_with(name: &str, n: usize, extra: &[&str], two_ports: bool) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "wr-{name}-{}-{}",
             std::process::id(),
@@ -104,6 +122,7 @@ impl Cluster {
             key,
             nodes: Vec::new(),
             settings: extra.iter().map(|s| s.to_string()).collect(),
+            two_ports,
         };
         for _ in 0..n {
             c.add_node();
@@ -122,8 +141,11 @@ impl Cluster {
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
             .args(FAST)
             .args(&self.settings);
+        if self.two_ports {
+            cmd.args(["--internal-listen", "127.0.0.1:0"]);
+        }
         if let Some(first) = self.nodes.first() {
-            cmd.args(["--peers", &first.url]);
+            cmd.args(["--peers", first.internal_url()]);
         }
         let mut child = cmd
             .stdin(Stdio::null())
@@ -136,14 +158,24 @@ impl Cluster {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(url) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(url.to_owned());
+                    let _ = tx.send((false, url.to_owned()));
+                } else if let Some(url) = line.strip_prefix("internal listening on ") {
+                    let _ = tx.send((true, url.to_owned()));
                 }
             }
         });
-        let url = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("node printed its address");
-        self.nodes.push(NodeProc { child, url, log });
+        let next = || {
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("node printed its address")
+        };
+        let (_, url) = next();
+        let internal = self.two_ports.then(|| next().1);
+        self.nodes.push(NodeProc {
+            child,
+            url,
+            internal,
+            log,
+        });
         i
     }
 
@@ -172,7 +204,7 @@ impl Cluster {
                         return None;
                     }
                     let s: Value = client
-                        .get(format!("{}/api/cluster", n.url))
+                        .get(format!("{}/api/cluster", n.internal_url()))
                         .send()
                         .await
                         .ok()?
@@ -389,8 +421,9 @@ async fn visitor_flow_across_nodes() {
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
 
-    // The waiting page: a browser without cookies is queued and gets a ticket cookie; once
-    // admitted, the same page sets the pass cookie and redirects to the origin.
+    // The waiting page: a browser without cookies gets the page that takes a place (a GET
+    // never takes one); its button (POST /) does, with a ticket cookie; once admitted, the
+    // same page sets the pass cookie and redirects to the origin.
     let page = c
         .get(format!("{}/some/page", urls[1]))
         .header("accept", "text/html")
@@ -398,7 +431,17 @@ async fn visitor_flow_across_nodes() {
         .await
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
-    let cookie = page
+    assert!(page.headers().get("set-cookie").is_none());
+    let html = page.text().await.unwrap();
+    assert!(html.contains("id=\"position\"") && html.contains("data-status=\"new\""));
+    let button = c
+        .post(format!("{}/", urls[1]))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(button.status(), StatusCode::SEE_OTHER);
+    let cookie = button
         .headers()
         .get("set-cookie")
         .unwrap()
@@ -406,8 +449,6 @@ async fn visitor_flow_across_nodes() {
         .unwrap()
         .to_owned();
     assert!(cookie.starts_with("wr_ticket=") && cookie.contains("HttpOnly"));
-    let html = page.text().await.unwrap();
-    assert!(html.contains("id=\"position\"") && html.contains("http-equiv=\"refresh\""));
     let ticket_cookie = cookie.split(';').next().unwrap().to_owned();
     let mut cookie = ticket_cookie;
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -524,41 +565,42 @@ async fn forged_peer_messages_and_passes_are_rejected() {
     }]);
     let body = serde_json::to_vec(&batch).unwrap();
     let now = waitingroom_http::clock::now_ms();
-    let send = |sig: Option<(String, String, String)>| {
+    let send = |sig: Option<Vec<(&'static str, String)>>| {
         let mut r = c
             .post(format!("{url}/peer/messages"))
             .header("content-type", "application/json")
             .body(body.clone());
-        if let Some((k, t, s)) = sig {
-            r = r
-                .header("x-waitingroom-kid", k)
-                .header("x-waitingroom-timestamp", t)
-                .header("x-waitingroom-signature", s);
+        for (name, value) in sig.into_iter().flatten() {
+            r = r.header(name, value);
         }
         r.send()
     };
-    let as_headers = |s: waitingroom_http::crypto::PeerSignature| {
-        Some((s.kid, s.timestamp.to_string(), s.signature))
+    let sign = |crypto: &Crypto, path: &str, at: u64, signed_body: &[u8]| {
+        let route = Route {
+            path,
+            from: NodeId(4242),
+            to: NodeId(0),
+            to_incarnation: 0,
+        };
+        let (head, mac) = RequestHead::sign(crypto, route, at, rand::random(), signed_body);
+        Some(head.headers(&mac).to_vec())
     };
     let other = Crypto::generate();
     let right = cl.crypto();
     let attempts = [
         ("unsigned", None),
-        (
-            "other key",
-            as_headers(other.sign_request("POST", "/peer/messages", now, &body)),
-        ),
+        ("other key", sign(&other, "/peer/messages", now, &body)),
         (
             "signed for another body",
-            as_headers(right.sign_request("POST", "/peer/messages", now, b"[]")),
+            sign(&right, "/peer/messages", now, b"[]"),
         ),
         (
             "stale timestamp",
-            as_headers(right.sign_request("POST", "/peer/messages", now - 60_000, &body)),
+            sign(&right, "/peer/messages", now - 60_000, &body),
         ),
         (
             "signed for another path",
-            as_headers(right.sign_request("POST", "/peer/visitor/checkin", now, &body)),
+            sign(&right, "/peer/visitor/checkin", now, &body),
         ),
     ];
     for (what, sig) in attempts {
@@ -788,6 +830,285 @@ async fn bad_input_gets_json_errors() {
     assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
 }
 
+/// Two listeners per node: the cluster forms over the internal ones (the advertised URL is the
+/// internal address), visitors are served on the public ones, forwarded between nodes, and the
+/// public ports answer 404 on every internal route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_routes_live_on_their_own_listener() {
+    let cl = Cluster::start_with("ports", 2, &["--target-on-site", "5"], true).await;
+    let c = client();
+    let (public, internal) = (cl.url(0), cl.nodes[0].internal_url());
+    assert_ne!(public, internal);
+    for path in ["/metrics", "/api/cluster", "/peer/messages"] {
+        let r = c
+            .get(format!("{public}{path}"))
+            .header("accept", "text/html")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(r.json::<Value>().await.unwrap()["code"], "not_found");
+    }
+    let r = c
+        .post(format!("{public}/peer/messages"))
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = c.post(format!("{internal}/api/join")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let status: Value = c
+        .get(format!("{internal}/api/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let addrs: Vec<&str> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["addr"].as_str().unwrap())
+        .collect();
+    assert!(
+        addrs.contains(&internal),
+        "members advertise their internal URL: {addrs:?}"
+    );
+    // A visitor joins at node 1 and is served at node 2 (forwarded over the internal ports).
+    let t = join(&c, cl.url(0)).await;
+    let (_, _, passes) = admit_all(&c, &cl.urls()[1..], vec![t], Duration::from_secs(20)).await;
+    assert_eq!(
+        verify(&c, cl.url(0), &passes[0]).await,
+        StatusCode::NO_CONTENT
+    );
+    assert!(
+        metric(
+            &c,
+            cl.nodes[1].internal_url(),
+            "waitingroom_forwards_total{result=\"ok\"}"
+        )
+        .await
+            > 0.0
+    );
+}
+
+/// A ticket checked in at `node` until it is admitted there: its last ticket.
+async fn admitted_at(c: &reqwest::Client, node: &str, mut ticket: String) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, v) = post(
+            c,
+            &format!("{node}/api/checkin"),
+            json!({ "ticket": ticket }),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        ticket = v["ticket"].as_str().unwrap().to_owned();
+        if v["status"] == "admitted" {
+            return ticket;
+        }
+        assert!(Instant::now() < deadline, "never admitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `POST /api/leave` at `node` with the `Idempotency-Key` `key`, if any: status, body and the
+/// `Retry-After` header.
+async fn leave_with(
+    c: &reqwest::Client,
+    node: &str,
+    ticket: &str,
+    key: Option<&str>,
+) -> (StatusCode, Value, Option<String>) {
+    let mut req = c
+        .post(format!("{node}/api/leave"))
+        .json(&json!({ "ticket": ticket }));
+    if let Some(key) = key {
+        req = req.header("idempotency-key", key);
+    }
+    let r = req.send().await.unwrap();
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        r.status(),
+        r.json().await.unwrap_or(Value::Null),
+        retry_after,
+    )
+}
+
+fn signal(node: &NodeProc, sig: &str) {
+    let pid = node.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// The owner of a ticket is frozen (SIGSTOP) right after it exchanged the ticket for a pass.
+/// Another node must not exchange it again while the owner is still a member: it answers 503
+/// `owner_unavailable` with `Retry-After` to the leave and to the check-in. Once the owner
+/// answers again, the leave repeated with its `Idempotency-Key` gets the same pass, and without
+/// it nothing. (Before: the other node served the leave itself after the forward timeout, and
+/// the visitor had two passes for one admission.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_owner_gives_no_second_pass() {
+    // SWIM takes ~20 failed probe rounds to declare the frozen node dead: it stays a member
+    // throughout.
+    let cl = Cluster::start(
+        "frozen",
+        2,
+        &["--target-on-site", "5", "--suspect-rounds", "20"],
+    )
+    .await;
+    let c = client();
+    let (owner, other) = (cl.url(0), cl.url(1));
+    let ticket = admitted_at(&c, owner, join(&c, owner).await).await;
+    let (s, first, _) = leave_with(&c, owner, &ticket, Some("visit-1")).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    signal(&cl.nodes[0], "-STOP");
+    let frozen = Instant::now();
+    for key in [None, Some("visit-1")] {
+        let (s, v, retry_after) = leave_with(&c, other, &ticket, key).await;
+        assert_eq!(
+            s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "leave {key:?} at the other node: {v}"
+        );
+        assert_eq!(v["code"], "owner_unavailable", "{v}");
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+    let r = c
+        .post(format!("{other}/api/checkin"))
+        .json(&json!({ "ticket": ticket }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["code"],
+        "owner_unavailable"
+    );
+    let members: Value = c
+        .get(format!("{}/api/cluster", cl.nodes[1].internal_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        members["members"].as_array().unwrap().len(),
+        2,
+        "still a member"
+    );
+    eprintln!(
+        "refused for {:?} while the owner was frozen",
+        frozen.elapsed()
+    );
+    signal(&cl.nodes[0], "-CONT");
+    let (s, again, _) = leave_with(&c, other, &ticket, Some("visit-1")).await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again, first, "the same pass, not a second one");
+    let (s, v, _) = leave_with(&c, other, &ticket, None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_left"))
+    );
+}
+
+/// A forwarded leave captured on its way from node 2 to node 1 and sent to node 3 is refused
+/// (421: it is signed for node 1); sent to node 1 again, it is a replay (401). And even a
+/// request correctly signed for node 3 gets nothing for a ticket of node 1, a live member
+/// (`wrong_node`). (Before: the MAC bound neither the destination nor a nonce, and node 3
+/// served the forwarded leave itself: a second pass.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_forward_replayed_elsewhere_gets_nothing() {
+    let cl = Cluster::start("replay", 3, &["--target-on-site", "5"]).await;
+    let c = client();
+    let ticket = admitted_at(&c, cl.url(0), join(&c, cl.url(0)).await).await;
+    let claims = cl
+        .crypto()
+        .verify_ticket(&ticket, waitingroom_http::clock::now_ms())
+        .unwrap();
+    let status: Value = c
+        .get(format!("{}/api/cluster", cl.nodes[0].internal_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let contact = |i: usize| {
+        let m = status["members"].as_array().unwrap();
+        let url = cl.nodes[i].internal_url();
+        let me = m.iter().find(|m| m["addr"] == url).unwrap();
+        (
+            NodeId(me["id"].as_u64().unwrap()),
+            me["incarnation"].as_u64().unwrap(),
+        )
+    };
+    let body = serde_json::to_vec(&json!([{ "op": "leave", "claims": claims }])).unwrap();
+    let crypto = cl.crypto();
+    let signed_for = |to: (NodeId, u64)| {
+        let route = Route {
+            path: "/peer/visitor/batch",
+            from: contact(1).0,
+            to: to.0,
+            to_incarnation: to.1,
+        };
+        let now = waitingroom_http::clock::now_ms();
+        let (head, mac) = RequestHead::sign(&crypto, route, now, rand::random(), &body);
+        head.headers(&mac).to_vec()
+    };
+    let send = |node: usize, headers: Vec<(&'static str, String)>| {
+        let mut r = c
+            .post(format!(
+                "{}/peer/visitor/batch",
+                cl.nodes[node].internal_url()
+            ))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        for (name, value) in headers {
+            r = r.header(name, value);
+        }
+        r.send()
+    };
+    let captured = signed_for(contact(0));
+    let r = send(2, captured.clone()).await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::MISDIRECTED_REQUEST,
+        "to another node"
+    );
+    let r = send(0, captured.clone()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the original, to node 1");
+    let answers: Value = r.json().await.unwrap();
+    assert_eq!(answers[0]["status"], 200, "{answers}");
+    let r = send(0, captured).await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "the replay, to node 1"
+    );
+    let r = send(2, signed_for(contact(2))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let answers: Value = r.json().await.unwrap();
+    assert_eq!(answers[0]["status"], 409, "{answers}");
+    assert_eq!(answers[0]["body"]["code"], "wrong_node", "{answers}");
+    let (s, v, _) = leave_with(&c, cl.url(1), &ticket, None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_left"))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_the_cluster_and_exits_zero() {
     let mut cl = Cluster::start("term", 2, &[]).await;
@@ -816,6 +1137,61 @@ async fn sigterm_leaves_the_cluster_and_exits_zero() {
     eprintln!(
         "SIGTERM to exit and membership updated in {:?}",
         t0.elapsed()
+    );
+}
+
+/// `keygen` writes the key readable by its owner only, also with `--force` over an existing
+/// file that others could read (before: `--force` kept that file's mode, 0644); and `run` warns
+/// about a key file others can read.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_private_and_run_warns_when_they_are_not() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("wr-keymode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key.pem");
+    let mode = |p: &PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let keygen = |force: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["keygen", "--out"]).arg(&key);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+    };
+    assert!(keygen(false).success());
+    assert_eq!(mode(&key), 0o600);
+    assert!(!keygen(false).success(), "no overwrite without --force");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(keygen(true).success());
+    assert_eq!(mode(&key), 0o600, "--force over a 0644 file");
+    // A node started with a key others can read says so.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut node = Command::new(BIN)
+        .args(["run", "--listen", "127.0.0.1:0", "--key-file"])
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = node.stderr.take().unwrap();
+    let warned = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .take(20)
+            .any(|l| l.contains("readable by others"))
+    });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let _ = node.kill();
+    let _ = node.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        warned.join().unwrap(),
+        "run warned about the key file's mode"
     );
 }
 
@@ -850,6 +1226,16 @@ fn bad_config_is_refused_naming_the_setting() {
             vec!["run", "--key-file", key, "--peers", "127.0.0.1:1"],
             vec![],
             "peers",
+        ),
+        (
+            vec!["run", "--key-file", key, "--listen", "0.0.0.0:0"],
+            vec![],
+            "internal_listen",
+        ),
+        (
+            vec!["run", "--key-file", key, "--origin-url", "//evil.example/"],
+            vec![],
+            "origin_url",
         ),
         (
             vec![

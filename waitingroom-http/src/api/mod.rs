@@ -8,8 +8,9 @@
 //! - `body.rs`: reading request bodies, shared by the visitor and peer handlers.
 //!
 //! Handlers read the request, call [`App`] (the visitor operations in [`crate::visitor`], or
-//! the node through its driver) and write the response; this module wires them into one
-//! router with the request log and the error fallbacks.
+//! the node through its driver) and write the response; this module wires them into the
+//! routers of the two listeners ([`public_router`], [`internal_router`]; [`router`] for one
+//! port) with the request log and the error fallbacks.
 
 mod body;
 mod ops;
@@ -17,17 +18,21 @@ mod page;
 mod peer;
 mod visitor;
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use crate::app::App;
 use crate::client_addr::ClientAddr;
@@ -39,11 +44,97 @@ use crate::peer::{FORWARD_PATH, ForwardOp, MESSAGES_PATH};
 /// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).
 pub const VERIFY_ANY_PATH: &str = "/api/pass/verify/{*checked_path}";
 
-/// Every route of a node.
+/// Every route of a node on one port: the public and the internal routes together. For a node
+/// without `--internal-listen` (allowed on loopback only) and for in-process tests.
 pub fn router(app: Arc<App>) -> Router {
-    let limits = &app.cfg.limits;
-    let visitor = Router::new()
-        .route("/", get(page::waiting_page))
+    let routes = visitor_routes(&app)
+        .merge(public_ops())
+        .merge(peer_routes())
+        .merge(internal_ops());
+    guarded(
+        shedding(finish(routes, app.clone(), fallback), app.clone()),
+        &app,
+    )
+}
+
+/// The public listener's routes: the visitor API, the waiting page, passes, the JWKS, health.
+/// The internal routes answer 404 here, as JSON (never the waiting page), like any unknown API
+/// route.
+pub fn public_router(app: Arc<App>) -> Router {
+    let routes = visitor_routes(&app).merge(public_ops());
+    guarded(
+        shedding(finish(routes, app.clone(), fallback), app.clone()),
+        &app,
+    )
+}
+
+/// The internal listener's routes: peer traffic, metrics, the cluster view, health. Anything
+/// else is 404.
+pub fn internal_router(app: Arc<App>) -> Router {
+    let routes = peer_routes().merge(internal_ops()).merge(health());
+    guarded(finish(routes, app.clone(), internal_fallback), &app)
+}
+
+/// What every listener's routes get around them: a request that takes longer than
+/// `request_timeout_ms` (a slow client's body included) is answered 408 `request_timeout`, and
+/// a handler that panics is answered 500 `internal_error` (logged) instead of dropping the
+/// connection. Both answers are JSON errors like any other.
+pub(crate) fn guarded(routes: Router, app: &App) -> Router {
+    let timeout = Duration::from_millis(app.cfg.limits.request_timeout_ms);
+    routes
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .layer(middleware::map_response(timeout_json))
+        .layer(CatchPanicLayer::custom(panic_json))
+}
+
+/// The timeout layer's empty 408, as a JSON error.
+async fn timeout_json(resp: Response) -> Response {
+    if resp.status() == StatusCode::REQUEST_TIMEOUT
+        && resp.extensions().get::<LoggedError>().is_none()
+    {
+        tracing::info!(status = 408, code = "request_timeout", "request timed out");
+        return ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request took too long",
+        )
+        .into_response();
+    }
+    resp
+}
+
+/// A handler's panic, answered as a JSON 500 (and logged: it is a bug).
+fn panic_json(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %what, "a request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "internal error; the request was not served",
+    )
+    .into_response()
+}
+
+/// Whether `path` is one of the routes only the internal listener serves (`/peer/...`,
+/// `/metrics`, `/api/cluster`, and `/admin/...`, reserved for the operator's API).
+pub fn is_internal_path(path: &str) -> bool {
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    under("/peer") || under("/admin") || under("/metrics") || under("/api/cluster")
+}
+
+fn visitor_routes(app: &App) -> Router<Arc<App>> {
+    Router::new()
+        .route("/", get(page::waiting_page).post(page::join_form))
         .route("/api/join", post(visitor::join))
         .route("/api/checkin", post(visitor::checkin))
         .route("/api/leave", post(visitor::leave))
@@ -51,27 +142,94 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/pass/verify", get(visitor::verify_pass))
         // Envoy's ext_authz asks with the request's own method and its path appended.
         .route(VERIFY_ANY_PATH, any(visitor::verify_pass))
-        .layer(DefaultBodyLimit::max(limits.visitor_body));
+        .layer(DefaultBodyLimit::max(app.cfg.limits.visitor_body))
+}
+
+fn peer_routes() -> Router<Arc<App>> {
     let mut peers = Router::new()
         .route(MESSAGES_PATH, post(peer::messages))
         .route(FORWARD_PATH, post(peer::forwarded_batch));
     for op in [ForwardOp::Checkin, ForwardOp::Leave] {
         peers = peers.route(op.path(), peer::forwarded_route(op));
     }
-    let peers = peers.layer(DefaultBodyLimit::max(limits.peer_body));
-    let ops = Router::new()
+    // Peer handlers read their bodies themselves, after authentication, up to the signed
+    // length (itself within `peer_body_limit`).
+    peers.layer(DefaultBodyLimit::disable())
+}
+
+fn health() -> Router<Arc<App>> {
+    Router::new()
         .route("/livez", get(ops::livez))
         .route("/readyz", get(ops::readyz))
+}
+
+fn public_ops() -> Router<Arc<App>> {
+    health().route("/.well-known/jwks.json", get(ops::jwks))
+}
+
+fn internal_ops() -> Router<Arc<App>> {
+    Router::new()
         .route("/metrics", get(ops::metrics))
         .route("/api/cluster", get(ops::cluster))
-        .route("/.well-known/jwks.json", get(ops::jwks));
-    visitor
-        .merge(peers)
-        .merge(ops)
+}
+
+/// The request log and the error answers every listener shares.
+fn finish<H, T>(routes: Router<Arc<App>>, app: Arc<App>, fallback: H) -> Router
+where
+    H: axum::handler::Handler<T, Arc<App>>,
+    T: 'static,
+{
+    routes
         .route_layer(middleware::from_fn_with_state(app.clone(), track))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(fallback)
         .with_state(app)
+}
+
+/// `routes` behind the overload shedder (see [`shed`]).
+fn shedding(routes: Router, app: Arc<App>) -> Router {
+    routes.layer(middleware::from_fn_with_state(app, shed))
+}
+
+/// Sheds load rather than queueing it: with `max_pending_requests` requests already in progress
+/// on the public routes, a request gets 503 `overloaded` with `Retry-After` at once (a browser
+/// asking for a page gets the waiting page saying so), so a spike makes some clients come back
+/// a second later instead of making every client wait behind it. `/livez` and `/readyz` are
+/// never refused (a balancer must not take a busy node for a dead one), nor peer traffic (it
+/// has its own limit, `max_peer_requests`).
+async fn shed(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path == "/livez" || path == "/readyz" || is_internal_path(path) {
+        return next.run(req).await;
+    }
+    let Some(_slot) = Pending::take(&app.pending, app.cfg.limits.max_pending_requests) else {
+        app.metrics.count_shed("overloaded");
+        let e = ApiError::overloaded();
+        if req.method() == Method::GET && page::wants_html(req.headers()) {
+            return app.page.error(&e);
+        }
+        return e.into_response();
+    };
+    next.run(req).await
+}
+
+/// One request counted in progress, until dropped (also when the request is cancelled).
+struct Pending<'a>(&'a AtomicUsize);
+
+impl<'a> Pending<'a> {
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::AcqRel) >= max {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Pending(count))
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Records latency per route and logs refused requests with their reason.
@@ -113,14 +271,22 @@ async fn track(
 async fn fallback(
     State(app): State<Arc<App>>,
     method: Method,
-    client: ClientAddr,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    // A browser that lands on any page of the room gets the waiting page.
-    if (method == Method::GET || method == Method::HEAD) && page::wants_html(&headers) {
-        return page::waiting_page(State(app), method, client, headers).await;
+    // A browser that lands on any page of the room gets the waiting page; not on an internal
+    // route, which is only "not here".
+    let page = (method == Method::GET || method == Method::HEAD)
+        && page::wants_html(&headers)
+        && !is_internal_path(uri.path());
+    if page {
+        return page::waiting_page(State(app), method, headers).await;
     }
     ApiError::not_found().into_response()
+}
+
+async fn internal_fallback() -> ApiError {
+    ApiError::not_found()
 }
 
 async fn method_not_allowed() -> ApiError {
@@ -131,7 +297,8 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// The client of a request, keyed as this node is configured (`client_ip_header`).
+/// The client of a request, keyed as this node is configured (`client_ip_header`,
+/// `trusted_proxies`).
 impl FromRequestParts<Arc<App>> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
@@ -143,10 +310,12 @@ impl FromRequestParts<Arc<App>> for ClientAddr {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
+        let limits = &app.cfg.limits;
         Ok(ClientAddr::from_parts(
             &parts.headers,
             peer,
-            app.cfg.limits.client_ip_header.as_deref(),
+            limits.client_ip_header.as_deref(),
+            &limits.trusted_proxies,
         ))
     }
 }

@@ -1,6 +1,9 @@
-//! The waiting page's handler: each load joins (no ticket cookie) or checks in (ticket
-//! cookie); an admitted visitor's ticket is exchanged for a pass in the same request and the
-//! browser sent on to the origin. What the page looks like is [`crate::page`]'s business.
+//! The waiting page's handlers. A GET never takes a place: without a ticket cookie it shows the
+//! page, whose own POST takes the visitor's place — the script's `POST /api/join`, or without
+//! JavaScript the page's button (`POST /`, [`join_form`]). So a crawler, a prefetcher or
+//! another site's `<img>` creates no visitor. With a ticket cookie a load checks in; an admitted
+//! visitor's ticket is exchanged for a pass in the same request and the browser sent on to the
+//! origin. What the page looks like is [`crate::page`]'s business.
 
 use std::sync::Arc;
 
@@ -8,6 +11,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 
+use super::body::RawBody;
+use super::visitor::same_site;
 use crate::app::App;
 use crate::client_addr::ClientAddr;
 use crate::cookies;
@@ -22,11 +27,11 @@ pub(super) fn wants_html(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("text/html"))
 }
 
-/// `GET /`: join or check in, then show the position or send the visitor on.
+/// `GET /` (and any page a browser asks for): check in, then show the position or send the
+/// visitor on; without a usable ticket, the page that takes a place.
 pub(super) async fn waiting_page(
     State(app): State<Arc<App>>,
     method: Method,
-    client: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
     if method == Method::HEAD {
@@ -38,18 +43,15 @@ pub(super) async fn waiting_page(
     {
         return page::redirect(&app.cfg.origin_url, Vec::new());
     }
-    let answer = match cookies::get(&headers, cookies::TICKET) {
-        Some(ticket) => match app.check_in(ticket).await {
-            // A ticket that can no longer be used (expired, forged, already exchanged for a
-            // pass that has since expired): start a new visit.
-            Err(e) if e.status == StatusCode::UNAUTHORIZED || e.code == "already_left" => {
-                app.join(&client)
-            }
-            other => other,
-        },
-        None => app.join(&client),
+    let Some(ticket) = cookies::get(&headers, cookies::TICKET) else {
+        return app.page.fresh(app.cfg.settings.refresh_interval_ms);
     };
-    match answer {
+    match app.check_in(ticket).await {
+        // A ticket that can no longer be used (expired, forged, already exchanged for a pass
+        // that has since expired): a new visit, which the page's own POST starts.
+        Err(e) if e.status == StatusCode::UNAUTHORIZED || e.code == "already_left" => {
+            app.page.fresh(app.cfg.settings.refresh_interval_ms)
+        }
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket, None).await {
             Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p.pass)),
             Err(e) => error_page(&app, &e),
@@ -57,6 +59,22 @@ pub(super) async fn waiting_page(
         Ok(a) => app
             .page
             .queued(&a, cookies::for_ticket(&app.cfg, &a.ticket)),
+        Err(e) => error_page(&app, &e),
+    }
+}
+
+/// `POST /`: the waiting page's button (no JavaScript) takes the visitor's place, then sends the
+/// browser back to the page (303), which shows the position from the ticket cookie. From
+/// another site (`Sec-Fetch-Site: cross-site`, a foreign `Origin`) it is refused with 403.
+pub(super) async fn join_form(
+    State(app): State<Arc<App>>,
+    client: ClientAddr,
+    headers: HeaderMap,
+    _form: RawBody,
+) -> Response {
+    let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
+    match joined {
+        Ok(a) => page::redirect("/", vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
         Err(e) => error_page(&app, &e),
     }
 }

@@ -1,47 +1,110 @@
 //! What other nodes send: batches of protocol messages, and visitor requests forwarded to the
-//! node holding the ticket. Every request must carry a valid cluster signature over its logical
-//! path and body (see [`crate::peer::authenticate`]); one without gets 401 and changes nothing.
+//! node holding the ticket. Every request is authenticated from its headers before its body is
+//! read (see [`crate::peer_auth`]): one that is not a member's, not meant for this node, stale
+//! or replayed is refused (401/421/413) and changes nothing; at most `max_peer_requests` are in
+//! progress at once (503 `peer_busy` beyond). Answers to forwarded requests carry the owner's
+//! MAC, bound to the request's nonce.
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, post};
-use waitingroom_distributed::Envelope;
+use serde::Serialize;
+use tokio::sync::OwnedSemaphorePermit;
+use waitingroom_distributed::{Body, Envelope};
 
-use super::body::{self, RawBody};
 use crate::app::App;
+use crate::clock::now_ms;
 use crate::errors::ApiError;
 use crate::metrics::Metrics;
-use crate::peer::{self, FORWARD_PATH, ForwardItem, ForwardOp, ForwardReply, MESSAGES_PATH};
+use crate::peer::{FORWARD_PATH, ForwardItem, ForwardOp, ForwardReply, MESSAGES_PATH};
+use crate::peer_auth::{self, Expect, PeerAuthError, ReplyHead, RequestHead};
 use crate::wire::{ForwardAnswer, ForwardBody};
 
-/// The body of a peer request signed for `path`, or 401 (counted) / 413.
-fn authenticated(
-    app: &App,
-    path: &str,
-    headers: &HeaderMap,
-    body: RawBody,
-) -> Result<Bytes, ApiError> {
-    let body = body.map_err(body::rejection)?;
-    peer::authenticate(&app.crypto, path, headers, &body).map_err(|e| {
-        app.metrics.peer_auth_failures.inc();
-        ApiError::peer_auth(&e)
-    })?;
-    Ok(body)
+/// A peer request that passed authentication, its body read and checked. It holds one of the
+/// node's peer request slots until it is answered.
+struct Authenticated {
+    head: RequestHead,
+    body: Bytes,
+    _slot: OwnedSemaphorePermit,
 }
 
-/// A batch of protocol messages, handed to the node in order.
+/// Takes a peer request slot, checks the request's headers (see [`peer_auth::check_head`]),
+/// then reads exactly the body they declare and checks it is the one they cover.
+/// `by_address`: whether destination 0 (a node known by its URL only) is acceptable here.
+async fn authenticate(
+    app: &App,
+    path: &'static str,
+    req: Request,
+    by_address: bool,
+) -> Result<Authenticated, ApiError> {
+    let Ok(slot) = app.peer_slots.clone().try_acquire_owned() else {
+        app.metrics.count_shed("peer_busy");
+        return Err(ApiError::peer_busy());
+    };
+    let (parts, body) = req.into_parts();
+    let (me, incarnation) = app.driver.read(|n| (n.id(), n.contact().incarnation));
+    let limits = &app.cfg.limits;
+    let expect = Expect {
+        me,
+        incarnation,
+        by_address,
+        max_body: limits.peer_body as u64,
+        window_ms: limits.peer_clock_window_ms,
+    };
+    let refused = |e: PeerAuthError| {
+        app.metrics.count_auth_failure(e.reason());
+        if e == PeerAuthError::ReplayCacheFull {
+            app.metrics.count_shed("replay_cache_full");
+        }
+        ApiError::peer_auth(&e)
+    };
+    let method = parts.method.as_str();
+    let head = peer_auth::check_head(
+        &app.crypto,
+        &expect,
+        method,
+        path,
+        &parts.headers,
+        now_ms(),
+        &app.replay,
+    )
+    .map_err(refused)?;
+    // The length is signed and within the limit; a body that does not end there is not the one
+    // signed.
+    let limit = usize::try_from(head.content_length).unwrap_or(usize::MAX);
+    let body = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| refused(PeerAuthError::BodyMismatch))?;
+    peer_auth::check_body(&head, &body).map_err(refused)?;
+    Ok(Authenticated {
+        head,
+        body,
+        _slot: slot,
+    })
+}
+
+/// A batch of protocol messages, handed to the node in order. Every envelope must be from the
+/// authenticated sender and addressed as the request is; to destination 0 only a join request
+/// or a ping (to a node known by its URL alone) may go.
 pub(super) async fn messages(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    body: RawBody,
+    req: Request,
 ) -> Result<StatusCode, ApiError> {
-    let body = authenticated(&app, MESSAGES_PATH, &headers, body)?;
-    let envelopes: Vec<Envelope> = serde_json::from_slice(&body)
+    let a = authenticate(&app, MESSAGES_PATH, req, true).await?;
+    let envelopes: Vec<Envelope> = serde_json::from_slice(&a.body)
         .map_err(|e| ApiError::bad_json(format!("invalid peer batch: {e}")))?;
+    if let Some(env) = envelopes.iter().find(|e| !addressed_as(&a.head, e)) {
+        let e = PeerAuthError::Misdirected {
+            to: env.to.0,
+            incarnation: env.to_incarnation,
+        };
+        app.metrics.count_auth_failure(e.reason());
+        return Err(ApiError::peer_auth(&e));
+    }
     for env in &envelopes {
         Metrics::count_type(&app.metrics.peer_received, &env.body);
     }
@@ -55,15 +118,24 @@ pub(super) async fn messages(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Whether `env` is sent and addressed as the authenticated request it came in.
+fn addressed_as(head: &RequestHead, env: &Envelope) -> bool {
+    env.from.id == head.from
+        && env.to == head.to
+        && env.to_incarnation == head.to_incarnation
+        && (head.to.0 != 0 || matches!(env.body, Body::JoinRequest { .. } | Body::Ping { .. }))
+}
+
 /// The route of one forwarded check-in or leave, at [`ForwardOp::path`]: its answer is the
 /// body the visitor would have got from this node.
 pub(super) fn forwarded_route(op: ForwardOp) -> MethodRouter<Arc<App>> {
     post(
-        move |State(app): State<Arc<App>>, headers: HeaderMap, body: RawBody| async move {
-            let body = authenticated(&app, op.path(), &headers, body)?;
+        move |State(app): State<Arc<App>>, req: Request| async move {
+            let a = authenticate(&app, op.path(), req, false).await?;
             let b: ForwardBody =
-                serde_json::from_slice(&body).map_err(|e| ApiError::bad_json(e.to_string()))?;
-            app.serve_forwarded(op, b).map(Json)
+                serde_json::from_slice(&a.body).map_err(|e| ApiError::bad_json(e.to_string()))?;
+            let answer: ForwardAnswer = app.serve_forwarded(op, b)?;
+            Ok::<_, ApiError>(signed_json(&app, &a.head, &answer))
         },
     )
 }
@@ -71,13 +143,12 @@ pub(super) fn forwarded_route(op: ForwardOp) -> MethodRouter<Arc<App>> {
 /// A batch of forwarded check-ins and leaves: one answer each, in order.
 pub(super) async fn forwarded_batch(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    body: RawBody,
-) -> Result<Json<Vec<ForwardReply>>, ApiError> {
-    let body = authenticated(&app, FORWARD_PATH, &headers, body)?;
-    let items: Vec<ForwardItem> = serde_json::from_slice(&body)
+    req: Request,
+) -> Result<Response, ApiError> {
+    let a = authenticate(&app, FORWARD_PATH, req, false).await?;
+    let items: Vec<ForwardItem> = serde_json::from_slice(&a.body)
         .map_err(|e| ApiError::bad_json(format!("invalid forwarded batch: {e}")))?;
-    let replies = items
+    let replies: Vec<ForwardReply> = items
         .into_iter()
         .map(|item| {
             let b = ForwardBody {
@@ -88,7 +159,27 @@ pub(super) async fn forwarded_batch(
             reply(app.serve_forwarded(item.op, b))
         })
         .collect();
-    Ok(Json(replies))
+    Ok(signed_json(&app, &a.head, &replies))
+}
+
+/// A 200 JSON answer to the request `head`, with this node's MAC over it (bound to the request's
+/// nonce) in its headers.
+fn signed_json<T: Serialize>(app: &App, head: &RequestHead, value: &T) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    // The request was addressed to this node (checked), so its destination is this node's id.
+    let signed = ReplyHead::sign(&app.crypto, head.nonce, 200, head.to, &body);
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for (name, value) in signed {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    resp
 }
 
 /// One answer in a batch: the status and body the owner would have sent the visitor.

@@ -46,14 +46,53 @@ fn ticket(headers: &HeaderMap, body: RawBody) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::missing_token("ticket"))
 }
 
+/// `POST /api/join`: refused from another site (see [`same_site`]).
 pub(super) async fn join(
     State(app): State<Arc<App>>,
     client: ClientAddr,
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<Response, ApiError> {
+    same_site(&app, &headers)?;
     let JoinBody {} = body::json(&headers, body)?;
     Ok(ticket_response(&app, app.join(&client)?))
+}
+
+/// Refuses (403 `cross_site`) a join a page of another site makes a browser send: one the
+/// browser marks `Sec-Fetch-Site: cross-site`, or whose `Origin` is not the room's own (its
+/// `public_url`, or without one the origin of the request's own `Host`; `Origin: null`, from a
+/// sandboxed or privacy-sensitive context, is not). A request without either header is not
+/// from a browser page (curl, the load generator, an app) and goes on.
+pub(super) fn same_site(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if text("sec-fetch-site").is_some_and(|v| v.eq_ignore_ascii_case("cross-site")) {
+        return Err(ApiError::cross_site("Sec-Fetch-Site: cross-site"));
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin
+        .to_str()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let ours = match &app.cfg.public_url {
+        Some((_, own)) => origin == *own,
+        None => {
+            let host = text(header::HOST.as_str()).map(str::to_ascii_lowercase);
+            let authority = origin.split_once("://").map(|(_, a)| a);
+            host.is_some() && authority == host.as_deref()
+        }
+    };
+    if ours {
+        Ok(())
+    } else {
+        Err(ApiError::cross_site("Origin is not this room's"))
+    }
 }
 
 pub(super) async fn checkin(

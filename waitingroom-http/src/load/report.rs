@@ -32,6 +32,7 @@ pub(super) struct Report {
     leave_failed: u64,
     readmissions: u64,
     pass_lost: u64,
+    retried_later: u64,
     max_on_site: u64,
     verified: u64,
     verify_expired: u64,
@@ -73,6 +74,7 @@ pub(super) fn report(args: &LoadArgs, s: &Shared, elapsed_s: f64) -> Report {
         leave_failed: get(&c.leave_failed),
         readmissions: get(&c.readmissions),
         pass_lost: get(&c.pass_lost),
+        retried_later: get(&c.retried_later),
         max_on_site: max_on_site(&take(&s.passes)),
         verified: get(&c.verified),
         verify_expired: get(&c.verify_expired),
@@ -188,6 +190,12 @@ pub(super) fn print_text(r: &Report) {
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
         println!("errors by reason: {}", reasons.join(", "));
+    }
+    if r.retried_later > 0 {
+        println!(
+            "answered \"retry later\" (503 owner_unavailable or overloaded; asked again after a back-off, not errors): {}",
+            r.retried_later
+        );
     }
     if r.readmissions > 0 {
         println!(

@@ -88,6 +88,9 @@ pub(super) struct Counters {
     pub(super) readmissions: AtomicU64,
     /// Admitted visitors whose leave was answered 409 `already_left`.
     pub(super) pass_lost: AtomicU64,
+    /// Requests answered "retry later" (503 with one of the [`RETRY_LATER`] codes) and asked
+    /// again after a back-off: not errors.
+    pub(super) retried_later: AtomicU64,
 }
 
 /// Reads a counter.
@@ -110,7 +113,31 @@ pub(super) enum Reply {
     Ok(axum::body::Bytes),
     /// An error status with the error body's `code`.
     Status(StatusCode, String),
+    /// 503 with `Retry-After` and one of the [`RETRY_LATER`] codes: not an error, the room says
+    /// "ask again in `after_ms`".
+    Later {
+        after_ms: u64,
+    },
     Failed,
+}
+
+/// The 503 codes that mean "retry later, your place is kept": the node holding the visitor's
+/// ticket is a member but not answering (`owner_unavailable`), or a node is shedding load
+/// (`overloaded`). A client backs off and asks again; neither is a client-visible error.
+pub(super) const RETRY_LATER: [&str; 2] = ["owner_unavailable", "overloaded"];
+
+/// The longest a visitor waits before asking again after a "retry later".
+const LATER_MAX_MS: u64 = 5_000;
+
+/// How long to wait after the `n`-th "retry later" in a row (from 0) when the room asked for
+/// `after_ms`: doubled each time up to [`LATER_MAX_MS`], with up to a quarter more at random so
+/// that visitors turned away together do not all come back together.
+pub(super) fn later_wait_ms(after_ms: u64, n: u32) -> u64 {
+    let wait = after_ms
+        .max(RETRY_MS)
+        .saturating_mul(1u64 << n.min(6))
+        .min(LATER_MAX_MS);
+    wait + rand::random::<u64>() % (wait / 4 + 1)
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +148,36 @@ struct ErrorBody {
 
 /// Back-off after a failed request.
 pub(super) const RETRY_MS: u64 = 200;
+
+/// Reads an answer: its body on success, else its status and error code (a "retry later" 503
+/// with the wait it asks for).
+async fn read_reply(resp: reqwest::Response) -> Reply {
+    let status = resp.status();
+    let retry_after_s = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let Ok(b) = resp.bytes().await else {
+        return Reply::Failed;
+    };
+    if status.is_success() {
+        return Reply::Ok(b);
+    }
+    let code = serde_json::from_slice::<ErrorBody>(&b)
+        .map(|e| e.code)
+        .unwrap_or_default();
+    match retry_after_s {
+        Some(s)
+            if status == StatusCode::SERVICE_UNAVAILABLE
+                && RETRY_LATER.contains(&code.as_str()) =>
+        {
+            Reply::Later {
+                after_ms: s.saturating_mul(1000),
+            }
+        }
+        _ => Reply::Status(status, code),
+    }
+}
 /// Most attempts at a join, a leave or a pass check.
 const ATTEMPTS: u32 = 10;
 
@@ -227,19 +284,7 @@ impl Shared {
         }
         let t0 = Instant::now();
         let reply = match req.send().await {
-            Ok(resp) => {
-                let status = resp.status();
-                match resp.bytes().await {
-                    Ok(b) if status.is_success() => Reply::Ok(b),
-                    Ok(b) => Reply::Status(
-                        status,
-                        serde_json::from_slice::<ErrorBody>(&b)
-                            .map(|e| e.code)
-                            .unwrap_or_default(),
-                    ),
-                    Err(_) => Reply::Failed,
-                }
-            }
+            Ok(resp) => read_reply(resp).await,
             Err(_) => Reply::Failed,
         };
         let us = micros_since(t0);
@@ -254,6 +299,9 @@ impl Shared {
     /// Sends `ep` until `read` makes something of an answer (it gets the reply and the Unix ms
     /// the request was sent at, and counts what it does not accept): at most [`ATTEMPTS`]
     /// times, [`RETRY_MS`] apart. `None` when every attempt failed or the run ended.
+    ///
+    /// A "retry later" answer ([`Reply::Later`]) is not an attempt: `read` never sees it, the
+    /// request is sent again after a growing back-off ([`later_wait_ms`]) until the run ends.
     pub(super) async fn attempts<T>(
         &self,
         ep: Endpoint,
@@ -261,12 +309,24 @@ impl Shared {
         header: Option<(&str, &str)>,
         mut read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
-        for _ in 0..ATTEMPTS {
+        let (mut attempt, mut later) = (0, 0);
+        while attempt < ATTEMPTS {
             let sent_ms = now_ms();
-            if let Some(t) = read(self.request(ep, body, header).await?, sent_ms) {
-                return Some(t);
-            }
-            if !self.sleep(RETRY_MS).await {
+            let wait = match self.request(ep, body, header).await? {
+                Reply::Later { after_ms } => {
+                    inc(&self.counters.retried_later);
+                    later += 1;
+                    later_wait_ms(after_ms, later - 1)
+                }
+                reply => {
+                    if let Some(t) = read(reply, sent_ms) {
+                        return Some(t);
+                    }
+                    attempt += 1;
+                    RETRY_MS
+                }
+            };
+            if !self.sleep(wait).await {
                 return None;
             }
         }
@@ -283,6 +343,7 @@ impl Shared {
                 format!("{} {} {code}", ep.name(), status.as_u16())
             }
             Some(Reply::Failed) => format!("{} transport", ep.name()),
+            Some(Reply::Later { .. }) => format!("{} retry later", ep.name()),
             _ => format!("{} bad answer", ep.name()),
         };
         *self

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
 
-use super::shared::{Endpoint, JoinKey, RETRY_MS, Reply, Shared, inc};
+use super::shared::{Endpoint, JoinKey, RETRY_MS, Reply, Shared, inc, later_wait_ms};
 
 /// Where a visitor is in its visit.
 #[derive(Debug)]
@@ -111,6 +111,7 @@ pub(super) async fn visitor(s: Arc<Shared>) {
         s: &s,
         key: (0, 0),
         admission_seen: false,
+        later: 0,
     };
     let mut status = Status::Joining;
     let outcome = loop {
@@ -136,6 +137,8 @@ struct Visit<'a> {
     /// Whether its admission has been recorded: once, even if a refused leave sends it back
     /// to checking in.
     admission_seen: bool,
+    /// Check-ins answered "retry later" in a row (for the back-off).
+    later: u32,
 }
 
 impl Visit<'_> {
@@ -189,6 +192,17 @@ impl Visit<'_> {
         else {
             return Status::Done(Outcome::RunEnded);
         };
+        if let Reply::Later { after_ms } = reply {
+            // The node holding the ticket is a member but not answering: the place is kept,
+            // ask again later.
+            inc(&s.counters.retried_later);
+            self.later += 1;
+            return Status::Waiting {
+                ticket,
+                after_ms: later_wait_ms(after_ms, self.later - 1),
+            };
+        }
+        self.later = 0;
         match reply {
             Reply::Ok(b) => match serde_json::from_slice::<VisitorAnswer>(&b) {
                 Ok(a) => Self::in_line(a),

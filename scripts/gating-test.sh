@@ -30,12 +30,8 @@ export CLUSTER_DIR="$STATE/cluster"
 GATE_PID=""
 
 cleanup() {
-    if [[ -n "$GATE_PID" ]] && kill -0 "$GATE_PID" 2>/dev/null; then
-        # nginx stops gracefully on QUIT, Caddy on TERM.
-        kill "-$([[ "$GATE_KIND" == nginx ]] && echo QUIT || echo TERM)" "$GATE_PID" 2>/dev/null || true
-        for _ in $(seq 30); do kill -0 "$GATE_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$GATE_PID" 2>/dev/null || true
-    fi
+    # nginx stops gracefully on QUIT, Caddy on TERM.
+    stop_process "$GATE_PID" 3 "$([[ "$GATE_KIND" == nginx ]] && echo QUIT || echo TERM)"
     bash "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1 || true
     rm -rf "$STATE"
 }

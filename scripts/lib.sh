@@ -23,3 +23,16 @@ node_bin() {
     fi
     echo "$bin"
 }
+
+# Stops process $1 if it still runs: signal $3 (default TERM), then SIGKILL after $2 seconds
+# (default 5). For processes a script started itself, by PID.
+stop_process() {
+    local pid="$1" grace="${2:-5}" sig="${3:-TERM}" k
+    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 0
+    kill "-$sig" "$pid" 2>/dev/null || true
+    for ((k = 0; k < grace * 10; k++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}

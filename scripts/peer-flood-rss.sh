@@ -18,10 +18,7 @@ BIN="$(node_bin)"
 WORK="$(mktemp -d)"
 NODE_PID=""
 cleanup() {
-    if [[ -n "$NODE_PID" ]] && kill -0 "$NODE_PID" 2>/dev/null; then
-        kill -TERM "$NODE_PID" 2>/dev/null || true
-        wait "$NODE_PID" 2>/dev/null || true
-    fi
+    stop_process "$NODE_PID"
     rm -rf "$WORK"
 }
 trap cleanup EXIT

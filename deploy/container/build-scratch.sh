@@ -27,11 +27,7 @@ PORT="${PORT:-18290}"
 CONTAINER=""
 NODE_PID=""
 cleanup() {
-    if [[ -n "$NODE_PID" ]] && kill -0 "$NODE_PID" 2>/dev/null; then
-        kill -TERM "$NODE_PID" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$NODE_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$NODE_PID" 2>/dev/null || true
-    fi
+    stop_process "$NODE_PID"
     wait 2>/dev/null || true
     if [[ -n "$CONTAINER" ]]; then "${BUILDAH[@]}" rm "$CONTAINER" >/dev/null 2>&1 || true; fi
     "${BUILDAH[@]}" rmi --all --force >/dev/null 2>&1 || true

@@ -13,15 +13,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use serde_json::Value;
 use tokio::runtime::Runtime;
-use tower::ServiceExt as _;
 use waitingroom_core::{NodeId, Ticket, TokenError};
 use waitingroom_distributed::Node;
-use waitingroom_http::api::router;
+use waitingroom_http::api::{call, router};
 use waitingroom_http::app::App;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::config::{Options, ServerConfig};
@@ -452,19 +451,6 @@ async fn still_serving(router: &Router, app: &App, signed: bool, rate_limited: b
     assert_eq!(status, StatusCode::OK, "/metrics after the session");
 }
 
-async fn call(router: &Router, req: Request<Body>) -> (StatusCode, HeaderMap, Bytes) {
-    let resp = router
-        .clone()
-        .oneshot(req)
-        .await
-        .unwrap_or_else(|e| match e {});
-    let (parts, body) = resp.into_parts();
-    // Answers are small; a limit keeps a runaway one from eating the fuzzer's memory.
-    let body = axum::body::to_bytes(body, 1 << 20)
-        .await
-        .expect("an answer under 1 MiB");
-    (parts.status, parts.headers, body)
-}
 
 fn content_type(headers: &HeaderMap) -> &str {
     headers

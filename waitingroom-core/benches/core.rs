@@ -187,40 +187,30 @@ fn queue_benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("queue");
     group.throughput(Throughput::Elements(1));
 
-    group.bench_function("insert/append", |b| {
-        let f = fixture.get_or_insert_with(QueueFixture::new);
-        b.iter_custom(|iters| {
-            f.timed_batches(
-                iters,
-                |f| {
-                    f.next_join += 1;
-                    key(f.next_join, f.rng.next_u64())
-                },
-                |q, k| {
-                    black_box(q.insert(k));
-                },
-                |f, k| {
-                    f.queue.remove(k.ticket);
-                },
-            )
-        })
-    });
-
-    group.bench_function("insert/middle", |b| {
-        let f = fixture.get_or_insert_with(QueueFixture::new);
-        b.iter_custom(|iters| {
-            f.timed_batches(
-                iters,
-                |f| key(f.rng.random_range(0..QUEUED), f.rng.next_u64()),
-                |q, k| {
-                    black_box(q.insert(k));
-                },
-                |f, k| {
-                    f.queue.remove(k.ticket);
-                },
-            )
-        })
-    });
+    // Inserting after every queued key (a new joiner) and among them (a re-queued visitor).
+    let appended: fn(&mut QueueFixture) -> QueueKey = |f| {
+        f.next_join += 1;
+        key(f.next_join, f.rng.next_u64())
+    };
+    let among: fn(&mut QueueFixture) -> QueueKey =
+        |f| key(f.rng.random_range(0..QUEUED), f.rng.next_u64());
+    for (name, new_key) in [("insert/append", appended), ("insert/middle", among)] {
+        group.bench_function(name, |b| {
+            let f = fixture.get_or_insert_with(QueueFixture::new);
+            b.iter_custom(|iters| {
+                f.timed_batches(
+                    iters,
+                    new_key,
+                    |q, k| {
+                        black_box(q.insert(k));
+                    },
+                    |f, k| {
+                        f.queue.remove(k.ticket);
+                    },
+                )
+            })
+        });
+    }
 
     group.bench_function("remove", |b| {
         let f = fixture.get_or_insert_with(QueueFixture::new);

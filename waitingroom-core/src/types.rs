@@ -139,26 +139,12 @@ mod tests {
 
     #[test]
     fn queue_key_orders_by_join_time_then_ticket_then_node() {
-        let a = QueueKey {
-            join_time: 1,
-            ticket: TicketId(9),
-            node: NodeId(9),
+        let key = |join_time, ticket, node| QueueKey {
+            join_time,
+            ticket: TicketId(ticket),
+            node: NodeId(node),
         };
-        let b = QueueKey {
-            join_time: 2,
-            ticket: TicketId(0),
-            node: NodeId(0),
-        };
-        let c = QueueKey {
-            join_time: 2,
-            ticket: TicketId(1),
-            node: NodeId(0),
-        };
-        let d = QueueKey {
-            join_time: 2,
-            ticket: TicketId(1),
-            node: NodeId(1),
-        };
+        let (a, b, c, d) = (key(1, 9, 9), key(2, 0, 0), key(2, 1, 0), key(2, 1, 1));
         assert!(a < b && b < c && c < d);
         assert!(QueueKey::first_at(2) <= b);
         assert!(QueueKey::first_at(2) > a);

@@ -18,7 +18,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tower::ServiceExt as _;
 use waitingroom_core::{ClusterKey, NodeId, Pass, Ticket, TicketId};
 
 use crate::api::router;
@@ -108,19 +107,10 @@ impl TestNode {
     }
 
     async fn send(&self, req: Request<Body>) -> Reply {
-        let resp = self
-            .router
-            .clone()
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|e| match e {});
-        let (parts, body) = resp.into_parts();
-        let body = axum::body::to_bytes(body, 1 << 20)
-            .await
-            .expect("readable response body");
+        let (status, headers, body) = crate::api::call(&self.router, req).await;
         Reply {
-            status: parts.status,
-            headers: parts.headers,
+            status,
+            headers,
             body,
         }
     }

@@ -44,6 +44,23 @@ use crate::peer::{FORWARD_PATH, ForwardOp, MESSAGES_PATH};
 /// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).
 pub const VERIFY_ANY_PATH: &str = "/api/pass/verify/{*checked_path}";
 
+/// Sends one request through `router` in process, without a socket (tests, fuzzers, an
+/// embedding service), and reads the answer's body up to 1 MiB: every answer of this server is
+/// small, and the bound keeps a runaway one from eating a fuzzer's memory.
+pub async fn call(router: &Router, req: Request) -> (StatusCode, HeaderMap, axum::body::Bytes) {
+    use tower::ServiceExt as _;
+    let resp = router
+        .clone()
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|e| match e {});
+    let (parts, body) = resp.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .expect("an answer under 1 MiB");
+    (parts.status, parts.headers, body)
+}
+
 /// Every route of a node on one port: the public and the internal routes together. For a node
 /// without `--internal-listen` (allowed on loopback only) and for in-process tests.
 pub fn router(app: Arc<App>) -> Router {

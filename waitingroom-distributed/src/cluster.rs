@@ -23,6 +23,8 @@ use crate::outputs::{Event, Outbox};
 
 /// Most former members remembered.
 const FORMERS_LIMIT: usize = 256;
+/// Seed addresses kept at most (discovery answers are outside input: bound them).
+const SEEDS_LIMIT: usize = 256;
 
 /// Where a node is in its life.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -440,6 +442,20 @@ impl Cluster {
         }
     }
 
+    /// Addresses found outside the protocol (DNS discovery): remembered as seeds (bounded),
+    /// and asked at once while joining.
+    pub(crate) fn discovered(&mut self, addrs: &[String]) {
+        for addr in addrs {
+            if *addr == *self.me.addr {
+                continue;
+            }
+            if !self.seed_addrs.contains(addr) && self.seed_addrs.len() < SEEDS_LIMIT {
+                self.seed_addrs.push(addr.clone());
+            }
+            self.learn_seed(addr);
+        }
+    }
+
     /// `from` says we are not in its cluster. Returns the seeds to rejoin with: when a cluster
     /// mate moved on without us (we were declared dead), or when the other side of a healed
     /// partition ranks higher (then our cluster is told we leave it first). None after showing
@@ -609,5 +625,28 @@ mod tests {
             version: 2,
         };
         assert_eq!(said(&mut node), [Said::Raw("n9".into(), not_member)]);
+    }
+
+    /// README, "Partitions": addresses found by discovery that are not in the cluster are
+    /// probed like former members (so clusters that formed apart merge); this node's own
+    /// address and its cluster mates' are not, and a joining node asks them at once.
+    #[test]
+    fn discovered_addresses_outside_the_cluster_are_probed_and_asked() {
+        let mut cluster = Cluster::new(testing::contact(2), 4, 10_000);
+        let found: Vec<String> = [1, 2, 9].map(|id| testing::addr(id).to_string()).into();
+        cluster.start_joining(0, vec![testing::addr(1).to_string()]);
+        cluster.discovered(&found);
+        let Phase::Joining { seeds, .. } = &cluster.phase else {
+            panic!("joining");
+        };
+        assert_eq!(seeds, &["n1".to_string(), "n9".to_string()]);
+        cluster.membership = line();
+        cluster.phase = Phase::Member;
+        let probed: Vec<String> = cluster
+            .former_candidates()
+            .into_iter()
+            .map(|c| c.addr.to_string())
+            .collect();
+        assert_eq!(probed, ["n9"]);
     }
 }

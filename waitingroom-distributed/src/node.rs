@@ -101,6 +101,13 @@ impl Node {
         self.send_join_request(now);
     }
 
+    /// Addresses of possible peers found outside the protocol (DNS discovery, an operator):
+    /// a joining node asks them too, and a member probes those not in its cluster now and then,
+    /// so that clusters which formed apart (nodes that started at once and found nobody) merge.
+    pub fn discovered(&mut self, addrs: &[String]) {
+        self.cluster.discovered(addrs);
+    }
+
     /// Leaves the cluster gracefully: the others learn at once instead of waiting for failure
     /// detection. Keep delivering messages until [`Node::is_drained`] (or a time limit).
     pub fn shutdown(&mut self, now: Time) {

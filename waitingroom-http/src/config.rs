@@ -54,6 +54,20 @@ pub struct Options {
         value_delimiter = ','
     )]
     pub peers: Option<Vec<String>>,
+    /// Find peers in DNS: every A/AAAA record of NAME (a Kubernetes headless Service) is a
+    /// peer at http://ADDRESS:PORT, looked up at start and every dns_interval_ms; a node that
+    /// finds nobody starts a cluster, clusters that formed apart merge once they see each
+    /// other. PORT defaults to this node's peer port. Used with or instead of --peers.
+    /// (default: none)
+    #[arg(long, env = "WAITINGROOM_PEERS_DNS", value_name = "NAME[:PORT]")]
+    pub peers_dns: Option<String>,
+    /// DNS server for --peers-dns instead of the system's (/etc/resolv.conf). (default: the
+    /// system's)
+    #[arg(long, env = "WAITINGROOM_DNS_SERVER", value_name = "ADDR:PORT")]
+    pub dns_server: Option<SocketAddr>,
+    /// How often --peers-dns is looked up again, ms. (default: 5000)
+    #[arg(long, env = "WAITINGROOM_DNS_INTERVAL_MS", value_name = "MS")]
+    pub dns_interval_ms: Option<u64>,
     /// File holding the cluster signing key (PKCS#8 PEM, from `waitingroom-node keygen`);
     /// every node of a cluster uses the same key. Required.
     #[arg(long, env = "WAITINGROOM_KEY_FILE", value_name = "PATH")]
@@ -390,6 +404,8 @@ pub struct ServerConfig {
     pub node_id: Option<NodeId>,
     /// Seeds to join through.
     pub peers: Vec<String>,
+    /// Peers found in DNS, if asked for.
+    pub discovery: Option<Discovery>,
     /// Cluster key file.
     pub key_file: PathBuf,
     /// Earlier cluster keys still accepted (key rotation).
@@ -413,6 +429,19 @@ pub struct ServerConfig {
     pub log_level: String,
     /// Page look.
     pub branding: Branding,
+}
+
+/// Where to find peers in DNS (`--peers-dns`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discovery {
+    /// The name whose A/AAAA records are the peers.
+    pub name: String,
+    /// The peers' (internal) port.
+    pub port: u16,
+    /// The DNS server to ask; `None`: the system's.
+    pub server: Option<SocketAddr>,
+    /// How often to look again, ms.
+    pub interval_ms: u64,
 }
 
 /// Reads a TOML config file into [`Options`].
@@ -462,6 +491,9 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         advertise,
         node_id,
         peers,
+        peers_dns,
+        dns_server,
+        dns_interval_ms,
         key_file,
         extra_verify_key,
         origin_url,
@@ -518,6 +550,7 @@ impl Options {
             advertise: self.advertise(internal_listen.unwrap_or(listen))?,
             node_id: self.node_id()?,
             peers: self.seeds()?,
+            discovery: self.discovery(internal_listen.unwrap_or(listen))?,
             key_file: self.key_file()?,
             extra_verify_keys: self.extra_verify_key.clone().unwrap_or_default(),
             origin_url: self.origin_url()?,
@@ -638,6 +671,42 @@ impl Options {
             check_peer_url("peers", p)?;
         }
         Ok(peers)
+    }
+
+    /// DNS discovery: the name (no scheme, no path), the peers' port (default: this node's
+    /// peer port), how often to look it up again.
+    fn discovery(&self, peer_listen: SocketAddr) -> Result<Option<Discovery>, SettingsError> {
+        let Some(spec) = self.peers_dns.as_deref().map(str::trim) else {
+            return Ok(None);
+        };
+        let bad = |why: &str| SettingsError::new("peers_dns", format!("`{spec}`: {why}"));
+        let (name, port) = match spec.rsplit_once(':') {
+            Some((name, port)) => (
+                name,
+                port.parse()
+                    .map_err(|_| bad("the port after `:` must be a number 1-65535"))?,
+            ),
+            None => (spec, peer_listen.port()),
+        };
+        let host_like = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
+        if name.is_empty() || !name.chars().all(host_like) || port == 0 {
+            return Err(bad(
+                "expected a DNS name and an optional port, e.g. peers.ns.svc:9090",
+            ));
+        }
+        let interval_ms = self.dns_interval_ms.unwrap_or(5_000);
+        if interval_ms < 100 {
+            return Err(SettingsError::new(
+                "dns_interval_ms",
+                "must be at least 100",
+            ));
+        }
+        Ok(Some(Discovery {
+            name: name.to_owned(),
+            port,
+            server: self.dns_server,
+            interval_ms,
+        }))
     }
 
     /// Where admitted visitors go: it ends up in a `Location` header. When given, an absolute
@@ -1071,6 +1140,33 @@ mod tests {
             let err = o.resolve().unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
         }
+    }
+
+    /// `--peers-dns NAME[:PORT]`: the port defaults to this node's peer port (the internal
+    /// listener's); a scheme, a path or a bad port is refused naming the setting.
+    #[test]
+    fn peers_dns_takes_a_name_and_an_optional_port() {
+        let with = |spec: &str| {
+            Options {
+                peers_dns: Some(spec.into()),
+                internal_listen: Some("127.0.0.1:9090".parse().unwrap()),
+                ..base()
+            }
+            .resolve()
+        };
+        let d = with("peers.ns.svc").unwrap().discovery.unwrap();
+        assert_eq!(
+            (d.name.as_str(), d.port, d.interval_ms),
+            ("peers.ns.svc", 9090, 5_000)
+        );
+        assert_eq!(with("peers:7000").unwrap().discovery.unwrap().port, 7000);
+        for bad in ["http://peers", "peers:0", "peers:x", "peers/x", ""] {
+            match with(bad) {
+                Err(ConfigError::Setting(e)) => assert_eq!(e.field, "peers_dns", "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(base().resolve().unwrap().discovery.is_none());
     }
 
     /// One port for everything only on loopback; a public address needs an internal listener,

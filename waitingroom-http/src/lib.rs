@@ -34,6 +34,7 @@ pub mod clock;
 pub mod config;
 pub mod cookies;
 pub mod crypto;
+pub mod discovery;
 pub mod driver;
 pub mod errors;
 pub mod fairness;

@@ -85,6 +85,10 @@ pub struct Metrics {
     pub peer_failures: Counter,
     /// Peer requests (and answers) refused by authentication, by reason.
     pub peer_auth_failures: Family<ReasonLabels, Counter>,
+    /// DNS lookups of `--peers-dns`, by result (`ok`, `error`).
+    pub dns_lookups: Family<ResultLabels, Counter>,
+    /// Peer addresses the last successful DNS lookup found (this node's own included).
+    pub dns_peers: Gauge,
     /// Requests refused at once with 503 because the node was at a limit, by reason.
     pub shed: Family<ReasonLabels, Counter>,
     /// Joins refused by the rate limit.
@@ -152,6 +156,8 @@ impl Metrics {
             peer_dropped: Counter::default(),
             peer_failures: Counter::default(),
             peer_auth_failures: Family::default(),
+            dns_lookups: Family::default(),
+            dns_peers: Gauge::default(),
             shed: Family::default(),
             rate_limited: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
@@ -250,6 +256,16 @@ impl Metrics {
             "Peer requests and answers refused by authentication (no valid cluster MAC, stale, \
              replayed, misdirected, body not the one signed), by reason",
             self.peer_auth_failures.clone(),
+        );
+        r.register(
+            "dns_lookups",
+            "Lookups of the --peers-dns name, by result (ok, error)",
+            self.dns_lookups.clone(),
+        );
+        r.register(
+            "dns_peers",
+            "Peer addresses the last successful --peers-dns lookup found",
+            self.dns_peers.clone(),
         );
     }
 

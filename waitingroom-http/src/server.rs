@@ -16,6 +16,7 @@ use crate::app::App;
 use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::{Crypto, LoadKeyError};
+use crate::discovery::Finder;
 use crate::peer::Transport;
 use crate::serve::serve;
 
@@ -36,6 +37,9 @@ pub enum ServerError {
     /// The protocol refused its configuration.
     #[error(transparent)]
     Setting(#[from] SettingsError),
+    /// The resolver for `--peers-dns` could not be set up.
+    #[error("--peers-dns: cannot set up the DNS resolver: {0}")]
+    Dns(#[from] hickory_resolver::ResolveError),
 }
 
 /// Sets up `tracing` output (text or JSON lines on stderr).
@@ -69,7 +73,27 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         None => None,
     };
     let peer_addr = internal.as_ref().map_or(public.1, |(_, addr)| *addr);
-    let app = start_node(cfg, crypto, peer_addr)?;
+    let advertise = cfg
+        .advertise
+        .clone()
+        .unwrap_or_else(|| format!("http://{peer_addr}"));
+    let finder = cfg
+        .discovery
+        .as_ref()
+        .map(|d| Finder::new(d, &advertise))
+        .transpose()?;
+    let mut seeds = cfg.peers.clone();
+    if let (Some(finder), Some(d)) = (&finder, &cfg.discovery) {
+        seeds.extend(
+            finder
+                .first_seeds(Duration::from_millis(d.interval_ms))
+                .await,
+        );
+    }
+    let app = start_node(cfg, crypto, &advertise, seeds)?;
+    if let Some(finder) = finder {
+        tokio::spawn(finder.run(app.clone()));
+    }
     if internal.is_none() {
         tracing::warn!(
             listen = %public.1,
@@ -140,26 +164,19 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError
 }
 
 /// Makes this process's node (its id, a new incarnation), starts a cluster or joins one
-/// through the seeds, and runs its timer.
+/// through the seeds (`--peers` and what DNS found), and runs its timer.
 fn start_node(
     cfg: ServerConfig,
     crypto: Arc<Crypto>,
-    peer_addr: SocketAddr,
+    advertise: &str,
+    mut seeds: Vec<String>,
 ) -> Result<Arc<App>, ServerError> {
-    let advertise = cfg
-        .advertise
-        .clone()
-        .unwrap_or_else(|| format!("http://{peer_addr}"));
-    let id = cfg.node_id.unwrap_or_else(|| derive_node_id(&advertise));
+    let id = cfg.node_id.unwrap_or_else(|| derive_node_id(advertise));
     // A new incarnation per process start, so peers tell this life from an earlier one.
     let incarnation = now_ms().max(1);
-    let node = Node::new(cfg.node_config(id, incarnation, &advertise, rand::random()))?;
-    let seeds: Vec<String> = cfg
-        .peers
-        .iter()
-        .filter(|p| **p != advertise)
-        .cloned()
-        .collect();
+    let node = Node::new(cfg.node_config(id, incarnation, advertise, rand::random()))?;
+    seeds.retain(|p| *p != advertise);
+    seeds.dedup();
     // Peers close idle connections after their header read timeout: close ours well before.
     let idle = Duration::from_millis(cfg.limits.header_read_timeout_ms / 2);
     let app = App::assemble(
@@ -172,7 +189,6 @@ fn start_node(
         id = id.0,
         incarnation,
         %advertise,
-        peers_at = %peer_addr,
         seeds = ?seeds,
         "node starting"
     );

@@ -6,7 +6,9 @@
 #      nobody at first starts a cluster; clusters that formed apart merge).
 #   2. A fourth address is added to the name (dnsmasq re-reads its hosts file on SIGHUP) and a
 #      fourth node started: every node must see 4 members.
-#   3. Node 1 (the smallest address, which starts a cluster of its own when it starts) is killed
+#   3. Node 4 is removed: its record dropped from the name and the node stopped: the others must
+#      drop it (3 members each).
+#   4. Node 1 (the smallest address, which starts a cluster of its own when it starts) is killed
 #      and started again: its lone cluster and the others' must merge back into one of 4.
 # Loopback only; bounded (each wait at most WAIT_S seconds); stops its own processes by PID.
 #
@@ -47,12 +49,26 @@ start_node() {
     PIDS+=($!)
 }
 
+kill_node() { # SIGKILL node $1 (quietly: no job notice)
+    {
+        stop_process "${NODE_PID[$1]}" 0 KILL
+        wait "${NODE_PID[$1]}" || true
+    } 2>/dev/null
+}
+
 members() { # node $1's member count (0 while it does not answer)
     curl -fsS -m 1 "http://127.0.0.$1:$PEER_PORT/api/cluster" 2>/dev/null | jq '.members | length' ||
         echo 0
 }
 
-wait_for_members() { # every node 1..$1 sees $1 members, within WAIT_S
+wait_for_kill_node() { # SIGKILL node $1 (quietly: no job notice)
+    {
+        stop_process "${NODE_PID[$1]}" 0 KILL
+        wait "${NODE_PID[$1]}" || true
+    } 2>/dev/null
+}
+
+members() { # every node 1..$1 sees $1 members, within WAIT_S
     local n="$1" i ok
     for ((t = 0; t < WAIT_S * 5; t++)); do
         ok=1
@@ -104,18 +120,22 @@ peers="$(metric waitingroom_dns_peers)"
 }
 echo "dns: node 1 metrics: $lookups successful lookups, $peers peers in the last one"
 
+hosts 3
+kill -HUP "$DNS_PID"
+kill_node 4
+started=$(ms)
+wait_for_members 3
+echo "dns: node 4's record removed and the node killed: the others dropped it after $(($(ms) - started)) ms"
+
 incarnation() { curl -fsS -m 1 "http://127.0.0.$1:$PEER_PORT/api/cluster" | jq .incarnation; }
 before="$(incarnation 1)"
-{
-    stop_process "${NODE_PID[1]}" 0 KILL
-    wait "${NODE_PID[1]}" || true
-} 2>/dev/null
+kill_node 1
 started=$(ms)
 start_node 1
-wait_for_members 4
+wait_for_members 3
 [[ "$(incarnation 1)" != "$before" ]] || {
     echo "dns: FAIL: node 1 was not restarted" >&2
     exit 1
 }
-echo "dns: node 1 killed and restarted: one cluster of 4 again after $(($(ms) - started)) ms"
+echo "dns: node 1 killed and restarted: one cluster of 3 again after $(($(ms) - started)) ms"
 echo "dns: PASS"

@@ -61,14 +61,7 @@ members() { # node $1's member count (0 while it does not answer)
         echo 0
 }
 
-wait_for_kill_node() { # SIGKILL node $1 (quietly: no job notice)
-    {
-        stop_process "${NODE_PID[$1]}" 0 KILL
-        wait "${NODE_PID[$1]}" || true
-    } 2>/dev/null
-}
-
-members() { # every node 1..$1 sees $1 members, within WAIT_S
+wait_for_members() { # every node 1..$1 sees $1 members, within WAIT_S
     local n="$1" i ok
     for ((t = 0; t < WAIT_S * 5; t++)); do
         ok=1

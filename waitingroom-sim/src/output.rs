@@ -37,6 +37,10 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
     let mut fields = vec![
         ("kendall_tau", format!("{:.3e}", r.kendall_tau)),
         (
+            "kendall_tau_actual",
+            format!("{:.3e}", r.kendall_tau_actual),
+        ),
+        (
             "kendall_tau_thesis",
             format!("{:.3e}", r.kendall_tau_thesis),
         ),
@@ -108,7 +112,7 @@ fn sci(v: f64) -> String {
 /// Sweep rows as a table, with the thesis' and the reference figures beside ours.
 pub fn sweep_table(rows: &[SweepRow]) -> String {
     let mut s = format!(
-        "{:<9} {:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>4} {:>4} {:>5} {:>4} {:>7} {:>7}\n",
+        "{:<9} {:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>4} {:>4} {:>5} {:>4} {:>7} {:>7}\n",
         "target",
         "users",
         "churn",
@@ -116,6 +120,7 @@ pub fn sweep_table(rows: &[SweepRow]) -> String {
         "kt_mean",
         "bound",
         "ref_kt",
+        "kt_actual",
         "kt_thesis",
         "A.2_kt",
         "time_ms",
@@ -129,7 +134,7 @@ pub fn sweep_table(rows: &[SweepRow]) -> String {
     );
     for r in rows {
         s.push_str(&format!(
-            "{:<9} {:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9.0} {:>9} | {:>4} {:>4} {:>5} {:>4} {:>7.1} {:>7.1}{}\n",
+            "{:<9} {:>5} {:>5} {:>5} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9.0} {:>9} | {:>4} {:>4} {:>5} {:>4} {:>7.1} {:>7.1}{}\n",
             r.target,
             r.users,
             r.churn,
@@ -137,6 +142,7 @@ pub fn sweep_table(rows: &[SweepRow]) -> String {
             sci(r.kendall_tau_mean),
             opt(r.kendall_tau_bound, sci),
             opt(r.reference_kendall_tau, sci),
+            sci(r.kendall_tau_actual_mean),
             sci(r.kendall_tau_thesis_mean),
             opt(r.thesis_a2_kendall_tau, sci),
             r.sim_time_ms_mean,
@@ -158,6 +164,7 @@ pub fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
     let head = [
         "strategy",
         "kendall_tau",
+        "kendall_tau_actual",
         "kendall_tau_thesis",
         "sim_time_ms",
         "wait_ms_mean",
@@ -166,12 +173,13 @@ pub fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
         "max_overshoot",
         "msgs/admitted",
     ];
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             [
                 r.strategy.clone(),
                 sci(r.kendall_tau_mean),
+                sci(r.kendall_tau_actual_mean),
                 sci(r.kendall_tau_thesis_mean),
                 format!("{:.0}", r.sim_time_ms_mean),
                 format!("{:.0}", r.wait_ms_mean),
@@ -190,7 +198,7 @@ pub fn compare_table(rows: &[SweepRow], markdown: bool) -> String {
             s.push_str(&format!("| {} |\n", c.join(" | ")));
         }
     } else {
-        let widths = [14, 12, 18, 12, 12, 11, 6, 13, 13];
+        let widths = [14, 12, 18, 18, 12, 12, 11, 6, 13, 13];
         for row in std::iter::once(head.map(String::from)).chain(cells) {
             let line: Vec<String> = row
                 .iter()
@@ -228,7 +236,7 @@ macro_rules! column {
 }
 
 /// Every field of [`SweepRow`], in order.
-const CSV_COLUMNS: [Column; 23] = [
+const CSV_COLUMNS: [Column; 25] = [
     column!(strategy),
     column!(target),
     column!(users),
@@ -236,6 +244,8 @@ const CSV_COLUMNS: [Column; 23] = [
     column!(seeds),
     column!(kendall_tau_mean),
     column!(kendall_tau_max),
+    column!(kendall_tau_actual_mean),
+    column!(kendall_tau_actual_max),
     column!(kendall_tau_thesis_mean),
     column!(sim_time_ms_mean),
     column!(wait_ms_mean),

@@ -213,7 +213,10 @@ impl Ctx {
     /// Adds what the ledger and the visitors' phases measured to the report.
     fn measure(&self, report: &mut RunReport) {
         let ledger = &self.ledger;
-        (report.kendall_tau, report.kendall_tau_thesis) = ledger.fairness();
+        let fairness = ledger.fairness(self.cfg.protocol.eviction_interval_ms);
+        report.kendall_tau = fairness.strict;
+        report.kendall_tau_actual = fairness.actual;
+        report.kendall_tau_thesis = fairness.thesis;
         (report.wait_ms_mean, report.wait_ms_max) = ledger.waits();
         report.admitted = ledger.admitted;
         report.double_admissions = ledger.double_admissions;

@@ -13,6 +13,7 @@
 #   - Grafana: the dashboard is JSON with panels (that every metric it names exists is the
 #     waitingroom-http test deploy_tests::every_metric_the_dashboard_and_alerts_use_exists);
 #   - Caddy: `caddy validate` of deploy/caddy/Caddyfile (scripts/gating-test.sh caddy runs it);
+#   - the API description: `waitingroom-node openapi` accepted by openapi-spec-validator (PyPI);
 #   - settings: every flag and config key these files give the node is one NODE_BIN knows,
 #     except those in PENDING_FLAGS (flags other work adds; each is reported while missing,
 #     and the check fails once one exists, so the list gets emptied).
@@ -54,10 +55,11 @@ step() {
 
 python_tools() {
     local venv="$CACHE/venv"
-    if [[ ! -x "$venv/bin/kubernetes-validate" || ! -x "$venv/bin/yamllint" ]]; then
-        echo "installing yamllint and kubernetes-validate from PyPI into $venv" >&2
+    if [[ ! -x "$venv/bin/kubernetes-validate" || ! -x "$venv/bin/yamllint" ||
+        ! -x "$venv/bin/openapi-spec-validator" ]]; then
+        echo "installing yamllint, kubernetes-validate, openapi-spec-validator from PyPI into $venv" >&2
         python3 -m venv "$venv"
-        "$venv/bin/pip" install --quiet yamllint kubernetes-validate >&2
+        "$venv/bin/pip" install --quiet yamllint kubernetes-validate openapi-spec-validator >&2
     fi
     YAMLLINT="$venv/bin/yamllint"
     KUBERNETES_VALIDATE="$venv/bin/kubernetes-validate"
@@ -185,6 +187,11 @@ node_settings() {
         "$DEPLOY/systemd/node.toml" "$DEPLOY/kubernetes/node.toml"
 }
 
+api_description() {
+    "$BIN" openapi >"$STATE/openapi.json"
+    "$CACHE/venv/bin/openapi-spec-validator" "$STATE/openapi.json"
+}
+
 step "YAML lint (yamllint --strict)" lint_yaml
 step "Kubernetes manifests valid (kubernetes-validate --strict, 1.37 and 1.30)" kubernetes_manifests
 step "systemd unit (systemd-analyze verify, security --offline <= 2.0)" systemd_unit
@@ -192,6 +199,7 @@ step "Prometheus rules and config (promtool check/test rules, check config)" pro
 step "Grafana dashboard is JSON with panels" grafana_dashboard
 step "Caddyfile (caddy validate)" caddyfile
 step "flags and config keys known to waitingroom-node run" node_settings
+step "API description (waitingroom-node openapi | openapi-spec-validator)" api_description
 if [[ -s "$STATE/pending" ]]; then
     echo "     used, not in this binary yet (PENDING_FLAGS):" $(sort -u "$STATE/pending")
 fi

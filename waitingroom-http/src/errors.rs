@@ -36,7 +36,7 @@ pub struct LoggedError {
 }
 
 /// The JSON body of an error.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// Human-readable explanation.
     pub error: String,

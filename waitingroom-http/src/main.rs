@@ -45,6 +45,9 @@ enum Command {
     /// Drive real visitors against a cluster (join, check in, leave, verify the pass) and
     /// report admissions per second, lost visitors, errors, latency and fairness.
     Load(load::LoadArgs),
+    /// Print the OpenAPI 3.1 description of every route (the same as `GET /openapi.json`), to
+    /// generate clients or check the API without a running node.
+    Openapi,
 }
 
 #[derive(Debug, Args)]
@@ -92,6 +95,10 @@ fn main() -> ExitCode {
             report(runtime().and_then(|rt| rt.block_on(bench::run(args))))
         }
         Command::Load(args) => report(runtime().and_then(|rt| rt.block_on(load::run(args)))),
+        Command::Openapi => {
+            println!("{}", waitingroom_http::api::openapi::json());
+            ExitCode::SUCCESS
+        }
     }
 }
 

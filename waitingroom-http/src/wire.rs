@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use waitingroom_core::Ticket;
 
 /// The answer to a join or a check-in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VisitorAnswer {
     /// `queued` or `admitted`.
     pub status: String,
@@ -28,7 +28,7 @@ impl VisitorAnswer {
 }
 
 /// The answer to a leave or a pass refresh.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PassAnswer {
     /// The signed pass.
     pub pass: String,
@@ -37,7 +37,7 @@ pub struct PassAnswer {
 }
 
 /// Body of check-in and leave: the ticket (optional: the cookie is used when absent).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TicketBody {
     /// The ticket token.
@@ -63,7 +63,7 @@ pub struct ForwardBody {
 }
 
 /// Body of a pass refresh (optional: the cookie is used when absent).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PassBody {
     /// The pass token.
@@ -72,7 +72,7 @@ pub struct PassBody {
 }
 
 /// Body of a join: nothing is expected, but an object is accepted.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JoinBody {}
 

@@ -13,6 +13,7 @@
 //! port) with the request log and the error fallbacks.
 
 mod body;
+pub mod openapi;
 mod ops;
 mod page;
 mod peer;
@@ -30,7 +31,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{MethodRouter, any, get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
@@ -38,7 +39,7 @@ use crate::app::App;
 use crate::client_addr::ClientAddr;
 use crate::errors::{ApiError, LoggedError};
 use crate::metrics::RouteLabels;
-use crate::peer::{FORWARD_PATH, ForwardOp, MESSAGES_PATH};
+use crate::peer::{CHECKIN_PATH, FORWARD_PATH, LEAVE_PATH, MESSAGES_PATH};
 
 /// The pass check under any method and path suffix, for gates that cannot set the path or
 /// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).
@@ -149,45 +150,94 @@ pub fn is_internal_path(path: &str) -> bool {
     under("/peer") || under("/admin") || under("/metrics") || under("/api/cluster")
 }
 
-fn visitor_routes(app: &App) -> Router<Arc<App>> {
-    Router::new()
-        .route("/", get(page::waiting_page).post(page::join_form))
-        .route("/api/join", post(visitor::join))
-        .route("/api/checkin", post(visitor::checkin))
-        .route("/api/leave", post(visitor::leave))
-        .route("/api/pass/refresh", post(visitor::refresh_pass))
-        .route("/api/pass/verify", get(visitor::verify_pass))
+/// One route: its path and what answers each method there. Routes are listed as data so that
+/// the OpenAPI test can check every one of them is described (`openapi::tests`).
+type Route = (&'static str, MethodRouter<Arc<App>>);
+
+fn table(routes: Vec<Route>) -> Router<Arc<App>> {
+    routes
+        .into_iter()
+        .fold(Router::new(), |r, (path, methods)| r.route(path, methods))
+}
+
+fn visitor_table() -> Vec<Route> {
+    vec![
+        ("/", get(page::waiting_page).post(page::join_form)),
+        ("/api/join", post(visitor::join)),
+        ("/api/checkin", post(visitor::checkin)),
+        ("/api/leave", post(visitor::leave)),
+        ("/api/pass/refresh", post(visitor::refresh_pass)),
+        ("/api/pass/verify", get(visitor::verify_pass)),
         // Envoy's ext_authz asks with the request's own method and its path appended.
-        .route(VERIFY_ANY_PATH, any(visitor::verify_pass))
-        .layer(DefaultBodyLimit::max(app.cfg.limits.visitor_body))
+        (VERIFY_ANY_PATH, any(visitor::verify_pass_any)),
+    ]
+}
+
+fn peer_table() -> Vec<Route> {
+    vec![
+        (MESSAGES_PATH, post(peer::messages)),
+        (FORWARD_PATH, post(peer::forwarded_batch)),
+        (CHECKIN_PATH, post(peer::forwarded_checkin)),
+        (LEAVE_PATH, post(peer::forwarded_leave)),
+    ]
+}
+
+/// Served on both listeners.
+fn health_table() -> Vec<Route> {
+    vec![
+        ("/livez", get(ops::livez)),
+        ("/readyz", get(ops::readyz)),
+        ("/openapi.json", get(openapi::document)),
+    ]
+}
+
+fn public_ops_table() -> Vec<Route> {
+    vec![("/.well-known/jwks.json", get(ops::jwks))]
+}
+
+fn internal_ops_table() -> Vec<Route> {
+    vec![
+        ("/metrics", get(ops::metrics)),
+        ("/api/cluster", get(ops::cluster)),
+    ]
+}
+
+fn visitor_routes(app: &App) -> Router<Arc<App>> {
+    table(visitor_table()).layer(DefaultBodyLimit::max(app.cfg.limits.visitor_body))
 }
 
 fn peer_routes() -> Router<Arc<App>> {
-    let mut peers = Router::new()
-        .route(MESSAGES_PATH, post(peer::messages))
-        .route(FORWARD_PATH, post(peer::forwarded_batch));
-    for op in [ForwardOp::Checkin, ForwardOp::Leave] {
-        peers = peers.route(op.path(), peer::forwarded_route(op));
-    }
     // Peer handlers read their bodies themselves, after authentication, up to the signed
     // length (itself within `peer_body_limit`).
-    peers.layer(DefaultBodyLimit::disable())
+    table(peer_table()).layer(DefaultBodyLimit::disable())
 }
 
 fn health() -> Router<Arc<App>> {
-    Router::new()
-        .route("/livez", get(ops::livez))
-        .route("/readyz", get(ops::readyz))
+    table(health_table())
 }
 
 fn public_ops() -> Router<Arc<App>> {
-    health().route("/.well-known/jwks.json", get(ops::jwks))
+    health().merge(table(public_ops_table()))
 }
 
 fn internal_ops() -> Router<Arc<App>> {
-    Router::new()
-        .route("/metrics", get(ops::metrics))
-        .route("/api/cluster", get(ops::cluster))
+    table(internal_ops_table())
+}
+
+/// Every route path of a node, for the OpenAPI test.
+#[cfg(test)]
+fn all_paths() -> Vec<&'static str> {
+    [
+        visitor_table(),
+        peer_table(),
+        health_table(),
+        public_ops_table(),
+        internal_ops_table(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(path, _)| path)
+    .collect()
 }
 
 /// The request log and the error answers every listener shares.

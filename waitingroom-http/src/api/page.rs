@@ -29,6 +29,15 @@ pub(super) fn wants_html(headers: &HeaderMap) -> bool {
 
 /// `GET /` (and any page a browser asks for): check in, then show the position or send the
 /// visitor on; without a usable ticket, the page that takes a place.
+#[utoipa::path(get, path = "/", tag = "page",
+    summary = "The waiting page",
+    description = "HTML. With a ticket cookie: the position, or a redirect to the origin once \
+        admitted (with the pass cookie). Without one: the page whose button (or script) takes a \
+        place; a GET never takes one. Any unknown path asked for as `text/html` shows it too.",
+    responses(
+        (status = 200, description = "The page", content_type = "text/html"),
+        (status = 303, description = "Admitted: on to the origin"),
+    ))]
 pub(super) async fn waiting_page(
     State(app): State<Arc<App>>,
     method: Method,
@@ -66,6 +75,12 @@ pub(super) async fn waiting_page(
 /// `POST /`: the waiting page's button (no JavaScript) takes the visitor's place, then sends the
 /// browser back to the page (303), which shows the position from the ticket cookie. From
 /// another site (`Sec-Fetch-Site: cross-site`, a foreign `Origin`) it is refused with 403.
+#[utoipa::path(post, path = "/", tag = "page",
+    summary = "The waiting page's button: take a place (no JavaScript)",
+    responses(
+        (status = 303, description = "Joined: back to the page, with the ticket cookie"),
+        (status = 403, description = "From another site: the page says so", content_type = "text/html"),
+    ))]
 pub(super) async fn join_form(
     State(app): State<Arc<App>>,
     client: ClientAddr,

@@ -11,18 +11,19 @@ use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, post};
 use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use waitingroom_distributed::{Body, Envelope};
 
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::errors::ApiError;
+use crate::errors::{ApiError, ErrorBody};
 use crate::metrics::Metrics;
-use crate::peer::{FORWARD_PATH, ForwardItem, ForwardOp, ForwardReply, MESSAGES_PATH};
+use crate::peer::{
+    CHECKIN_PATH, FORWARD_PATH, ForwardItem, ForwardOp, ForwardReply, LEAVE_PATH, MESSAGES_PATH,
+};
 use crate::peer_auth::{self, Expect, PeerAuthError, ReplyHead, RequestHead};
-use crate::wire::{ForwardAnswer, ForwardBody};
+use crate::wire::{ForwardAnswer, ForwardBody, PassAnswer, VisitorAnswer};
 
 /// A peer request that passed authentication, its body read and checked. It holds one of the
 /// node's peer request slots until it is answered.
@@ -90,6 +91,17 @@ async fn authenticate(
 /// A batch of protocol messages, handed to the node in order. Every envelope must be from the
 /// authenticated sender and addressed as the request is; to destination 0 only a join request
 /// or a ping (to a node known by its URL alone) may go.
+#[utoipa::path(post, path = MESSAGES_PATH, tag = "internal",
+    summary = "A batch of protocol messages from another node (authenticated)",
+    description = "Authenticated from the headers (cluster MAC over destination, incarnation, \
+        nonce, time and the body's SHA-256) before any body byte is read.",
+    responses(
+        (status = 204, description = "Handed to the node"),
+        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
+        (status = 421, description = "`misdirected_peer`: meant for another node", body = ErrorBody),
+        (status = 413, description = "Body over the peer limit", body = ErrorBody),
+        (status = 503, description = "`peer_busy`", body = ErrorBody),
+    ))]
 pub(super) async fn messages(
     State(app): State<Arc<App>>,
     req: Request,
@@ -126,21 +138,54 @@ fn addressed_as(head: &RequestHead, env: &Envelope) -> bool {
         && (head.to.0 != 0 || matches!(env.body, Body::JoinRequest { .. } | Body::Ping { .. }))
 }
 
-/// The route of one forwarded check-in or leave, at [`ForwardOp::path`]: its answer is the
-/// body the visitor would have got from this node.
-pub(super) fn forwarded_route(op: ForwardOp) -> MethodRouter<Arc<App>> {
-    post(
-        move |State(app): State<Arc<App>>, req: Request| async move {
-            let a = authenticate(&app, op.path(), req, false).await?;
-            let b: ForwardBody =
-                serde_json::from_slice(&a.body).map_err(|e| ApiError::bad_json(e.to_string()))?;
-            let answer: ForwardAnswer = app.serve_forwarded(op, b)?;
-            Ok::<_, ApiError>(signed_json(&app, &a.head, &answer))
-        },
-    )
+/// One forwarded check-in or leave, at [`ForwardOp::path`]: its answer is the body the visitor
+/// would have got from this node.
+async fn forwarded(app: Arc<App>, op: ForwardOp, req: Request) -> Result<Response, ApiError> {
+    let a = authenticate(&app, op.path(), req, false).await?;
+    let b: ForwardBody =
+        serde_json::from_slice(&a.body).map_err(|e| ApiError::bad_json(e.to_string()))?;
+    let answer: ForwardAnswer = app.serve_forwarded(op, b)?;
+    Ok(signed_json(&app, &a.head, &answer))
+}
+
+/// A check-in forwarded alone (nodes batch them; this route stays served).
+#[utoipa::path(post, path = CHECKIN_PATH, tag = "internal",
+    summary = "A check-in forwarded by another node (authenticated)",
+    responses(
+        (status = 200, description = "What the visitor would have got, signed", body = VisitorAnswer),
+        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
+    ))]
+pub(super) async fn forwarded_checkin(
+    State(app): State<Arc<App>>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    forwarded(app, ForwardOp::Checkin, req).await
+}
+
+/// A leave forwarded alone.
+#[utoipa::path(post, path = LEAVE_PATH, tag = "internal",
+    summary = "A leave forwarded by another node (authenticated)",
+    responses(
+        (status = 200, description = "What the visitor would have got, signed", body = PassAnswer),
+        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
+    ))]
+pub(super) async fn forwarded_leave(
+    State(app): State<Arc<App>>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    forwarded(app, ForwardOp::Leave, req).await
 }
 
 /// A batch of forwarded check-ins and leaves: one answer each, in order.
+#[utoipa::path(post, path = FORWARD_PATH, tag = "internal",
+    summary = "Visitor requests forwarded by another node, batched (authenticated)",
+    description = "A JSON array of `{op, claims, idempotency_key}`; the answer is one \
+        `{status, body}` per item, in order, signed.",
+    responses(
+        (status = 200, description = "One answer per item", body = Object),
+        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
+        (status = 503, description = "`peer_busy`", body = ErrorBody),
+    ))]
 pub(super) async fn forwarded_batch(
     State(app): State<Arc<App>>,
     req: Request,

@@ -14,8 +14,9 @@ use crate::app::App;
 use crate::client_addr::ClientAddr;
 use crate::cookies;
 use crate::errors::ApiError;
+use crate::errors::ErrorBody;
 use crate::leaves;
-use crate::wire::{JoinBody, PassBody, TicketBody, VisitorAnswer};
+use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Response {
     let mut resp = Json(value).into_response();
@@ -47,6 +48,18 @@ fn ticket(headers: &HeaderMap, body: RawBody) -> Result<String, ApiError> {
 }
 
 /// `POST /api/join`: refused from another site (see [`same_site`]).
+#[utoipa::path(post, path = "/api/join", tag = "visitor",
+    summary = "Take a place in the queue",
+    description = "Answers a signed ticket (also set as the `wr_ticket` cookie): the visitor's place \
+        under their join time. Refused from another site (`Sec-Fetch-Site: cross-site` or a foreign \
+        `Origin`). The body may be empty or `{}`.",
+    request_body(content = JoinBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Queued, or admitted straight through", body = VisitorAnswer),
+        (status = 403, description = "`cross_site`: a join from another site", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many joins from this client", body = ErrorBody),
+        (status = 503, description = "`not_ready`, `stopping`, `overloaded` (with Retry-After)", body = ErrorBody),
+    ))]
 pub(super) async fn join(
     State(app): State<Arc<App>>,
     client: ClientAddr,
@@ -95,6 +108,20 @@ pub(super) fn same_site(app: &App, headers: &HeaderMap) -> Result<(), ApiError> 
     }
 }
 
+/// `POST /api/checkin`: the visitor's position, a refreshed ticket, or "admitted".
+#[utoipa::path(post, path = "/api/checkin", tag = "visitor",
+    summary = "Check in while waiting",
+    description = "The ticket comes from the body or the `wr_ticket` cookie. Any node serves it: \
+        one that does not hold the ticket forwards it to the node that does, or re-queues the \
+        visitor under their join time once that node is gone.",
+    request_body(content = TicketBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Position and refreshed ticket, or `admitted`", body = VisitorAnswer),
+        (status = 400, description = "`bad_json`, `missing_token`", body = ErrorBody),
+        (status = 401, description = "`invalid_token`, `expired`: forged, tampered or expired ticket", body = ErrorBody),
+        (status = 409, description = "`already_left`: the ticket was exchanged for a pass", body = ErrorBody),
+        (status = 503, description = "`owner_unavailable`, `overloaded` (with Retry-After)", body = ErrorBody),
+    ))]
 pub(super) async fn checkin(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -104,6 +131,21 @@ pub(super) async fn checkin(
     Ok(ticket_response(&app, app.check_in(&token).await?))
 }
 
+/// `POST /api/leave`: an admitted ticket for a pass.
+#[utoipa::path(post, path = "/api/leave", tag = "visitor",
+    summary = "Exchange an admitted ticket for a pass",
+    description = "Once per admission. Repeated with the same `Idempotency-Key` header (its answer \
+        was lost), it answers the same pass again. The pass is also set as the `wr_pass` cookie.",
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 64 visible ASCII characters")),
+    request_body(content = TicketBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The signed pass", body = PassAnswer),
+        (status = 400, description = "`bad_json`, `missing_token`, `bad_idempotency_key`", body = ErrorBody),
+        (status = 401, description = "`invalid_token`, `expired`", body = ErrorBody),
+        (status = 403, description = "`not_admitted`: still queued", body = ErrorBody),
+        (status = 409, description = "`already_left`", body = ErrorBody),
+        (status = 503, description = "`owner_unavailable` (with Retry-After)", body = ErrorBody),
+    ))]
 pub(super) async fn leave(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -134,6 +176,15 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     }
 }
 
+/// `POST /api/pass/refresh`: a valid pass with a later expiry.
+#[utoipa::path(post, path = "/api/pass/refresh", tag = "pass",
+    summary = "Extend a pass",
+    request_body(content = PassBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The refreshed pass", body = PassAnswer),
+        (status = 400, description = "`bad_json`, `missing_token`", body = ErrorBody),
+        (status = 401, description = "`invalid_token`, `expired`", body = ErrorBody),
+    ))]
 pub(super) async fn refresh_pass(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -149,6 +200,14 @@ pub(super) async fn refresh_pass(
 
 /// 204 for a valid pass (bearer token or cookie), 401 otherwise: an nginx `auth_request`
 /// target as is.
+#[utoipa::path(get, path = "/api/pass/verify", tag = "pass",
+    summary = "Check a pass (for origin gates)",
+    description = "The pass from `Authorization: Bearer` or the `wr_pass` cookie. For nginx \
+        `auth_request`, Caddy `forward_auth`, Traefik `forwardAuth`.",
+    responses(
+        (status = 204, description = "Valid; `x-waitingroom-ticket-id` names the visitor"),
+        (status = 401, description = "`missing_token`, `invalid_token`, `expired`", body = ErrorBody),
+    ))]
 pub(super) async fn verify_pass(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -169,4 +228,22 @@ pub(super) async fn verify_pass(
         resp.headers_mut().insert("x-waitingroom-ticket-id", v);
     }
     Ok(resp)
+}
+
+/// The same check under `/api/pass/verify/…`, whatever the method: Envoy's `ext_authz` asks
+/// with the request's own method and its path appended.
+#[utoipa::path(get, path = "/api/pass/verify/{checked_path}", tag = "pass",
+    summary = "Check a pass, any method and path appended (Envoy ext_authz)",
+    description = "Answers every method the same way (Envoy asks with the gated request's own \
+        method); described once, as GET, so that operation ids stay unique.",
+    params(("checked_path" = String, Path, description = "The origin path being gated (ignored)")),
+    responses(
+        (status = 204, description = "Valid"),
+        (status = 401, description = "`missing_token`, `invalid_token`, `expired`", body = ErrorBody),
+    ))]
+pub(super) async fn verify_pass_any(
+    state: State<Arc<App>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    verify_pass(state, headers).await
 }

@@ -281,7 +281,11 @@ impl Membership {
     fn best_anchor(&self, candidates: &[NodeId], max_degree: usize) -> Option<NodeId> {
         let adj = self.adjacency();
         let degree = |n: NodeId| adj.get(&n).map_or(0, Vec::len);
-        let score = |n: NodeId| (eccentricity(&adj, n), degree(n), n);
+        let ecc = candidates
+            .first()
+            .map(|&n| eccentricities(&adj, n))
+            .unwrap_or_default();
+        let score = |n: NodeId| (ecc.get(&n).copied().unwrap_or(0), degree(n), n);
         candidates
             .iter()
             .copied()
@@ -333,21 +337,21 @@ impl Membership {
     /// Longest shortest path in the tree (0 for one node).
     pub fn diameter(&self) -> usize {
         let adj = self.adjacency();
-        self.members
-            .keys()
-            .map(|&n| eccentricity(&adj, n))
+        self.components()
+            .iter()
+            .filter_map(|part| part.first())
+            .flat_map(|&n| eccentricities(&adj, n).into_values())
             .max()
             .unwrap_or(0)
     }
 }
 
-fn eccentricity(adj: &BTreeMap<NodeId, Vec<NodeId>>, start: NodeId) -> usize {
+/// Hops from `start` to every node of its connected part.
+fn distances(adj: &BTreeMap<NodeId, Vec<NodeId>>, start: NodeId) -> BTreeMap<NodeId, usize> {
     let mut dist: BTreeMap<NodeId, usize> = BTreeMap::from([(start, 0)]);
     let mut queue = VecDeque::from([start]);
-    let mut far = 0;
     while let Some(n) = queue.pop_front() {
         let d = dist[&n];
-        far = far.max(d);
         for &m in adj.get(&n).into_iter().flatten() {
             if let std::collections::btree_map::Entry::Vacant(e) = dist.entry(m) {
                 e.insert(d + 1);
@@ -355,7 +359,39 @@ fn eccentricity(adj: &BTreeMap<NodeId, Vec<NodeId>>, start: NodeId) -> usize {
             }
         }
     }
-    far
+    dist
+}
+
+/// The eccentricity (largest distance to another node) of every node in `start`'s connected
+/// part. In a tree, two breadth-first searches from the ends of a diameter give them all, in
+/// O(n) searches instead of one per node (the simulator's 128-node clusters spent a fifth of
+/// their time here): the node farthest from any node is an end `a` of a diameter, the node
+/// farthest from `a` the other end `b`, and every node's farthest node is `a` or `b`. A part
+/// with a cycle (never made by the tree edits, but checked) gets one search per node.
+fn eccentricities(adj: &BTreeMap<NodeId, Vec<NodeId>>, start: NodeId) -> BTreeMap<NodeId, usize> {
+    let farthest = |d: &BTreeMap<NodeId, usize>| {
+        d.iter()
+            .max_by_key(|&(&n, &k)| (k, std::cmp::Reverse(n)))
+            .map_or(start, |(&n, _)| n)
+    };
+    let from_start = distances(adj, start);
+    let degrees: usize = from_start
+        .keys()
+        .map(|n| adj.get(n).map_or(0, Vec::len))
+        .sum();
+    if degrees / 2 + 1 != from_start.len() {
+        return from_start
+            .keys()
+            .map(|&n| (n, distances(adj, n).into_values().max().unwrap_or(0)))
+            .collect();
+    }
+    let a = farthest(&from_start);
+    let from_a = distances(adj, a);
+    let from_b = distances(adj, farthest(&from_a));
+    from_a
+        .into_iter()
+        .map(|(n, da)| (n, da.max(from_b[&n])))
+        .collect()
 }
 
 #[cfg(test)]
@@ -391,6 +427,37 @@ mod tests {
                 "n={n}"
             );
         }
+    }
+
+    /// The two-search eccentricities equal one breadth-first search per node, on grown trees,
+    /// a path, and (the fallback) a part with a cycle.
+    #[test]
+    fn eccentricities_match_a_search_from_every_node() {
+        let brute =
+            |adj: &BTreeMap<NodeId, Vec<NodeId>>, start: NodeId| -> BTreeMap<NodeId, usize> {
+                distances(adj, start)
+                    .keys()
+                    .map(|&n| (n, distances(adj, n).into_values().max().unwrap_or(0)))
+                    .collect()
+            };
+        let mut shapes: Vec<BTreeMap<NodeId, Vec<NodeId>>> =
+            (1..=40).map(|n| grown(n).adjacency()).collect();
+        let path = tree_of(&[(1, 2), (2, 3), (3, 4), (4, 5)]);
+        let cycle = tree_of(&[(1, 2), (2, 3), (3, 4), (4, 1), (4, 5)]);
+        shapes.extend([path, cycle]);
+        for adj in &shapes {
+            let start = *adj.keys().next().unwrap_or(&NodeId(1));
+            assert_eq!(eccentricities(adj, start), brute(adj, start), "{adj:?}");
+        }
+    }
+
+    fn tree_of(edges: &[(u64, u64)]) -> BTreeMap<NodeId, Vec<NodeId>> {
+        let mut adj: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
+        for &(a, b) in edges {
+            adj.entry(NodeId(a)).or_default().push(NodeId(b));
+            adj.entry(NodeId(b)).or_default().push(NodeId(a));
+        }
+        adj
     }
 
     #[test]

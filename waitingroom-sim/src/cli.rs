@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{RunConfig, Strategy};
 use crate::metrics::RunReport;
 use crate::output::{churn_chart, compare_table, csv, human_report, sweep_table};
+use crate::progress::Progress;
 use crate::sim;
 use crate::sweep::{self, Preset, SweepRow};
 use crate::trace::Trace;
@@ -44,6 +45,10 @@ struct RunCmd {
     /// Write the event trace, one line per event, to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Print progress (simulated time, admitted, events/s) to stderr every 2 s even when it is
+    /// not a terminal (on a terminal it always is).
+    #[arg(long)]
+    progress: bool,
     #[command(flatten)]
     config: RunConfig,
 }
@@ -124,7 +129,7 @@ fn run_cmd(cmd: RunCmd) -> ExitCode {
         },
         None => Trace::default(),
     };
-    let report = sim::run_traced(&cfg, trace);
+    let report = sim::run_observed(&cfg, trace, &mut Progress::on_terminal(cmd.progress));
     if cmd.json {
         println!("{}", to_json(&report));
     } else {

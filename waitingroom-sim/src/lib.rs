@@ -27,6 +27,7 @@ pub mod disturbances;
 pub mod metrics;
 pub mod network;
 pub mod output;
+pub mod progress;
 pub mod scheduler;
 pub mod seeds;
 pub mod sim;

@@ -12,6 +12,7 @@ use waitingroom_core::Time;
 
 use crate::config::{RunConfig, Strategy};
 use crate::metrics::{Admission, Ledger, RunReport, peak_memory};
+use crate::progress::{self, Progress};
 use crate::scheduler::{Ev, Scheduler};
 use crate::seeds::{self, Stream};
 use crate::strategies;
@@ -105,11 +106,17 @@ pub fn run(cfg: &RunConfig) -> RunReport {
 
 /// Runs one simulation, recording its event trace in `trace`.
 pub fn run_traced(cfg: &RunConfig, trace: Trace) -> RunReport {
+    run_observed(cfg, trace, &mut Progress::off())
+}
+
+/// Runs one simulation, recording its event trace in `trace` and showing `progress`.
+pub fn run_observed(cfg: &RunConfig, trace: Trace, progress: &mut Progress) -> RunReport {
     let wall = Instant::now();
     let mut ctx = Ctx::new(cfg, trace);
     let mut room = strategies::build(cfg);
     room.start(&mut ctx);
-    let ran = event_loop(&mut ctx, room.as_mut());
+    let ran = event_loop(&mut ctx, room.as_mut(), progress);
+    progress.done();
     let mut report = RunReport {
         seed: cfg.seed,
         strategy: cfg.strategy.to_string(),
@@ -154,7 +161,7 @@ struct Ran {
 
 /// Processes events in time order until every visitor is done, nothing is left to happen, or
 /// the time limit comes.
-fn event_loop(ctx: &mut Ctx, room: &mut dyn Room) -> Ran {
+fn event_loop(ctx: &mut Ctx, room: &mut dyn Room, progress: &mut Progress) -> Ran {
     if !ctx.visitors.is_empty() {
         ctx.sched.at(ctx.visitors.arrival[0], Ev::Arrive(0));
     }
@@ -176,6 +183,10 @@ fn event_loop(ctx: &mut Ctx, room: &mut dyn Room) -> Ran {
         }
         ctx.now = t;
         ran.events += 1;
+        if ran.events % progress::EVERY_EVENTS == 0 {
+            let users = ctx.cfg.workload.users;
+            progress.tick(ran.events, t - ctx.start, ctx.ledger.admitted, users);
+        }
         match ev {
             Ev::Arrive(v) => arrive(ctx, room, v),
             Ev::Visitor(v) => visitor_step(ctx, room, v),

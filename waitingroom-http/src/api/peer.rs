@@ -15,9 +15,10 @@ use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use waitingroom_distributed::{Body, Envelope};
 
+use super::openapi::PeerRefusals;
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::errors::{ApiError, ErrorBody};
+use crate::errors::ApiError;
 use crate::metrics::Metrics;
 use crate::peer::{
     CHECKIN_PATH, FORWARD_PATH, ForwardItem, ForwardOp, ForwardReply, LEAVE_PATH, MESSAGES_PATH,
@@ -95,13 +96,7 @@ async fn authenticate(
     summary = "A batch of protocol messages from another node (authenticated)",
     description = "Authenticated from the headers (cluster MAC over destination, incarnation, \
         nonce, time and the body's SHA-256) before any body byte is read.",
-    responses(
-        (status = 204, description = "Handed to the node"),
-        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
-        (status = 421, description = "`misdirected_peer`: meant for another node", body = ErrorBody),
-        (status = 413, description = "Body over the peer limit", body = ErrorBody),
-        (status = 503, description = "`peer_busy`", body = ErrorBody),
-    ))]
+    responses((status = 204, description = "Handed to the node"), PeerRefusals))]
 pub(super) async fn messages(
     State(app): State<Arc<App>>,
     req: Request,
@@ -153,7 +148,7 @@ async fn forwarded(app: Arc<App>, op: ForwardOp, req: Request) -> Result<Respons
     summary = "A check-in forwarded by another node (authenticated)",
     responses(
         (status = 200, description = "What the visitor would have got, signed", body = VisitorAnswer),
-        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
+        PeerRefusals,
     ))]
 pub(super) async fn forwarded_checkin(
     State(app): State<Arc<App>>,
@@ -167,7 +162,7 @@ pub(super) async fn forwarded_checkin(
     summary = "A leave forwarded by another node (authenticated)",
     responses(
         (status = 200, description = "What the visitor would have got, signed", body = PassAnswer),
-        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
+        PeerRefusals,
     ))]
 pub(super) async fn forwarded_leave(
     State(app): State<Arc<App>>,
@@ -183,8 +178,7 @@ pub(super) async fn forwarded_leave(
         `{status, body}` per item, in order, signed.",
     responses(
         (status = 200, description = "One answer per item", body = Object),
-        (status = 401, description = "`unauthorized_peer`", body = ErrorBody),
-        (status = 503, description = "`peer_busy`", body = ErrorBody),
+        PeerRefusals,
     ))]
 pub(super) async fn forwarded_batch(
     State(app): State<Arc<App>>,

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::body::{self, RawBody};
+use super::openapi::TicketRefusals;
 use crate::app::App;
 use crate::client_addr::ClientAddr;
 use crate::cookies;
@@ -117,10 +118,7 @@ pub(super) fn same_site(app: &App, headers: &HeaderMap) -> Result<(), ApiError> 
     request_body(content = TicketBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Position and refreshed ticket, or `admitted`", body = VisitorAnswer),
-        (status = 400, description = "`bad_json`, `missing_token`", body = ErrorBody),
-        (status = 401, description = "`invalid_token`, `expired`: forged, tampered or expired ticket", body = ErrorBody),
-        (status = 409, description = "`already_left`: the ticket was exchanged for a pass", body = ErrorBody),
-        (status = 503, description = "`owner_unavailable`, `overloaded` (with Retry-After)", body = ErrorBody),
+        TicketRefusals,
     ))]
 pub(super) async fn checkin(
     State(app): State<Arc<App>>,
@@ -140,11 +138,8 @@ pub(super) async fn checkin(
     request_body(content = TicketBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The signed pass", body = PassAnswer),
-        (status = 400, description = "`bad_json`, `missing_token`, `bad_idempotency_key`", body = ErrorBody),
-        (status = 401, description = "`invalid_token`, `expired`", body = ErrorBody),
         (status = 403, description = "`not_admitted`: still queued", body = ErrorBody),
-        (status = 409, description = "`already_left`", body = ErrorBody),
-        (status = 503, description = "`owner_unavailable` (with Retry-After)", body = ErrorBody),
+        TicketRefusals,
     ))]
 pub(super) async fn leave(
     State(app): State<Arc<App>>,

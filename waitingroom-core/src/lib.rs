@@ -21,6 +21,7 @@ pub mod error;
 pub mod kendall;
 pub mod keys;
 pub mod queue;
+pub mod rounds;
 pub mod settings;
 pub mod token;
 pub mod types;

@@ -1,0 +1,487 @@
+//! Round records: fairness anyone can check (the fairness-audit issue).
+//!
+//! The protocol decides each admission round at the root with a cutoff in queue order (thesis
+//! §4.5.3: the round lets out every queued key up to it), so the whole admission history is a
+//! short list of decisions. Each round that lets anyone out becomes a record — its number, when
+//! it was decided, the cutoff (the largest queue key it lets out), how many it let out, the root,
+//! the membership version — signed with the cluster key as a compact JWS of its own type
+//! ([`ROUND_TYP`]: never a ticket or a pass) and chained: `prev` is the SHA-256 of the previous
+//! record's JWS. Ed25519 signatures are deterministic, so every node that signs the same claims
+//! gets the same bytes, and the chain is the same everywhere.
+//!
+//! [`audit`] checks a published list of records, and the passes visitors hold against it:
+//! signatures, the chain, cutoffs that never go back, and that each pass's queue key is covered
+//! by the round that let it out (a pass let out before its round's cutoff reached it is an
+//! inversion: someone who joined later got in earlier).
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::keys::{ClusterKey, VerifyingKeySet};
+use crate::token::{TokenError, sign_compact};
+use crate::types::{NodeId, QueueKey, TicketId, Time};
+
+/// The JWS `typ` of a round record.
+pub const ROUND_TYP: &str = "wr-round+jwt";
+
+/// The largest queue key a round lets out, as published (`id` is the ticket id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cutoff {
+    /// Join time.
+    pub join_time: Time,
+    /// Ticket id.
+    pub id: TicketId,
+    /// Node of the queue entry.
+    pub node: NodeId,
+}
+
+impl From<QueueKey> for Cutoff {
+    fn from(k: QueueKey) -> Cutoff {
+        Cutoff {
+            join_time: k.join_time,
+            id: k.ticket,
+            node: k.node,
+        }
+    }
+}
+
+impl Cutoff {
+    /// Whether `key` is at or below this cutoff (the round lets it out).
+    pub fn covers(&self, key: &QueueKey) -> bool {
+        (key.join_time, key.ticket, key.node) <= (self.join_time, self.id, self.node)
+    }
+}
+
+/// The claims of one round record, in the order they are signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoundRecord {
+    /// Consecutive round number.
+    pub round: u64,
+    /// When the root decided it (its clock, Unix ms).
+    pub decided_at_ms: Time,
+    /// The largest queue key it lets out.
+    pub cutoff: Cutoff,
+    /// How many it lets out.
+    pub admitted: u64,
+    /// The root that decided it.
+    pub root: NodeId,
+    /// The membership version it was decided under.
+    pub version: u64,
+    /// [`link`] of the previous record; empty for the first.
+    pub prev: String,
+}
+
+#[derive(Serialize)]
+struct Header<'a> {
+    alg: &'static str,
+    kid: &'a str,
+    typ: &'static str,
+}
+
+/// Signs `record` with `key` (EdDSA, `typ` [`ROUND_TYP`]). Deterministic: the same claims and
+/// key always give the same string.
+pub fn sign_record(key: &ClusterKey, record: &RoundRecord) -> String {
+    let header = serde_json::to_string(&Header {
+        alg: "EdDSA",
+        kid: key.kid(),
+        typ: ROUND_TYP,
+    })
+    .expect("a header serialises");
+    let payload = serde_json::to_vec(record).expect("a record serialises");
+    sign_compact(key, &header, &payload)
+}
+
+/// Why a string is not a valid round record of this cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Not a JWS signed by a key of the set.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// Signed, but of another type (a pass, say).
+    #[error("not a round record: typ {0:?}")]
+    NotARecord(Option<String>),
+    /// Signed and typed, but the claims are not a record's.
+    #[error("invalid round record claims: {0}")]
+    Claims(String),
+}
+
+/// Checks a record's signature (any key of `keys`) and type, and returns its claims.
+pub fn verify_record(keys: &VerifyingKeySet, jws: &str) -> Result<RoundRecord, RecordError> {
+    let (header, payload) = keys.verify_compact(jws)?;
+    if header.typ.as_deref() != Some(ROUND_TYP) {
+        return Err(RecordError::NotARecord(header.typ));
+    }
+    serde_json::from_slice(&payload).map_err(|e| RecordError::Claims(e.to_string()))
+}
+
+/// What the next record's `prev` holds: the SHA-256 of this record's JWS string, base64url
+/// without padding.
+pub fn link(jws: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(jws.as_bytes()))
+}
+
+/// A pass as the audit needs it: the round that let its holder out, and their queue key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmittedPass {
+    /// The round the pass names.
+    pub round: u64,
+    /// The visitor's queue key.
+    pub key: QueueKey,
+}
+
+/// Something the audit found. [`Finding::is_violation`] tells what breaks the promise from what
+/// only needs saying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// Record `index` (in the list given) is not a valid round record of this cluster.
+    BadRecord {
+        /// Position in the list.
+        index: usize,
+        /// Why.
+        error: String,
+    },
+    /// Record `round` names a previous record that is not in the list before it (removed,
+    /// reordered or made up).
+    BrokenChain {
+        /// The round.
+        round: u64,
+    },
+    /// Record `round` follows a record whose number is not `round - 1`.
+    Misnumbered {
+        /// The round.
+        round: u64,
+    },
+    /// Record `round` lets out less than the record it follows: its cutoff went back.
+    CutoffWentBack {
+        /// The round.
+        round: u64,
+    },
+    /// Two records follow the same one (a root took over without the other's last record):
+    /// recorded, not hidden; not unfair by itself.
+    Fork {
+        /// The round both records carry.
+        round: u64,
+    },
+    /// The list starts after round 0 (earlier records are no longer kept).
+    StartsAt {
+        /// The first round listed.
+        round: u64,
+    },
+    /// A pass names a round the list does not hold.
+    UnknownRound {
+        /// The pass.
+        pass: AdmittedPass,
+    },
+    /// A pass's key is above its round's cutoff: its holder got in before their turn.
+    Inversion {
+        /// The pass.
+        pass: AdmittedPass,
+    },
+    /// A pass's key was already covered by an earlier round: its holder was let out later than
+    /// their turn (away, or re-queued after their node died) — listed, not unfair.
+    Late {
+        /// The pass.
+        pass: AdmittedPass,
+        /// The first round that covered it.
+        covered_by: u64,
+    },
+}
+
+impl Finding {
+    /// Whether this breaks the fairness promise or the log's integrity.
+    pub fn is_violation(&self) -> bool {
+        matches!(
+            self,
+            Finding::BadRecord { .. }
+                | Finding::BrokenChain { .. }
+                | Finding::Misnumbered { .. }
+                | Finding::CutoffWentBack { .. }
+                | Finding::UnknownRound { .. }
+                | Finding::Inversion { .. }
+        )
+    }
+}
+
+/// The outcome of [`audit`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Valid records checked.
+    pub rounds: usize,
+    /// Passes checked.
+    pub passes: usize,
+    /// Everything found, in the order found.
+    pub findings: Vec<Finding>,
+}
+
+impl Audit {
+    /// The findings that are violations.
+    pub fn violations(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.is_violation())
+    }
+}
+
+/// Checks `records` (compact JWS, in published order) against `keys`, then `passes` against the
+/// records.
+pub fn audit(records: &[String], keys: &VerifyingKeySet, passes: &[AdmittedPass]) -> Audit {
+    let mut report = Audit::default();
+    let chain = check_chain(records, keys, &mut report.findings);
+    report.rounds = chain.len();
+    for pass in passes {
+        if let Some(f) = check_pass(&chain, pass) {
+            report.findings.push(f);
+        }
+    }
+    report.passes = passes.len();
+    report
+}
+
+/// The valid records by round (the first of a fork kept), checking the chain on the way.
+fn check_chain(
+    records: &[String],
+    keys: &VerifyingKeySet,
+    findings: &mut Vec<Finding>,
+) -> BTreeMap<u64, RoundRecord> {
+    // Each valid record's link → its record, and whether something already follows it.
+    let mut seen: BTreeMap<String, (RoundRecord, bool)> = BTreeMap::new();
+    let mut by_round: BTreeMap<u64, RoundRecord> = BTreeMap::new();
+    for (index, jws) in records.iter().enumerate() {
+        let r = match verify_record(keys, jws) {
+            Ok(r) => r,
+            Err(e) => {
+                let error = e.to_string();
+                findings.push(Finding::BadRecord { index, error });
+                continue;
+            }
+        };
+        let first = seen.is_empty();
+        match seen.get_mut(&r.prev) {
+            Some((before, followed)) => {
+                if *followed {
+                    findings.push(Finding::Fork { round: r.round });
+                }
+                *followed = true;
+                if r.round != before.round + 1 {
+                    findings.push(Finding::Misnumbered { round: r.round });
+                }
+                if r.cutoff < before.cutoff {
+                    findings.push(Finding::CutoffWentBack { round: r.round });
+                }
+            }
+            None if first => {
+                if !(r.round == 0 && r.prev.is_empty()) {
+                    findings.push(Finding::StartsAt { round: r.round });
+                }
+            }
+            None => findings.push(Finding::BrokenChain { round: r.round }),
+        }
+        by_round.entry(r.round).or_insert_with(|| r.clone());
+        seen.insert(link(jws), (r, false));
+    }
+    by_round
+}
+
+/// A pass's key must be covered by its round and by no earlier one.
+fn check_pass(chain: &BTreeMap<u64, RoundRecord>, pass: &AdmittedPass) -> Option<Finding> {
+    let Some(own) = chain.get(&pass.round) else {
+        return Some(Finding::UnknownRound { pass: *pass });
+    };
+    if !own.cutoff.covers(&pass.key) {
+        return Some(Finding::Inversion { pass: *pass });
+    }
+    // Cutoffs never go back along the chain, so the first round covering the key is found by
+    // a scan of the earlier ones (a binary search would trust what the audit checks).
+    chain
+        .range(..pass.round)
+        .find(|(_, r)| r.cutoff.covers(&pass.key))
+        .map(|(&round, _)| Finding::Late {
+            pass: *pass,
+            covered_by: round,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::KeyRing;
+    use crate::types::Pass;
+
+    fn key() -> ClusterKey {
+        ClusterKey::from_seed([7; 32])
+    }
+
+    fn k(join_time: Time, ticket: u64) -> QueueKey {
+        QueueKey {
+            join_time,
+            ticket: TicketId(ticket),
+            node: NodeId(1),
+        }
+    }
+
+    /// Rounds 0..n, round i letting out every key that joined before (i + 1) × 1000.
+    fn chain(n: u64) -> Vec<String> {
+        let mut prev = String::new();
+        (0..n)
+            .map(|round| {
+                let jws = sign_record(&key(), &record(round, &prev, (round + 1) * 1000));
+                prev = link(&jws);
+                jws
+            })
+            .collect()
+    }
+
+    fn record(round: u64, prev: &str, below: Time) -> RoundRecord {
+        RoundRecord {
+            round,
+            decided_at_ms: below,
+            cutoff: k(below - 1, u64::MAX).into(),
+            admitted: 10,
+            root: NodeId(1),
+            version: 3,
+            prev: prev.to_owned(),
+        }
+    }
+
+    fn keys() -> VerifyingKeySet {
+        key().verifying_keys()
+    }
+
+    fn violations(a: &Audit) -> Vec<Finding> {
+        a.violations().cloned().collect()
+    }
+
+    #[test]
+    fn an_honest_log_and_its_passes_pass() {
+        let passes = [
+            AdmittedPass {
+                round: 0,
+                key: k(10, 1),
+            },
+            AdmittedPass {
+                round: 1,
+                key: k(1500, 2),
+            },
+            AdmittedPass {
+                round: 2,
+                key: k(2999, 3),
+            },
+        ];
+        let a = audit(&chain(3), &keys(), &passes);
+        assert_eq!((a.rounds, a.passes), (3, 3));
+        assert_eq!(a.findings, []);
+    }
+
+    #[test]
+    fn records_are_deterministic_and_never_pass_as_tokens() {
+        let r = record(0, "", 1000);
+        let jws = sign_record(&key(), &r);
+        assert_eq!(jws, sign_record(&key(), &r));
+        assert_eq!(verify_record(&keys(), &jws), Ok(r));
+        let ring = KeyRing::new(key());
+        assert!(ring.verify_pass(&jws, 0).is_err());
+        assert!(ring.verify_ticket(&jws, 0).is_err());
+        // A pass is no round record either.
+        let pass = Pass {
+            id: TicketId(1),
+            node: NodeId(1),
+            queue_join_time: 1,
+            created_at: 1,
+            issued_at: 1,
+            expires_at: 2,
+            eviction_time: 1,
+        };
+        assert!(matches!(
+            verify_record(&keys(), &ring.sign_pass(&pass)),
+            Err(RecordError::NotARecord(_))
+        ));
+    }
+
+    #[test]
+    fn a_changed_cutoff_is_a_bad_record() {
+        let mut records = chain(3);
+        // Re-encode round 1's payload with a larger cutoff, keeping the signature.
+        let parts: Vec<&str> = records[1].split('.').collect();
+        let mut claims = record(1, &link(&records[0]), 2000);
+        claims.cutoff = k(9_999, 0).into();
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap());
+        records[1] = format!("{}.{payload}.{}", parts[0], parts[2]);
+        let a = audit(&records, &keys(), &[]);
+        assert!(matches!(
+            violations(&a)[0],
+            Finding::BadRecord { index: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn a_removed_or_swapped_record_breaks_the_chain() {
+        let mut removed = chain(4);
+        removed.remove(2);
+        assert_eq!(
+            violations(&audit(&removed, &keys(), &[])),
+            [Finding::BrokenChain { round: 3 }]
+        );
+        let mut swapped = chain(4);
+        swapped.swap(1, 2);
+        assert!(
+            violations(&audit(&swapped, &keys(), &[])).contains(&Finding::BrokenChain { round: 2 })
+        );
+    }
+
+    #[test]
+    fn a_cutoff_that_goes_back_is_a_violation() {
+        let first = sign_record(&key(), &record(0, "", 5000));
+        let second = sign_record(&key(), &record(1, &link(&first), 3000));
+        assert_eq!(
+            violations(&audit(&[first, second], &keys(), &[])),
+            [Finding::CutoffWentBack { round: 1 }]
+        );
+    }
+
+    #[test]
+    fn a_pass_moved_to_an_earlier_round_is_an_inversion_and_a_late_one_is_listed() {
+        let records = chain(3);
+        let early = AdmittedPass {
+            round: 0,
+            key: k(2500, 9),
+        };
+        let late = AdmittedPass {
+            round: 2,
+            key: k(500, 8),
+        };
+        let unknown = AdmittedPass {
+            round: 7,
+            key: k(1, 1),
+        };
+        let a = audit(&records, &keys(), &[early, late, unknown]);
+        assert_eq!(
+            a.findings,
+            [
+                Finding::Inversion { pass: early },
+                Finding::Late {
+                    pass: late,
+                    covered_by: 0
+                },
+                Finding::UnknownRound { pass: unknown },
+            ]
+        );
+        assert_eq!(violations(&a).len(), 2);
+    }
+
+    #[test]
+    fn a_fork_after_a_takeover_is_listed_and_a_late_start_noted() {
+        let records = chain(2);
+        // A new root that knew only round 0 decides its own round 1.
+        let other = sign_record(&key(), &record(1, &link(&records[0]), 2500));
+        let mut forked = records.clone();
+        forked.push(other);
+        let a = audit(&forked, &keys(), &[]);
+        assert_eq!(a.findings, [Finding::Fork { round: 1 }]);
+        let a = audit(&records[1..], &keys(), &[]);
+        assert_eq!(a.findings, [Finding::StartsAt { round: 1 }]);
+    }
+}

@@ -208,12 +208,20 @@ write_haproxy_cfg() {
 global
     maxconn 8000
     nbthread ${HAPROXY_THREADS:-1}
+    # Failed requests only, to balancer.log (what a failover run wants to read afterwards).
+    log stderr format raw local0 info
 
 defaults
     mode http
+    log global
+    option httplog
+    option dontlog-normal
     timeout connect 1s
     timeout client 60s
-    timeout server 15s
+    # A node answers in milliseconds (a forwarded request within its --forward-timeout-ms); one
+    # that takes seconds is frozen or cut off: give up on it well before a client would, and
+    # retry elsewhere (response-timeout below).
+    timeout server 4s
     timeout http-keep-alive 60s
     option http-keep-alive
     # On a reload (SIGUSR2, from add) the old process answers the next request on an idle
@@ -222,8 +230,9 @@ defaults
     option forwardfor
     http-reuse always
     # A node that dies mid-request: try another (conn-failure and empty-response are safe
-    # for every visitor call; the nodes re-queue a visitor whose node is gone).
-    retries 2
+    # for every visitor call; the nodes re-queue a visitor whose node is gone). One retry per
+    # other node and then some: retries go round the servers (redispatch on every retry).
+    retries 3
     option redispatch 1
     retry-on conn-failure empty-response response-timeout 503
 
@@ -239,7 +248,9 @@ backend nodes
     balance roundrobin
     option httpchk GET /readyz
     http-check expect status 200
-    default-server check inter 500ms fall 2 rise 1 maxconn 2000
+    # Down after two failed checks, or at once when a request cannot connect to it (observe
+    # layer4): a killed node leaves the rotation on the first refused connection.
+    default-server check inter 500ms fall 2 rise 1 maxconn 2000 observe layer4 error-limit 1 on-error mark-down
 EOF
         for ((i = 1; i <= n; i++)); do
             echo "    server node$i $(sed 's#^http://##' "$CLUSTER_DIR/node-$i.url")"
@@ -266,7 +277,7 @@ http {
     upstream nodes {
 EOF
         for ((i = 1; i <= n; i++)); do
-            echo "        server $(sed 's#^http://##' "$CLUSTER_DIR/node-$i.url") max_fails=2 fail_timeout=2s;"
+            echo "        server $(sed 's#^http://##' "$CLUSTER_DIR/node-$i.url") max_fails=1 fail_timeout=2s;"
         done
         cat <<EOF
         keepalive 256;
@@ -285,8 +296,14 @@ EOF
             # The client's Host (a join's Origin is checked against it without --public-url).
             proxy_set_header Host \$http_host;
             proxy_set_header X-Forwarded-For \$remote_addr;
+            # A node that refuses, resets or does not answer within 4 s (frozen, cut off) is
+            # skipped for 2 s and the request goes to the next one. Not on a node's own 503
+            # (owner_unavailable, overloaded: it is alive, and nginx would count the answer as a
+            # failure and take healthy nodes out); the client backs off on those.
             proxy_connect_timeout 1s;
-            proxy_next_upstream error timeout http_503 non_idempotent;
+            proxy_read_timeout 4s;
+            proxy_send_timeout 4s;
+            proxy_next_upstream error timeout non_idempotent;
             proxy_next_upstream_tries 3;
         }
     }

@@ -10,6 +10,9 @@ use crate::config::ServerConfig;
 pub const TICKET: &str = "wr_ticket";
 /// Cookie holding the pass.
 pub const PASS: &str = "wr_pass";
+/// The waiting page's `Idempotency-Key` for its leave (set by its script before it leaves), so
+/// that the page asked again after a lost answer gets the same pass ([`crate::leaves`]).
+pub const LEAVE_KEY: &str = "wr_leave_key";
 
 /// The value of cookie `name`, if the request has one.
 pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

@@ -361,6 +361,57 @@ async fn a_leave_repeated_with_its_idempotency_key_gets_the_same_pass() {
         .assert_error(StatusCode::BAD_REQUEST, "bad_idempotency_key");
 }
 
+/// The waiting page loaded again after the answer that carried the pass was lost (the redirect
+/// to the origin never arrived) gets the same pass, by the leave key its script set, or the
+/// page's own without script; another key gets nothing. (Before: the page's leave carried no
+/// key, the second load found the ticket already exchanged and started a new visit at the back
+/// of the queue.)
+#[tokio::test]
+async fn the_page_loaded_again_after_a_lost_answer_gets_the_same_pass() {
+    let n = TestNode::start(options(), true);
+    let page = |ticket: &str, leave_key: Option<&str>| {
+        let mut cookie = format!("wr_ticket={ticket}");
+        if let Some(k) = leave_key {
+            cookie.push_str(&format!("; wr_leave_key={k}"));
+        }
+        Request::get("/")
+            .header(header::ACCEPT, "text/html")
+            .header(header::COOKIE, cookie)
+            .body(Body::empty())
+            .expect("request")
+    };
+    let pass_cookie = |r: &Reply| {
+        assert_eq!(
+            r.status,
+            StatusCode::SEE_OTHER,
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+        r.headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with("wr_pass="))
+            .map(|c| c.split(';').next().unwrap_or_default().to_owned())
+            .expect("a pass cookie")
+    };
+    for key in [Some("0123456789abcdef"), None] {
+        let ticket = n.admitted_ticket().await;
+        let first = pass_cookie(&n.send(page(&ticket, key)).await);
+        let again = pass_cookie(&n.send(page(&ticket, key)).await);
+        assert_eq!(first, again, "the same pass, key {key:?}");
+        let other = n.send(page(&ticket, Some("another"))).await;
+        assert_eq!(other.status, StatusCode::OK, "a new visit, not a pass");
+        assert!(
+            !other
+                .headers
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .any(|v| { v.to_str().is_ok_and(|c| c.starts_with("wr_pass=")) })
+        );
+    }
+}
+
 #[tokio::test]
 async fn ticket_presented_as_pass_is_refused() {
     let n = TestNode::start(options(), true);

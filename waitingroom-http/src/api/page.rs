@@ -17,6 +17,7 @@ use crate::app::App;
 use crate::client_addr::ClientAddr;
 use crate::cookies;
 use crate::errors::ApiError;
+use crate::leaves;
 use crate::page;
 
 /// Whether a request is a browser asking for a page.
@@ -55,13 +56,20 @@ pub(super) async fn waiting_page(
     let Some(ticket) = cookies::get(&headers, cookies::TICKET) else {
         return app.page.fresh(app.cfg.settings.refresh_interval_ms);
     };
+    let key = leave_key(&headers);
     match app.check_in(ticket).await {
-        // A ticket that can no longer be used (expired, forged, already exchanged for a pass
-        // that has since expired): a new visit, which the page's own POST starts.
-        Err(e) if e.status == StatusCode::UNAUTHORIZED || e.code == "already_left" => {
+        // Exchanged already: the same pass again if this is the page asking after its answer
+        // was lost (same leave key, within the minute passes are kept); else a new visit.
+        Err(e) if e.code == "already_left" => match app.leave(ticket, Some(key)).await {
+            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p.pass)),
+            Err(_) => app.page.fresh(app.cfg.settings.refresh_interval_ms),
+        },
+        // A ticket that can no longer be used (expired, forged): a new visit, which the page's
+        // own POST starts.
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
             app.page.fresh(app.cfg.settings.refresh_interval_ms)
         }
-        Ok(a) if a.is_admitted() => match app.leave(&a.ticket, None).await {
+        Ok(a) if a.is_admitted() => match app.leave(&a.ticket, Some(key)).await {
             Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p.pass)),
             Err(e) => error_page(&app, &e),
         },
@@ -92,6 +100,14 @@ pub(super) async fn join_form(
         Ok(a) => page::redirect("/", vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
         Err(e) => error_page(&app, &e),
     }
+}
+
+/// The key the page's leave carries: the one its script chose (cookie), else one for pages
+/// without script. Either way a repeated page load gets the pass the first one got.
+fn leave_key(headers: &HeaderMap) -> &str {
+    cookies::get(headers, cookies::LEAVE_KEY)
+        .filter(|k| leaves::valid_key(k))
+        .unwrap_or("waiting-page")
 }
 
 fn error_page(app: &App, e: &ApiError) -> Response {

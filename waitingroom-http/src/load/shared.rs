@@ -146,8 +146,15 @@ struct ErrorBody {
     code: String,
 }
 
-/// Back-off after a failed request.
-pub(super) const RETRY_MS: u64 = 200;
+/// Back-off after a first failed request (no answer, or an error status).
+const RETRY_MS: u64 = 200;
+
+/// How long to wait after the `n`-th failed request in a row (from 0): [`RETRY_MS`] doubled
+/// each time up to [`LATER_MAX_MS`], with up to a quarter more at random (a node that went away
+/// under the balancer sends every visitor it served back at the same moment).
+pub(super) fn retry_wait_ms(n: u32) -> u64 {
+    later_wait_ms(RETRY_MS, n)
+}
 
 /// Reads an answer: its body on success, else its status and error code (a "retry later" 503
 /// with the wait it asks for).
@@ -298,7 +305,7 @@ impl Shared {
 
     /// Sends `ep` until `read` makes something of an answer (it gets the reply and the Unix ms
     /// the request was sent at, and counts what it does not accept): at most [`ATTEMPTS`]
-    /// times, [`RETRY_MS`] apart. `None` when every attempt failed or the run ended.
+    /// times, backing off ([`retry_wait_ms`]). `None` when every attempt failed or the run ended.
     ///
     /// A "retry later" answer ([`Reply::Later`]) is not an attempt: `read` never sees it, the
     /// request is sent again after a growing back-off ([`later_wait_ms`]) until the run ends.
@@ -323,7 +330,7 @@ impl Shared {
                         return Some(t);
                     }
                     attempt += 1;
-                    RETRY_MS
+                    retry_wait_ms(attempt - 1)
                 }
             };
             if !self.sleep(wait).await {

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
 
-use super::shared::{Endpoint, JoinKey, RETRY_MS, Reply, Shared, inc, later_wait_ms};
+use super::shared::{Endpoint, JoinKey, Reply, Shared, inc, later_wait_ms, retry_wait_ms};
 
 /// Where a visitor is in its visit.
 #[derive(Debug)]
@@ -112,6 +112,7 @@ pub(super) async fn visitor(s: Arc<Shared>) {
         key: (0, 0),
         admission_seen: false,
         later: 0,
+        failed: 0,
     };
     let mut status = Status::Joining;
     let outcome = loop {
@@ -139,6 +140,8 @@ struct Visit<'a> {
     admission_seen: bool,
     /// Check-ins answered "retry later" in a row (for the back-off).
     later: u32,
+    /// Check-ins that failed in a row (for the back-off).
+    failed: u32,
 }
 
 impl Visit<'_> {
@@ -203,24 +206,21 @@ impl Visit<'_> {
             };
         }
         self.later = 0;
-        match reply {
+        let failed = match reply {
             Reply::Ok(b) => match serde_json::from_slice::<VisitorAnswer>(&b) {
-                Ok(a) => Self::in_line(a),
-                Err(_) => {
-                    s.error(Endpoint::Checkin, None);
-                    Status::Waiting {
-                        ticket,
-                        after_ms: RETRY_MS,
-                    }
+                Ok(a) => {
+                    self.failed = 0;
+                    return Self::in_line(a);
                 }
+                Err(_) => None,
             },
-            r => {
-                s.error(Endpoint::Checkin, Some(&r));
-                Status::Waiting {
-                    ticket,
-                    after_ms: RETRY_MS,
-                }
-            }
+            r => Some(r),
+        };
+        s.error(Endpoint::Checkin, failed.as_ref());
+        self.failed += 1;
+        Status::Waiting {
+            ticket,
+            after_ms: retry_wait_ms(self.failed - 1),
         }
     }
 
@@ -250,7 +250,7 @@ impl Visit<'_> {
                         let ticket = ticket.clone();
                         return Some(Status::Waiting {
                             ticket,
-                            after_ms: RETRY_MS,
+                            after_ms: retry_wait_ms(0),
                         });
                     }
                     r @ Reply::Status(StatusCode::CONFLICT, _) => {

@@ -1023,6 +1023,36 @@ async fn a_frozen_owner_gives_no_second_pass() {
     );
 }
 
+/// The owner of a ticket dies (SIGKILL) right after it exchanged the ticket for a pass, and
+/// the answer never reached the visitor. Once the others have dropped it, the leave repeated
+/// at another node with the same `Idempotency-Key` still gets a pass for that admission (the
+/// signed ticket proves it), the same one when repeated there, and without the key nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owner_still_gives_the_pass() {
+    let mut cl = Cluster::start("dead-owner", 3, &["--target-on-site", "5"]).await;
+    let c = client();
+    let other = cl.url(1).to_owned();
+    let ticket = admitted_at(&c, cl.url(0), join(&c, cl.url(0)).await).await;
+    let (s, lost, _) = leave_with(&c, cl.url(0), &ticket, Some("visit-9")).await;
+    assert_eq!(s, StatusCode::OK, "{lost}");
+    drop(cl.nodes.remove(0)); // SIGKILL
+    cl.settle(2).await;
+    let (s, first, _) = leave_with(&c, &other, &ticket, Some("visit-9")).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    let (s, again, _) = leave_with(&c, &other, &ticket, Some("visit-9")).await;
+    assert_eq!((s, &again), (StatusCode::OK, &first), "the same pass again");
+    assert_eq!(
+        verify(&c, &other, first["pass"].as_str().unwrap()).await,
+        StatusCode::NO_CONTENT
+    );
+    let (s, v, _) = leave_with(&c, &other, &ticket, None).await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_left"))
+    );
+    assert_eq!(metric(&c, &other, "waitingroom_on_site").await, 1.0);
+}
+
 /// A forwarded leave captured on its way from node 2 to node 1 and sent to node 3 is refused
 /// (421: it is signed for node 1); sent to node 1 again, it is a replay (401). And even a
 /// request correctly signed for node 3 gets nothing for a ticket of node 1, a live member

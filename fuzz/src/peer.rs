@@ -28,6 +28,7 @@ fn settings() -> Settings {
         refresh_interval_ms: 600,
         ticket_expiry_ms: 10_000,
         pass_expiry_ms: 2_000,
+        pass_max_lifetime_ms: u64::MAX,
         eviction_interval_ms: 1_000,
         cleanup_interval_ms: 1_000,
         admit_straight_through: true,

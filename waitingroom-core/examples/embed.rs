@@ -25,6 +25,7 @@ fn main() {
         refresh_interval_ms: 1_000,
         ticket_expiry_ms: 10_000,
         pass_expiry_ms: 5_000,
+        pass_max_lifetime_ms: 4 * 3_600_000,
         eviction_interval_ms: 1_000,
         cleanup_interval_ms: 1_000,
         admit_straight_through: true,

@@ -237,7 +237,13 @@ impl WaitingRoom {
     /// of this node.
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, EngineError> {
         self.validate_pass(now, pass)?;
-        let pass_expires = now.saturating_add(self.settings.pass_expiry_ms);
+        let end = pass
+            .created_at
+            .saturating_add(self.settings.pass_max_lifetime_ms);
+        if pass.expires_at >= end {
+            return Err(EngineError::PassLifetimeOver);
+        }
+        let pass_expires = now.saturating_add(self.settings.pass_expiry_ms).min(end);
         match self.visitors.get(&pass.id).map(|record| record.state) {
             Some(Visitor::Left { .. }) | None => {}
             Some(_) => return Err(EngineError::UnknownPass),
@@ -883,6 +889,36 @@ mod tests {
         );
         assert_eq!(room.on_site(), 0);
         assert_eq!(room.evict(95_000), vec![b.ticket.id]);
+    }
+
+    /// Refreshes extend a pass up to its longest lifetime from creation, and no further: the
+    /// last refresh is cut to it, the next is refused. (Before: a pass could be refreshed
+    /// forever.)
+    #[test]
+    fn a_pass_is_refreshed_no_longer_than_its_longest_lifetime() {
+        let mut room = WaitingRoom::new(
+            Settings {
+                pass_expiry_ms: 1_000,
+                pass_max_lifetime_ms: 2_500,
+                ..queued_only()
+            },
+            NodeId(1),
+            7,
+        )
+        .unwrap();
+        let v = room.join(0);
+        room.evict(1_000);
+        let v = room.check_in(1_001, &v.ticket).unwrap();
+        let pass = room.leave(1_002, &v.ticket).unwrap();
+        assert_eq!(pass.expires_at, 2_002);
+        let pass = room.refresh_pass(1_900, &pass).unwrap();
+        assert_eq!(pass.expires_at, 2_900);
+        let pass = room.refresh_pass(2_800, &pass).unwrap();
+        assert_eq!(pass.expires_at, 3_502, "cut to created_at + 2,500");
+        assert_eq!(
+            room.refresh_pass(3_400, &pass),
+            Err(EngineError::PassLifetimeOver)
+        );
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub enum EngineError {
     /// The pass's expiry time has passed.
     #[error("pass expired")]
     PassExpired,
+    /// The pass has lived its longest ([`crate::Settings::pass_max_lifetime_ms`]): it is not
+    /// extended again.
+    #[error("pass reached its longest lifetime and cannot be refreshed")]
+    PassLifetimeOver,
     /// The pass is not known to this waiting room (never issued here, or swept as expired).
     #[error("pass not recognised")]
     UnknownPass,

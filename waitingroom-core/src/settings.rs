@@ -18,6 +18,9 @@ pub struct Settings {
     /// How long a pass stays valid without a refresh. 0 means passes expire at once, so no one
     /// counts as on the site (the thesis' experiments run this way).
     pub pass_expiry_ms: Time,
+    /// The longest a pass lives from its creation, refreshes included: past it the visitor's
+    /// turn on the site is over (one admission is not a season ticket).
+    pub pass_max_lifetime_ms: Time,
     /// How often visitors are let out of the queue.
     pub eviction_interval_ms: Time,
     /// How often expired tickets and passes are swept.
@@ -49,6 +52,15 @@ impl Settings {
         positive("refresh_interval_ms", self.refresh_interval_ms)?;
         positive("eviction_interval_ms", self.eviction_interval_ms)?;
         positive("cleanup_interval_ms", self.cleanup_interval_ms)?;
+        if self.pass_max_lifetime_ms < self.pass_expiry_ms {
+            return Err(SettingsError::new(
+                "pass_max_lifetime_ms",
+                format!(
+                    "must be at least pass_expiry_ms ({} ms): a new pass lives that long",
+                    self.pass_expiry_ms
+                ),
+            ));
+        }
         if self.ticket_expiry_ms <= self.refresh_interval_ms {
             return Err(SettingsError::new(
                 "ticket_expiry_ms",
@@ -85,6 +97,7 @@ impl Default for Settings {
             refresh_interval_ms: 2_000,
             ticket_expiry_ms: 30_000,
             pass_expiry_ms: 600_000,
+            pass_max_lifetime_ms: 4 * 3_600_000,
             eviction_interval_ms: 1_000,
             cleanup_interval_ms: 1_000,
             admit_straight_through: true,

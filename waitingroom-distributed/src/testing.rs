@@ -50,6 +50,7 @@ pub fn queued_settings() -> Settings {
         refresh_interval_ms: 600,
         ticket_expiry_ms: 10_000,
         pass_expiry_ms: 0,
+        pass_max_lifetime_ms: u64::MAX,
         eviction_interval_ms: 1_000,
         cleanup_interval_ms: 1_000,
         admit_straight_through: false,

@@ -107,6 +107,11 @@ pub struct Options {
     /// counts as on the site). (default: 600000)
     #[arg(long, env = "WAITINGROOM_PASS_EXPIRY_MS", value_name = "MS")]
     pub pass_expiry_ms: Option<Time>,
+    /// The longest a pass lives from its creation, refreshes included; at least pass_expiry_ms.
+    /// Past it a refresh is refused (403 pass_lifetime_over): one admission is one visit, not
+    /// a season ticket. (default: 14400000, four hours)
+    #[arg(long, env = "WAITINGROOM_PASS_MAX_LIFETIME_MS", value_name = "MS")]
+    pub pass_max_lifetime_ms: Option<Time>,
     /// How often visitors are let out of the queue, ms; the same on every node. (default: 1000)
     #[arg(long, env = "WAITINGROOM_EVICTION_INTERVAL_MS", value_name = "MS")]
     pub eviction_interval_ms: Option<Time>,
@@ -502,6 +507,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         refresh_interval_ms,
         ticket_expiry_ms,
         pass_expiry_ms,
+        pass_max_lifetime_ms,
         eviction_interval_ms,
         cleanup_interval_ms,
         admit_straight_through,
@@ -580,6 +586,7 @@ impl Options {
             refresh_interval_ms: self.refresh_interval_ms.unwrap_or(d.refresh_interval_ms),
             ticket_expiry_ms: self.ticket_expiry_ms.unwrap_or(d.ticket_expiry_ms),
             pass_expiry_ms: self.pass_expiry_ms.unwrap_or(d.pass_expiry_ms),
+            pass_max_lifetime_ms: self.pass_max_lifetime_ms.unwrap_or(d.pass_max_lifetime_ms),
             eviction_interval_ms: self.eviction_interval_ms.unwrap_or(d.eviction_interval_ms),
             cleanup_interval_ms: self.cleanup_interval_ms.unwrap_or(d.cleanup_interval_ms),
             admit_straight_through: self

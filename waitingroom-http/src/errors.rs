@@ -187,6 +187,9 @@ impl From<EngineError> for ApiError {
             EngineError::PassExpired => {
                 ApiError::new(StatusCode::UNAUTHORIZED, "expired_token", msg)
             }
+            EngineError::PassLifetimeOver => {
+                ApiError::new(StatusCode::FORBIDDEN, "pass_lifetime_over", msg)
+            }
             EngineError::UnknownPass => {
                 ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", msg)
             }

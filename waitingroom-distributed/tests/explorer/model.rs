@@ -241,6 +241,7 @@ fn settings(cfg: &Config) -> Settings {
         // Visitors never check in without a reason here: their tickets must not expire.
         ticket_expiry_ms: FAR,
         pass_expiry_ms: 0,
+        pass_max_lifetime_ms: u64::MAX,
         eviction_interval_ms: EVICT,
         cleanup_interval_ms: FAR,
         admit_straight_through: false,

@@ -412,6 +412,41 @@ async fn the_page_loaded_again_after_a_lost_answer_gets_the_same_pass() {
     }
 }
 
+/// A pass is extended no further than `pass_max_lifetime_ms` from its creation: refreshing
+/// it then is refused with 403 `pass_lifetime_over`. (Before: refreshing kept a 3-s pass valid
+/// after 14 s, and for ever.) Margins of a second either way: no timing is tight.
+#[tokio::test]
+async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
+    let n = TestNode::start(
+        Options {
+            pass_expiry_ms: Some(2_000),
+            pass_max_lifetime_ms: Some(3_000),
+            ..options()
+        },
+        true,
+    );
+    let (_, pass) = n.ticket_and_pass().await;
+    let refresh = |pass: String| post("/api/pass/refresh", json!({ "pass": pass }));
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let r = n.send(refresh(pass)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let created = |r: &Reply| {
+        n.app
+            .crypto
+            .verify_pass(r.json()["pass"].as_str().unwrap(), now_ms())
+    };
+    let p = created(&r).expect("a valid pass");
+    assert_eq!(
+        p.expires_at,
+        p.created_at + 3_000,
+        "cut to the longest lifetime"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    n.send(refresh(r.json()["pass"].as_str().unwrap().to_owned()))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "pass_lifetime_over");
+}
+
 #[tokio::test]
 async fn ticket_presented_as_pass_is_refused() {
     let n = TestNode::start(options(), true);

@@ -253,6 +253,7 @@ impl ProtocolOptions {
             refresh_interval_ms: self.refresh_interval_ms,
             ticket_expiry_ms: self.ticket_expiry_ms,
             pass_expiry_ms: self.pass_expiry_ms,
+            pass_max_lifetime_ms: u64::MAX,
             eviction_interval_ms: self.eviction_interval_ms,
             cleanup_interval_ms: self.eviction_interval_ms,
             admit_straight_through: self.admit_straight_through,

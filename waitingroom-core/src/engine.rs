@@ -320,6 +320,23 @@ impl WaitingRoom {
         true
     }
 
+    /// Stops counting the pass `ticket` got here: it was refreshed on another node, which
+    /// counts it now (a visitor's place on the site is counted by one node). The record stays,
+    /// so the ticket is still refused a second pass. Returns whether it was counted.
+    pub fn uncount_pass(&mut self, ticket: TicketId) -> bool {
+        let Some(record) = self.visitors.get_mut(&ticket) else {
+            return false;
+        };
+        match &mut record.state {
+            Visitor::Left { counted, .. } if *counted => {
+                *counted = false;
+                self.on_site -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether `ticket` was let out and has not left yet.
     pub fn is_admitted(&self, ticket: TicketId) -> bool {
         matches!(
@@ -919,6 +936,24 @@ mod tests {
             room.refresh_pass(3_400, &pass),
             Err(EngineError::PassLifetimeOver)
         );
+    }
+
+    /// A pass refreshed on another node is counted there: here it stops counting, once, and
+    /// the ticket still gets no second pass.
+    #[test]
+    fn a_pass_counted_elsewhere_is_uncounted_here_once() {
+        let mut room = queued_room(1);
+        let v = room.join(0);
+        room.evict(1_000);
+        let v = room.check_in(1_001, &v.ticket).unwrap();
+        room.leave(1_002, &v.ticket).unwrap();
+        assert_eq!(room.on_site(), 1);
+        assert!(room.uncount_pass(v.ticket.id));
+        assert!(!room.uncount_pass(v.ticket.id));
+        assert_eq!(room.on_site(), 0);
+        assert_eq!(room.leave(1_003, &v.ticket), Err(EngineError::AlreadyLeft));
+        room.cleanup(100_000);
+        assert_eq!(room.on_site(), 0);
     }
 
     #[test]

@@ -124,7 +124,8 @@ pub enum ChannelMsg {
         admit: Admission,
     },
     /// "This visitor is queued with me now": sent to the node that held them before they were
-    /// re-queued (it was unreachable then), so the old entry is not let in a second time.
+    /// re-queued (it was unreachable then), so the old entry is not let in a second time; or
+    /// "their pass is counted with me now", to the node that issued or last refreshed it.
     Forget {
         /// The visitor's ticket id.
         ticket: waitingroom_core::TicketId,

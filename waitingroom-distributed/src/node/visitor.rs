@@ -92,9 +92,15 @@ impl Node {
         Ok(self.local.room_mut().leave(now, ticket)?)
     }
 
-    /// Extends a valid pass; its holder now counts as on the site through this node.
+    /// Extends a valid pass; its holder now counts as on the site through this node, and the
+    /// node that counted them before is told to stop (`Forget`), so the visitor is counted
+    /// once. Until it hears, both count them: more than there are, never fewer.
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
-        Ok(self.local.room_mut().refresh_pass(now, pass)?)
+        let refreshed = self.local.room_mut().refresh_pass(now, pass)?;
+        if pass.node != self.id() {
+            self.forget_elsewhere(now, pass.node, pass.id);
+        }
+        Ok(refreshed)
     }
 
     /// Whether `pass` is valid at `now`.

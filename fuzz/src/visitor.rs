@@ -451,7 +451,6 @@ async fn still_serving(router: &Router, app: &App, signed: bool, rate_limited: b
     assert_eq!(status, StatusCode::OK, "/metrics after the session");
 }
 
-
 fn content_type(headers: &HeaderMap) -> &str {
     headers
         .get(header::CONTENT_TYPE)

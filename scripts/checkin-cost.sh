@@ -11,6 +11,7 @@
 #
 #   scripts/checkin-cost.sh [SECONDS (8)] [CONNECTIONS (32)] [VISITORS (2000)]
 #   NODE_BIN=...  the node binary (default: the release build, built when missing)
+#   PROFILE_NODE2=FILE  also record node 2 with `perf record -g` into FILE (where forwarding goes)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib.sh
@@ -51,6 +52,7 @@ start() { # node $1 on PORT+$1, joining node 1 when $1 > 1
 }
 start 1
 start 2
+[[ -n "${PROFILE_NODE2:-}" ]] && { perf record -g -F 999 -p "${PIDS[1]}" -o "$PROFILE_NODE2" >/dev/null 2>&1 & PIDS+=($!); }
 NODE1="${PIDS[0]}"
 NODE2="${PIDS[1]}"
 

@@ -1,6 +1,12 @@
 //! `waitingroom-node`: run a node, make a cluster key, start a local demo, or benchmark.
 #![forbid(unsafe_code)]
 
+/// A node allocates per request (bodies, JSON, forwarded batches) on many threads; mimalloc
+/// takes less CPU for that than the system allocator (measured with `scripts/checkin-cost.sh`,
+/// see the README).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench;
 mod demo;
 mod latency;

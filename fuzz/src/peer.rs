@@ -135,7 +135,7 @@ fn feed(steer: u8, batch: Vec<Envelope>) {
         drain(&mut node);
     }
     let _ = node.join(now);
-    let _ = node.status();
+    let _ = node.status(now);
     drain(&mut node);
 }
 

@@ -12,6 +12,7 @@ mod channel;
 mod cluster;
 pub mod config;
 mod ignored;
+pub mod lease;
 
 pub mod invariants;
 mod local;
@@ -23,6 +24,7 @@ mod qpid;
 mod swim;
 mod tag;
 mod timer;
+pub mod voters;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -33,8 +35,9 @@ mod fuzz_regressions;
 pub use cluster::Phase;
 pub use config::{AdmissionMode, NodeConfig};
 pub use ignored::Ignored;
+pub use lease::Pause;
 pub use membership::{Contact, Membership};
 pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
 pub use node::visitor::VisitorError;
-pub use node::{Node, NodeStatus};
+pub use node::{GrantStatus, Node, NodeStatus};
 pub use outputs::{Event, Transmit};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::membership::{ClusterRank, Contact, Membership, View};
+use crate::voters::Voters;
 
 /// A message on the wire, with who sent it to whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -251,6 +252,11 @@ pub struct Counts {
     pub ranges: Vec<AdmitRange>,
     /// Each counted node's own figures, so the cluster knows what a member held if it dies.
     pub per_node: Vec<NodeCounts>,
+    /// Departed members' places the subtree still counts: a new root that missed a member's
+    /// last grant learns it here.
+    pub departed: Vec<Departed>,
+    /// The newest voters any node of the subtree knows (the majority rule).
+    pub voters: Voters,
 }
 
 /// One node's part of a count.
@@ -263,6 +269,9 @@ pub struct NodeCounts {
     /// Its visitors waiting who joined before the round's cutoff.
     pub eligible: u64,
 }
+
+/// Most departures a count carries (a peer must not grow one without bound).
+const DEPARTED_SENT: usize = 256;
 
 /// Places on the site that a departed member's visitors may still hold: their passes stay
 /// valid after the node that issued them is gone, but nobody counts them any more.
@@ -303,6 +312,18 @@ impl Counts {
         for n in &other.per_node {
             if known.insert(n.node) {
                 self.per_node.push(*n);
+            }
+        }
+        if other.voters > self.voters {
+            self.voters = other.voters.clone();
+        }
+        for d in &other.departed {
+            let same = |k: &&mut Departed| (k.node, k.version) == (d.node, d.version);
+            if let Some(k) = self.departed.iter_mut().find(same) {
+                k.until = k.until.max(d.until);
+                k.places = k.places.max(d.places);
+            } else if self.departed.len() < DEPARTED_SENT {
+                self.departed.push(*d);
             }
         }
     }
@@ -350,9 +371,14 @@ pub struct Summary {
     pub free_places: u64,
     /// Members at the count.
     pub members: u64,
-    /// Places each member holds after this round (its visitors on the site and its share of
-    /// the round's admissions), by node id: what to keep counting if it dies.
+    /// Places each member holds after this round (its visitors on the site, its share of the
+    /// round's admissions and its grant), by node id: what to keep counting if it departs.
     pub places: Vec<(NodeId, u64)>,
+    /// Places each member may give out until its grant expires, by node id; None when the root
+    /// heard from no majority of the voters and granted nothing (README, "Admission leases").
+    pub grants: Option<Vec<(NodeId, u64)>>,
+    /// The voters after this round: the members counted, when they held a majority.
+    pub voters: Voters,
     /// The departed members' places still counted, as the root knew them.
     pub departed: Vec<Departed>,
 }

@@ -24,6 +24,7 @@ use crate::channel::Channels;
 use crate::cluster::{Cluster, Phase};
 use crate::config::NodeConfig;
 use crate::ignored::Ignored;
+use crate::lease::Pause;
 use crate::local::Local;
 use crate::membership::{Contact, Membership};
 use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
@@ -51,6 +52,8 @@ pub struct Node {
     /// Channel messages for a membership version not applied yet, replayed once it is.
     future: Vec<(NodeId, ChannelMsg)>,
     timers: TimerTable,
+    /// Why this node let nobody out when last looked at, to tell the driver of a change.
+    pause: Option<Pause>,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
 }
@@ -81,6 +84,7 @@ impl Node {
             forgets: BTreeMap::new(),
             future: Vec::new(),
             timers: TimerTable::default(),
+            pause: (!cfg.settings.is_unlimited()).then_some(Pause::NoGrant),
             out: VecDeque::new(),
             events: VecDeque::new(),
             cfg,
@@ -90,6 +94,7 @@ impl Node {
     /// Starts a new cluster with this node as its only member (and root).
     pub fn start_cluster(&mut self, now: Time) {
         self.start_timers(now);
+        self.tag.found(self.id());
         self.become_single(now);
     }
 
@@ -144,7 +149,23 @@ impl Node {
         while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, timer);
         }
+        self.note_pause(now);
         self.flush();
+    }
+
+    /// Tells the driver when this node stops or starts letting visitors out (README,
+    /// "Admission leases"). Looked at on every timer, so a lapsed grant is noticed within a
+    /// probe interval.
+    fn note_pause(&mut self, now: Time) {
+        let pause = self.pause(now);
+        if pause == self.pause {
+            return;
+        }
+        self.pause = pause;
+        self.emit(match pause {
+            Some(why) => Event::AdmissionPaused(why),
+            None => Event::AdmissionResumed,
+        });
     }
 
     /// The next message to send, if any.
@@ -498,10 +519,31 @@ impl Node {
         self.swim.rng_word_pos()
     }
 
-    /// A serialisable snapshot for operators.
-    pub fn status(&self) -> NodeStatus {
+    /// Why this node lets nobody out at `now`, if it does not (README, "Admission leases").
+    pub fn pause(&self, now: Time) -> Option<Pause> {
+        if self.is_member() {
+            self.tag.pause(now)
+        } else {
+            (!self.cfg.settings.is_unlimited()).then_some(Pause::NoGrant)
+        }
+    }
+
+    /// Places this node may still give out at `now` under its grant, and when the grant expires
+    /// on this node's clock (0: never granted).
+    pub fn grant(&self, now: Time) -> (u64, Time) {
+        self.tag.grant(now)
+    }
+
+    /// The voters of the majority rule, as this node last agreed on them.
+    pub fn voters(&self) -> Vec<NodeId> {
+        self.tag.voters().ids().collect()
+    }
+
+    /// A serialisable snapshot for operators at `now`.
+    pub fn status(&self, now: Time) -> NodeStatus {
         let me = self.cluster.me();
         let membership = self.cluster.membership();
+        let (places, expires) = self.grant(now);
         NodeStatus {
             id: me.id,
             incarnation: me.incarnation,
@@ -515,6 +557,12 @@ impl Node {
             queued: self.local.room().queued(),
             on_site: self.local.room().on_site(),
             admitted_total: self.local.admitted_total(),
+            grant: GrantStatus {
+                places,
+                expires_in_ms: expires.saturating_sub(now),
+            },
+            paused: self.pause(now),
+            voters: self.voters(),
             summary: self.tag.summary().cloned(),
         }
     }
@@ -547,8 +595,23 @@ pub struct NodeStatus {
     pub on_site: u64,
     /// Visitors let out here, ever.
     pub admitted_total: u64,
+    /// This node's grant of places.
+    pub grant: GrantStatus,
+    /// Why it lets nobody out, if it does not: `no_grant` or `no_majority`.
+    pub paused: Option<Pause>,
+    /// The voters of the majority rule, as this node last agreed on them.
+    pub voters: Vec<NodeId>,
     /// Latest cluster-wide summary.
     pub summary: Option<Summary>,
+}
+
+/// A node's grant of places (README, "Admission leases").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantStatus {
+    /// Places it may still give out.
+    pub places: u64,
+    /// Milliseconds until the grant expires on its clock (0: expired, or never granted).
+    pub expires_in_ms: u64,
 }
 
 /// The first multiple of `interval` strictly after `now`: every node wakes for eviction at the

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, QueueKey, Time};
 
+use crate::lease::Pause;
 use crate::membership::Contact;
 use crate::messages::{Body, ChannelMsg, Envelope, Summary};
 
@@ -52,6 +53,10 @@ pub enum Event {
     CountCompleted(Summary),
     /// No count was seen for too long: the tree was rebuilt.
     TreeRepaired,
+    /// This node stopped letting visitors out, and why (README, "Admission leases").
+    AdmissionPaused(Pause),
+    /// This node lets visitors out again.
+    AdmissionResumed,
 }
 
 /// One thing a part wants the node to do.

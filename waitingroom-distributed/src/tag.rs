@@ -18,13 +18,14 @@ use waitingroom_core::{NodeId, QueueKey, Settings, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
+use crate::lease::{GRANT_INTERVALS, Lease, Pause};
 use crate::local::Local;
-use crate::membership::Contact;
 use crate::messages::{
     Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
     Stamp, Summary,
 };
 use crate::outputs::{Event, Outbox};
+use crate::voters::Voters;
 
 /// Histogram buckets reported per count, for position estimates.
 const BUCKETS: u64 = 16;
@@ -45,8 +46,6 @@ pub(crate) struct Ctx<'a> {
     pub me: NodeId,
     /// The membership version applied.
     pub version: u64,
-    /// The members, by id.
-    pub members: &'a BTreeMap<NodeId, Contact>,
     /// This node's tree neighbours, in id order.
     pub neighbours: &'a [NodeId],
 }
@@ -70,8 +69,10 @@ pub(crate) struct Tag {
     own_below: Vec<(Stamp, Vec<u64>)>,
     /// When this node last saw a count (started or received).
     last_round_seen: Time,
-    /// Straight-through places this node may still give out.
-    budget: u64,
+    /// This node's grant of places: every admission here takes one (README, "Admission leases").
+    lease: Lease,
+    /// The newest voters this node knows, for the majority rule.
+    voters: Voters,
     /// Root only: admitted total and time at the previous completed round, and the smoothed rate.
     rate: Rate,
     /// The latest ranges decided (range admission), oldest first.
@@ -139,11 +140,22 @@ impl Tag {
             summary: None,
             own_below: Vec::new(),
             last_round_seen: 0,
-            budget: 0,
+            lease: Lease::new(GRANT_INTERVALS * cfg.settings.eviction_interval_ms),
+            voters: Voters::default(),
             rate: Rate::default(),
             ranges: Vec::new(),
             departed: Vec::new(),
         }
+    }
+
+    /// This node founds a cluster on purpose (not after giving up on its seeds): it votes.
+    pub(crate) fn found(&mut self, me: NodeId) {
+        self.voters.adopt(&Voters::founder(me));
+    }
+
+    /// The newest voters this node knows.
+    pub(crate) fn voters(&self) -> &Voters {
+        &self.voters
     }
 
     /// The node's clock starts: the watchdog counts from here.
@@ -209,13 +221,16 @@ impl Tag {
             _ => 0,
         };
         self.last_round_seen = now;
-        self.start_round((stamp, bounds, select), None, ctx, local, out)
+        self.start_round(now, (stamp, bounds, select), None, ctx, local, out)
     }
 
     /// Counts this node's subtree for the round `(stamp, bounds, select)`: asks every neighbour
-    /// but the parent side (`reply_to`; None at the root). Returns the round if it is complete.
+    /// but the parent side (`reply_to`; None at the root). Counting itself in is this node's
+    /// request for places: it gives up what is left of its grant. Returns the round if it is
+    /// complete.
     fn start_round(
         &mut self,
+        now: Time,
         (stamp, bounds, select): (Stamp, Vec<Time>, u32),
         reply_to: Option<NodeId>,
         ctx: Ctx<'_>,
@@ -223,6 +238,7 @@ impl Tag {
         out: &mut Outbox,
     ) -> Option<Round> {
         let acc = self.own_counts(ctx.me, &bounds, select, local);
+        self.lease.ask(stamp, now);
         if self.own_below.len() >= 4 {
             self.own_below.remove(0);
         }
@@ -272,6 +288,8 @@ impl Tag {
             smallest: room.smallest_before(cutoff, select as usize),
             ranges: self.recent_ranges(),
             per_node: vec![own],
+            departed: self.departed.clone(),
+            voters: self.voters.clone(),
         }
     }
 
@@ -302,13 +320,21 @@ impl Tag {
     /// Counts this node's subtree for the round `r` that `from` asked about.
     pub(crate) fn join_round(
         &mut self,
+        now: Time,
         from: NodeId,
         r: CountRequest,
         ctx: Ctx<'_>,
         local: &Local,
         out: &mut Outbox,
     ) -> Option<Round> {
-        self.start_round((r.stamp, r.bounds, r.select), Some(from), ctx, local, out)
+        self.start_round(
+            now,
+            (r.stamp, r.bounds, r.select),
+            Some(from),
+            ctx,
+            local,
+            out,
+        )
     }
 
     /// The latest decided ranges this node knows, oldest first.
@@ -372,7 +398,9 @@ impl Tag {
     }
 
     /// At the root, with the whole cluster counted: decide how many to let out (§4.5.3, with
-    /// the places departed members' visitors may still hold counted as taken).
+    /// the places departed members' visitors may still hold counted as taken) and grant each
+    /// member its places. Members that hold a majority of the voters become the next voters;
+    /// without a majority the root grants nothing (README, "Admission leases").
     pub(crate) fn decide(
         &mut self,
         now: Time,
@@ -382,12 +410,25 @@ impl Tag {
     ) -> Decision {
         let counts = round.acc;
         let cutoff = round.stamp.time;
+        self.voters.adopt(&counts.voters);
+        let counted = counts.per_node.iter().map(|n| n.node).collect();
+        let next = self.voters.next(&counted);
+        // With no limit on the site there is nothing to protect: no rule holds admission back.
+        let majority = next.is_some() || self.settings.is_unlimited();
+        if let Some(next) = next {
+            self.voters = next;
+        }
+        for &d in counts.departed.iter().take(DEPARTED_KEPT) {
+            self.note_departed(d);
+        }
         self.departed.retain(|d| d.until > now);
         let on_site = self
             .departed
             .iter()
             .fold(counts.on_site, |sum, d| sum.saturating_add(d.places));
-        let free = if self.settings.is_unlimited() {
+        let free = if !majority {
+            0
+        } else if self.settings.is_unlimited() {
             u64::MAX
         } else {
             self.settings.target_on_site.saturating_sub(on_site)
@@ -395,7 +436,15 @@ impl Tag {
         let (admit, max_key) = self.how_many(&counts, free);
         let rate = self.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= admit;
-        let places = places_after(&counts, admit, max_key.is_some());
+        let straight = if everyone_in { free - admit } else { 0 };
+        let by_range = self.mode == AdmissionMode::Range;
+        // With no limit on the site nobody needs a place to let a visitor through.
+        let granted = if self.settings.is_unlimited() {
+            0
+        } else {
+            straight
+        };
+        let grants = grants(&counts, admit, max_key.is_some(), granted, by_range);
         let summary = Summary {
             stamp: round.stamp,
             bounds: round.bounds,
@@ -405,13 +454,14 @@ impl Tag {
             on_site,
             admitted: admit,
             rate_milli_per_s: rate,
-            free_places: if everyone_in { free - admit } else { 0 },
+            free_places: straight,
             members: counts.nodes,
-            places,
+            places: grants.places,
+            grants: majority.then_some(grants.grants),
+            voters: self.voters.clone(),
             departed: self.departed.clone(),
         };
         out.emit(Event::CountCompleted(summary.clone()));
-        let by_range = self.mode == AdmissionMode::Range;
         let range = (by_range && admit > 0).then_some(AdmitRange {
             cutoff,
             max_key,
@@ -477,10 +527,14 @@ impl Tag {
         for &n in ctx.neighbours.iter().filter(|&&n| n != from) {
             out.send(n, ChannelMsg::CountResult(Box::new(r.clone())));
         }
-        let n = ctx.members.len().max(1) as u64;
-        let index = ctx.members.keys().position(|&m| m == ctx.me).unwrap_or(0) as u64;
-        let free = r.summary.free_places;
-        self.budget = free / n + u64::from(index < free % n);
+        let mine = r.summary.grants.as_ref().map(|grants| {
+            grants
+                .iter()
+                .find(|(n, _)| *n == ctx.me)
+                .map_or(0, |&(_, places)| places)
+        });
+        self.lease.grant(r.summary.stamp, mine);
+        self.voters.adopt(&r.summary.voters);
         self.own_below.retain(|(s, _)| *s >= r.summary.stamp);
         for &d in r.summary.departed.iter().take(DEPARTED_KEPT) {
             self.note_departed(d);
@@ -489,12 +543,15 @@ impl Tag {
         r.earlier.into_iter().chain(r.admit).collect()
     }
 
-    /// A member left the cluster (it died, or was removed) with membership `version`: the
-    /// places its visitors held at the last count stay counted until the passes it could have
-    /// issued have expired, so the site does not fill past the target with visitors nobody
-    /// counts any more.
+    /// A member left the cluster (it died, was removed, or is cut off) with membership
+    /// `version`: the places it held at the last count, with its grant, stay counted until
+    /// whatever it may still have let out is gone ([`Tag::departed_for`]), so the site does not
+    /// fill past the target with visitors nobody counts any more.
     pub(crate) fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
-        let expiry = self.settings.pass_expiry_ms;
+        if self.settings.is_unlimited() {
+            return;
+        }
+        let expiry = self.departed_for();
         let places = self
             .summary
             .as_ref()
@@ -508,6 +565,23 @@ impl Tag {
                 places,
             });
         }
+    }
+
+    /// How long a departed member's places stay counted. It may be alive and cut off: it may
+    /// spend its grant until that expires (a grant's life after its last count, which came
+    /// before the departure); a visitor it let out then holds the place for a ticket's life
+    /// until they get a pass, which lasts a pass's life (passes are extended only under a live
+    /// grant). Plus 1% for the rate at which its clock and ours may drift apart (quartz clocks
+    /// drift by well under 0.01%) and an interval to spare.
+    fn departed_for(&self) -> Time {
+        let s = &self.settings;
+        let life = self
+            .lease
+            .life()
+            .saturating_add(s.ticket_expiry_ms)
+            .saturating_add(s.pass_expiry_ms);
+        life.saturating_add(life / 100)
+            .saturating_add(s.eviction_interval_ms)
     }
 
     /// Records a departure once, whoever reports it (every member notes it, and results spread
@@ -548,12 +622,17 @@ impl Tag {
     /// that decided it: this node's share of the latest round, and anyone re-queued here (their
     /// node died) or cut off from a result that the cluster had already decided to let in.
     /// Returns whether anyone was let out.
-    pub(crate) fn admit_decided(&self, now: Time, local: &mut Local, out: &mut Outbox) -> bool {
+    /// Each takes a place of this node's grant; without one left they wait for the next round.
+    pub(crate) fn admit_decided(&mut self, now: Time, local: &mut Local, out: &mut Outbox) -> bool {
         let mut admitted = false;
+        let unlimited = self.settings.is_unlimited();
         for range in &self.ranges {
             while let Some(k) = local.room().head() {
                 if k.join_time >= range.cutoff || range.max_key.is_some_and(|m| k > m) {
                     break;
+                }
+                if !unlimited && !self.lease.take(now) {
+                    return admitted;
                 }
                 local.admit_head(now, range.decided_at, out);
                 admitted = true;
@@ -563,19 +642,40 @@ impl Tag {
     }
 
     /// Takes one straight-through place for a visitor joining an empty queue: only while the
-    /// last count let everyone in and this node's share of the free places lasts.
-    pub(crate) fn take_place(&mut self, queued_here: u64) -> bool {
-        let take = self.settings.admit_straight_through
-            && self.budget > 0
-            && queued_here == 0
-            && self
-                .summary
-                .as_ref()
-                .is_some_and(|s| s.queued <= s.admitted);
-        if take {
-            self.budget -= 1;
+    /// last count let everyone in and this node's grant has a place left.
+    pub(crate) fn take_place(&mut self, now: Time, queued_here: u64) -> bool {
+        let everyone_in = self
+            .summary
+            .as_ref()
+            .is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
+        if !self.settings.admit_straight_through || queued_here > 0 || !everyone_in {
+            return false;
         }
-        take
+        self.settings.is_unlimited() || self.lease.take(now)
+    }
+
+    /// Whether a pass may be extended here at `now`: only under a live grant (a node cut off
+    /// from the majority must not keep its visitors on the site past what the others count).
+    pub(crate) fn may_refresh(&self, now: Time) -> bool {
+        self.settings.is_unlimited() || self.lease.is_live(now)
+    }
+
+    /// Why this node lets nobody out at `now`, if it does not: the last result came from a root
+    /// without a majority, or its grant has lapsed. Never with no limit on the site.
+    pub(crate) fn pause(&self, now: Time) -> Option<Pause> {
+        if self.settings.is_unlimited() {
+            return None;
+        }
+        if self.summary.as_ref().is_some_and(|s| s.grants.is_none()) {
+            return Some(Pause::NoMajority);
+        }
+        (!self.lease.is_live(now)).then_some(Pause::NoGrant)
+    }
+
+    /// Places this node may still give out at `now`, and when its grant expires (0: never
+    /// granted).
+    pub(crate) fn grant(&self, now: Time) -> (u64, Time) {
+        (self.lease.places(now), self.lease.expires())
     }
 
     /// Estimated number of visitors ahead of `key` in the whole cluster of `members`: exactly
@@ -620,11 +720,23 @@ impl Tag {
     }
 }
 
-/// Places each counted node holds once the round's admissions are out: its visitors on the site
-/// plus its share of the `admit` let out. With a range cut by key (`by_key`) that share is
-/// exact (the smallest keys carry their node); otherwise a node that had `eligible` visitors
-/// gets `min(eligible, admit)`, an upper bound, which errs towards a fuller site.
-fn places_after(counts: &Counts, admit: u64, by_key: bool) -> Vec<(NodeId, u64)> {
+/// What a round grants each counted member, and the places each holds once it has used them.
+struct Grants {
+    /// Places each member may give out (its share of the range, in range admission, and of
+    /// the straight-through places), by node id.
+    grants: Vec<(NodeId, u64)>,
+    /// Its visitors on the site plus its grant and its share of the round's admissions: what
+    /// to keep counting if it departs.
+    places: Vec<(NodeId, u64)>,
+}
+
+/// Each counted member's share of the `admit` let out and of the `straight` through places.
+/// With a range cut by key (`by_key`) the share of the admissions is exact (the smallest keys
+/// carry their node); otherwise a node that had `eligible` visitors gets `min(eligible, admit)`,
+/// an upper bound, which errs towards a fuller site. Straight-through places are split evenly
+/// in id order. Only range admission (`by_range`) lets visitors out of the queue under the
+/// grant; the deleteMin modes let them out through QPID.
+fn grants(counts: &Counts, admit: u64, by_key: bool, straight: u64, by_range: bool) -> Grants {
     let mut taken: BTreeMap<NodeId, u64> = BTreeMap::new();
     if by_key {
         let k = usize::try_from(admit).unwrap_or(usize::MAX);
@@ -632,20 +744,23 @@ fn places_after(counts: &Counts, admit: u64, by_key: bool) -> Vec<(NodeId, u64)>
             *taken.entry(key.node).or_default() += 1;
         }
     }
-    let mut places: Vec<(NodeId, u64)> = counts
-        .per_node
-        .iter()
-        .map(|n| {
-            let share = if by_key {
-                taken.get(&n.node).copied().unwrap_or(0)
-            } else {
-                n.eligible.min(admit)
-            };
-            (n.node, n.on_site.saturating_add(share))
-        })
-        .collect();
-    places.sort_unstable();
-    places
+    let mut nodes = counts.per_node.clone();
+    nodes.sort_unstable_by_key(|n| n.node);
+    let n = nodes.len().max(1) as u64;
+    let (mut grants, mut places) = (Vec::new(), Vec::new());
+    for (i, node) in nodes.iter().enumerate() {
+        let share = if by_key {
+            taken.get(&node.node).copied().unwrap_or(0)
+        } else {
+            node.eligible.min(admit)
+        };
+        let through = straight / n + u64::from((i as u64) < straight % n);
+        let grant = through.saturating_add(if by_range { share } else { 0 });
+        grants.push((node.node, grant));
+        let held = node.on_site.saturating_add(share).saturating_add(through);
+        places.push((node.node, held));
+    }
+    Grants { grants, places }
 }
 
 /// `BUCKETS` boundaries from the oldest waiting visitor's join time up to the cutoff (the last
@@ -732,6 +847,8 @@ mod tests {
                 on_site: 0,
                 eligible: queued,
             }],
+            departed: Vec::new(),
+            voters: Voters::default(),
         }
     }
 
@@ -841,6 +958,12 @@ mod tests {
             free_places: u64::MAX - 1,
             members: 2,
             places: vec![(NodeId(1), 0), (NodeId(2), 1)],
+            grants: Some(vec![(NodeId(1), 0), (NodeId(2), 1)]),
+            // Neither knew any voters: the first round makes them the first.
+            voters: Voters {
+                epoch: 1,
+                set: [NodeId(1), NodeId(2)].into(),
+            },
             departed: Vec::new(),
         };
         let range = AdmitRange {

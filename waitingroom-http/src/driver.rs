@@ -89,7 +89,7 @@ impl Driver {
 
     /// The node's status for operators.
     pub fn status(&self) -> NodeStatus {
-        self.read(Node::status)
+        self.read(|node| node.status(now_ms()))
     }
 
     /// Runs the node's timer until the process exits: sleeps until the next deadline (or until
@@ -143,6 +143,13 @@ impl Driver {
                 self.metrics.on_tree_repaired();
                 tracing::warn!("no count seen for too long: tree rebuilt")
             }
+            Event::AdmissionPaused(why) => {
+                tracing::warn!(
+                    reason = why.as_str(),
+                    "admission paused: letting nobody out"
+                )
+            }
+            Event::AdmissionResumed => tracing::info!("admission resumed"),
         }
     }
 }

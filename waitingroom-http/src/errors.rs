@@ -170,6 +170,15 @@ impl From<VisitorError> for ApiError {
                 format!("the node holding this ticket ({}) did not answer", c.id),
             ),
             VisitorError::Engine(e) => e.into(),
+            // A paused node (no live grant, or no majority) extends no pass: another node can.
+            VisitorError::Paused(why) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "admission_paused",
+                format!(
+                    "this node is not admitting at the moment ({}); try again or another node",
+                    why.as_str()
+                ),
+            ),
         }
     }
 }

@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use waitingroom_core::{Settings, Time};
-use waitingroom_distributed::{Body, ChannelMsg, Ignored, NodeStatus};
+use waitingroom_distributed::{Body, ChannelMsg, Ignored, NodeStatus, Pause};
 
 use crate::fairness::Inversions;
 
@@ -103,6 +103,9 @@ pub struct Metrics {
     cluster_on_site: Gauge,
     membership_version: Gauge,
     last_round: Gauge<f64, AtomicU64>,
+    grant_places: Gauge,
+    grant_expires: Gauge<f64, AtomicU64>,
+    paused: Family<ReasonLabels, Gauge>,
     limits: Limits,
 }
 
@@ -169,6 +172,9 @@ impl Metrics {
             cluster_on_site: Gauge::default(),
             membership_version: Gauge::default(),
             last_round: Gauge::default(),
+            grant_places: Gauge::default(),
+            grant_expires: Gauge::default(),
+            paused: Family::default(),
             limits: Limits::default(),
             registry: Registry::with_prefix("waitingroom"),
         };
@@ -382,6 +388,21 @@ impl Metrics {
             "Membership version applied",
             self.membership_version.clone(),
         );
+        r.register(
+            "grant_places",
+            "Places this node may still give out under its grant from the root",
+            self.grant_places.clone(),
+        );
+        r.register(
+            "grant_expires_seconds",
+            "Seconds until this node's grant expires on its clock (0: expired or never granted)",
+            self.grant_expires.clone(),
+        );
+        r.register(
+            "admission_paused",
+            "1 when this node lets nobody out, by reason (no_grant, no_majority)",
+            self.paused.clone(),
+        );
     }
 
     /// Records an admission, at `at`, of a visitor who joined at `join_time`.
@@ -457,6 +478,15 @@ impl Metrics {
         self.members.set(g(status.members.len() as u64));
         self.is_root.set(i64::from(status.is_root));
         self.membership_version.set(g(status.version));
+        self.grant_places.set(g(status.grant.places));
+        self.grant_expires.set(seconds(status.grant.expires_in_ms));
+        for why in [Pause::NoGrant, Pause::NoMajority] {
+            let labels = ReasonLabels {
+                reason: why.as_str(),
+            };
+            let on = status.paused == Some(why);
+            self.paused.get_or_create(&labels).set(i64::from(on));
+        }
         if let Some(s) = &status.summary {
             self.cluster_queued.set(g(s.queued));
             self.cluster_on_site.set(g(s.on_site));
@@ -523,6 +553,12 @@ mod tests {
             queued: 0,
             on_site: 0,
             admitted_total: 0,
+            grant: waitingroom_distributed::GrantStatus {
+                places: 3,
+                expires_in_ms: 2_500,
+            },
+            paused: Some(Pause::NoMajority),
+            voters: vec![NodeId(1)],
             summary: None,
         }
     }

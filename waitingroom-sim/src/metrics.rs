@@ -249,6 +249,11 @@ pub struct RunReport {
     pub max_on_site: u64,
     /// Largest excess of `max_on_site` over the target.
     pub max_overshoot: u64,
+    /// Largest sum, at a check, of the places the nodes' live grants may still give out and
+    /// the visitors really on the site (admission leases: must stay within the target).
+    pub max_granted_plus_held: u64,
+    /// Checks at which that sum was over the target.
+    pub grant_violations: u64,
     /// Messages between nodes.
     pub messages: u64,
     /// Messages per admitted visitor.
@@ -298,6 +303,12 @@ impl RunReport {
         }
         if self.double_admissions > 0 {
             out.push(format!("{} double admissions", self.double_admissions));
+        }
+        if self.grant_violations > 0 {
+            out.push(format!(
+                "{} checks with more places granted and held than the target (at most {})",
+                self.grant_violations, self.max_granted_plus_held
+            ));
         }
         if self.invariant_violations > 0 {
             out.push(format!(

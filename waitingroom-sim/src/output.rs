@@ -56,6 +56,8 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
         ("sim_time_ms", format!("{}{timed_out}", r.sim_time_ms)),
         ("max_on_site", r.max_on_site.to_string()),
         ("max_overshoot", r.max_overshoot.to_string()),
+        ("max_granted_plus_held", r.max_granted_plus_held.to_string()),
+        ("grant_violations", r.grant_violations.to_string()),
         ("messages", r.messages.to_string()),
         (
             "messages_per_admitted",
@@ -236,7 +238,7 @@ macro_rules! column {
 }
 
 /// Every field of [`SweepRow`], in order.
-const CSV_COLUMNS: [Column; 25] = [
+const CSV_COLUMNS: [Column; 26] = [
     column!(strategy),
     column!(target),
     column!(users),
@@ -257,6 +259,7 @@ const CSV_COLUMNS: [Column; 25] = [
     column!(timed_out_total),
     column!(messages_per_admitted_mean),
     column!(max_overshoot),
+    column!(grant_violations_total),
     column!(wall_ms_mean),
     column!(thesis_a2_kendall_tau?),
     column!(thesis_a2_sim_time_ms?),

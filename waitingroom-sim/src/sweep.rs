@@ -69,6 +69,8 @@ pub struct SweepRow {
     pub messages_per_admitted_mean: f64,
     /// Largest on-site overshoot above target of a run.
     pub max_overshoot: u64,
+    /// Checks with more places granted and held than the target, over all runs.
+    pub grant_violations_total: u64,
     /// Mean wall time per run.
     pub wall_ms_mean: f64,
     /// The thesis' appendix A.2 Kendall-Tau for this row (its own definition), if any.
@@ -302,6 +304,7 @@ pub fn summarise(row: &RunConfig, reports: &[RunReport]) -> SweepRow {
         timed_out_total: total(&|r| u64::from(r.timed_out)),
         messages_per_admitted_mean: mean(&|r| r.messages_per_admitted),
         max_overshoot: reports.iter().map(|r| r.max_overshoot).max().unwrap_or(0),
+        grant_violations_total: total(&|r| r.grant_violations),
         wall_ms_mean: mean(&|r| r.wall_ms as f64),
         thesis_a2_kendall_tau: a2.filter(|_| thesis_grid).map(|a| a.0),
         thesis_a2_sim_time_ms: a2.filter(|_| thesis_grid).map(|a| a.1),

@@ -96,7 +96,6 @@ impl Node {
         let ctx = tag::Ctx {
             me: self.cluster.me().id,
             version: membership.version,
-            members: &membership.members,
             neighbours: &neighbours,
         };
         let mut out = Outbox::default();
@@ -137,7 +136,7 @@ impl Node {
         }
         self.merge_ranges(now, std::mem::take(&mut r.ranges));
         let done = self.with_tag(now, |t, ctx, local, out| {
-            t.join_round(from, r, ctx, local, out)
+            t.join_round(now, from, r, ctx, local, out)
         });
         self.complete_round(now, done);
     }

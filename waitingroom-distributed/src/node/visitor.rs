@@ -10,6 +10,7 @@ use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket
 
 use super::{Node, next_boundary};
 use crate::cluster::Phase;
+use crate::lease::Pause;
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
 use crate::outputs::Outbox;
@@ -29,13 +30,16 @@ pub enum VisitorError {
     /// The waiting room refused.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// This node lets nobody out at the moment (no live grant, or no majority): ask another.
+    #[error("node is not admitting at the moment ({})", .0.as_str())]
+    Paused(Pause),
 }
 
 impl Node {
     /// A new visitor joins through this node.
     pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
         self.ready()?;
-        let straight_through = self.tag.take_place(self.local.room().queued());
+        let straight_through = self.tag.take_place(now, self.local.room().queued());
         let answer = self.local.room_mut().join_as(now, straight_through);
         if straight_through {
             let key = answer.ticket.key_on(self.id());
@@ -95,7 +99,12 @@ impl Node {
     /// Extends a valid pass; its holder now counts as on the site through this node, and the
     /// node that counted them before is told to stop (`Forget`), so the visitor is counted
     /// once. Until it hears, both count them: more than there are, never fewer.
+    /// Refused while this node holds no live grant (README, "Admission leases").
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
+        if !self.tag.may_refresh(now) {
+            let why = self.pause(now).unwrap_or(Pause::NoGrant);
+            return Err(VisitorError::Paused(why));
+        }
         let refreshed = self.local.room_mut().refresh_pass(now, pass)?;
         if pass.node != self.id() {
             self.forget_elsewhere(now, pass.node, pass.id);

@@ -217,7 +217,7 @@ async fn a_get_never_takes_a_place() {
     let visitors = |n: &TestNode| {
         n.app
             .driver
-            .read(|node| node.status().queued + node.status().on_site)
+            .read(|node| node.room().queued() + node.room().on_site())
     };
     for (path, accept) in [
         ("/", "text/html"),

@@ -9,6 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::App;
+use crate::clock::now_ms;
 use crate::errors::{ApiError, ErrorBody};
 
 #[utoipa::path(get, path = "/livez", tag = "operations",
@@ -45,7 +46,7 @@ pub(super) async fn readyz(State(app): State<Arc<App>>) -> Result<&'static str, 
 pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {
     let (status, settings) = app
         .driver
-        .read(|n| (n.status(), n.room().settings().clone()));
+        .read(|n| (n.status(now_ms()), n.room().settings().clone()));
     let text = app.metrics.render(&status, &settings);
     (
         [(

@@ -4,7 +4,7 @@
 //! the simulator keeps a flat copy of those inputs per node, refreshes it only for the nodes an
 //! event touched, and counts the previous outcome again while nothing changed.
 
-use waitingroom_core::Time;
+use waitingroom_core::{Settings, Time};
 use waitingroom_distributed::invariants;
 use waitingroom_distributed::{Node, Weight};
 
@@ -258,6 +258,12 @@ impl CheckCache {
 pub(super) struct Checker {
     /// Check after every this many events (0: never).
     every: u32,
+    /// The site's target.
+    target: u64,
+    /// Largest sum of places granted and visitors on the site seen at a check.
+    max_granted_plus_held: u64,
+    /// Checks at which that sum was over the target.
+    grant_violations: u64,
     /// Events since the last check.
     countdown: u32,
     cache: CheckCache,
@@ -274,9 +280,12 @@ pub(super) struct Checker {
 }
 
 impl Checker {
-    pub(super) fn new(every: u32) -> Self {
+    pub(super) fn new(every: u32, target: u64) -> Self {
         Checker {
             every,
+            target,
+            max_granted_plus_held: 0,
+            grant_violations: 0,
             countdown: 0,
             cache: CheckCache::new(),
             checks: 0,
@@ -325,8 +334,10 @@ impl Checker {
     }
 
     /// Counts one protocol event; every `check_every`-th, checks the invariants over the nodes
-    /// in `slots` (see [`CheckCache`]) with `in_flight` state-carrying messages on the network.
-    pub(super) fn check(&mut self, now: Time, slots: &[Slot], in_flight: u64) {
+    /// in `slots` (see [`CheckCache`]) with `in_flight` state-carrying messages on the network,
+    /// and that the places their grants may still give out and the `held` visitors really on
+    /// the site are within the target (admission leases, whatever the network did).
+    pub(super) fn check(&mut self, now: Time, slots: &[Slot], (in_flight, held): (u64, u64)) {
         if self.every == 0 {
             return;
         }
@@ -336,6 +347,7 @@ impl Checker {
         }
         self.countdown = 0;
         self.checks += 1;
+        self.check_places(now, slots, held);
         let quiet = self.cache.refresh(slots, in_flight);
         let outcome = match self.cache.outcome[usize::from(quiet)] {
             Some(outcome) => outcome,
@@ -350,6 +362,27 @@ impl Checker {
             Outcome::Fine => {}
             Outcome::Converged => self.violations += 1,
             Outcome::Recovering => self.violations_recovering += 1,
+        }
+    }
+
+    /// Places granted plus visitors on the site, against the target.
+    fn check_places(&mut self, now: Time, slots: &[Slot], held: u64) {
+        if self.target == Settings::UNLIMITED {
+            return;
+        }
+        let granted = slots
+            .iter()
+            .filter_map(|s| s.node.as_ref())
+            .fold(held, |sum, n| sum.saturating_add(n.grant(now).0));
+        self.max_granted_plus_held = self.max_granted_plus_held.max(granted);
+        if granted > self.target {
+            self.grant_violations += 1;
+            if self.samples_after.len() < SAMPLES {
+                self.samples_after.push(format!(
+                    "t={now}: {granted} places granted and held, target {}",
+                    self.target
+                ));
+            }
         }
     }
 
@@ -382,6 +415,8 @@ impl Checker {
     /// Adds the checks' counts to the report.
     pub(super) fn finish(&self, report: &mut RunReport) {
         report.invariant_checks = self.checks;
+        report.max_granted_plus_held = self.max_granted_plus_held;
+        report.grant_violations = self.grant_violations;
         report.invariant_checks_full = self.full_checks;
         report.invariant_violations = self.violations;
         report.invariant_violations_recovering = self.violations_recovering;

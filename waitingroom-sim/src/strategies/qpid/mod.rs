@@ -99,6 +99,7 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::NotReady => "not-ready".into(),
         VisitorError::Elsewhere(_) => "elsewhere".into(),
         VisitorError::Engine(e) => format!("{e}"),
+        VisitorError::Paused(why) => format!("paused-{}", why.as_str()),
     }
 }
 
@@ -170,7 +171,7 @@ impl QpidRoom {
             visits: Visits::new(cfg.workload.users as usize, cfg.workload.session_ms > 0),
             plan: Vec::new(),
             rng: seeds::rng(cfg.seed, Stream::Disturbances),
-            checker: Checker::new(cfg.checks.check_every),
+            checker: Checker::new(cfg.checks.check_every, cfg.settings().target_on_site),
             tallies: Tallies::default(),
         }
     }
@@ -250,7 +251,9 @@ impl QpidRoom {
     /// Runs the invariant checks (after a protocol event).
     fn check(&mut self, ctx: &Ctx) {
         let in_flight = self.wire.in_flight;
-        self.checker.check(ctx.now, &self.nodes.slots, in_flight);
+        let held = ctx.ledger.on_site;
+        self.checker
+            .check(ctx.now, &self.nodes.slots, (in_flight, held));
     }
 
     fn deliver(&mut self, ctx: &mut Ctx, t: Transmit) {

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p waitingroom-distributed --example explore -- --scenario crash
 //! ```
-//! Scenarios: `base`, `crash`, `join`, `lossy`, `anytime` (or `all`). Options override the
+//! Scenarios: `base`, `crash`, `join`, `lossy`, `anytime`, `partition`, `pause` (or `all`). Options override the
 //! scenario: `--visitors N`, `--nodes N`, `--mode range|batched|sequential`, `--timers
 //! quiet|anytime`, `--drops N`, `--dups N`, `--event-rounds N`, `--extra-rounds N`,
 //! `--crash-victim ID`, `--target N`, `--max-states N`, `--max-depth N`, `--all-acks` (interleave bare
@@ -20,7 +20,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let scenario = value(&args, "--scenario").unwrap_or_else(|| "base".into());
     let names: Vec<&str> = if scenario == "all" {
-        vec!["base", "join", "crash", "lossy", "anytime"]
+        vec!["base", "join", "crash", "lossy", "anytime", "partition"]
     } else {
         vec![scenario.as_str()]
     };

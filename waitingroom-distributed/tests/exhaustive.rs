@@ -70,6 +70,26 @@ fn one_message_lost_or_duplicated() {
     });
 }
 
+/// Admission leases: one place, one visitor, and node 2 cut off from the others at any point
+/// up to a round after the visitor joined, through its removal, the end of the places counted
+/// for it and the next rounds; the places granted plus the visitors let in never exceed the
+/// target in any state (312k states). The cut is never healed here: the runs end unconverged.
+#[test]
+fn a_node_cut_off_at_any_point_never_overfills_the_site() {
+    let mut cfg = Config::scenario("partition").expect("known scenario");
+    cfg.crash_victim = Some(2);
+    cfg.visitors = 1;
+    let name = "partition";
+    let report = explorer::explore(&cfg);
+    eprintln!("{name}: {report}");
+    assert!(report.violation.is_none(), "{name}: {report}");
+    assert!(
+        !report.truncated && report.depth_cut == 0,
+        "{name}: incomplete search"
+    );
+    assert!(report.states > 1, "{name}: nothing explored");
+}
+
 #[test]
 fn timers_fire_while_messages_travel() {
     run("anytime", |c| {

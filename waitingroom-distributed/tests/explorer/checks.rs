@@ -1,7 +1,9 @@
 //! The safety properties checked in every reachable state, and the liveness summary of the
 //! states where the run ends.
 
-use waitingroom_core::TicketId;
+use std::collections::BTreeSet;
+
+use waitingroom_core::{Settings, TicketId};
 use waitingroom_distributed::invariants;
 
 use super::Config;
@@ -26,7 +28,27 @@ pub fn check(state: &State, cfg: &Config) -> Vec<String> {
     if quiet {
         out.extend(fifo(state));
     }
+    out.extend(places(state, cfg));
     out
+}
+
+/// Admission leases: the places the nodes' live grants may still give out plus the visitors
+/// let in (none of them ever leaves here) stay within the target, in every state.
+fn places(state: &State, cfg: &Config) -> Option<String> {
+    if cfg.target == Settings::UNLIMITED {
+        return None;
+    }
+    let admitted: BTreeSet<TicketId> = state.admissions.iter().map(|a| a.key.ticket).collect();
+    let granted: u64 = state.active().iter().map(|n| n.grant(state.now).0).sum();
+    let total = granted + admitted.len() as u64;
+    (total > cfg.target).then(|| {
+        format!(
+            "t={}: {granted} places granted and {} visitors let in, target {}",
+            state.now,
+            admitted.len(),
+            cfg.target
+        )
+    })
 }
 
 /// Admissions sorted by `(decided_at, key)` must follow join order: whoever joined before an

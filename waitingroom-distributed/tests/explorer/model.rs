@@ -19,6 +19,9 @@ use super::{Config, TimerPolicy, checks};
 pub const EVICT: Time = 1_000;
 /// Visitors check in this often.
 const REFRESH: Time = 600;
+/// A frozen node resumes no sooner than this after it froze: the others have removed it and
+/// its grant has expired.
+const RESUME_AFTER: Time = 3 * EVICT;
 /// "Never" for timers a scenario does not need (probes without a crash, resends without loss):
 /// far beyond any horizon, small enough that adding intervals to it cannot overflow.
 const FAR: Time = 1 << 40;
@@ -183,6 +186,10 @@ pub enum Step {
     Crash(NodeId),
     /// The extra node asks to join the cluster.
     StartJoin,
+    /// The node is cut off from the others (and frozen, in the `pause` scenario).
+    Cut(NodeId),
+    /// The cut heals (the frozen node resumes).
+    Heal,
 }
 
 /// Deadlines of one run, derived from the configuration.
@@ -203,7 +210,11 @@ impl Timing {
         let crash_until = events_until + EVICT;
         // A crash is detected within about four probe periods (1.2 s), and the orphans check
         // in elsewhere within a refresh interval; the round after both admits them.
-        let horizon = if cfg.crash {
+        let horizon = if cfg.partition {
+            // Detection, then the cut-off node's places counted for a grant's and a ticket's
+            // life (5 s here), then a round that admits again.
+            crash_until + 8 * EVICT
+        } else if cfg.crash {
             crash_until + 2 * EVICT
         } else {
             events_until + EVICT
@@ -228,6 +239,13 @@ pub struct State {
     pub admissions: Vec<Admission>,
     pub crashed: Option<NodeId>,
     crashed_at: Time,
+    /// The node cut off (and frozen, with `pause`), and whether the one cut happened.
+    cut: Option<NodeId>,
+    cut_used: bool,
+    cut_at: Time,
+    frozen: bool,
+    /// A cut freezes the node too (the `pause` scenario).
+    pause: bool,
     drops_left: u32,
     dups_left: u32,
     /// Deliver bare acknowledgements as soon as they are sent (see [`Config::eager_acks`]).
@@ -239,7 +257,7 @@ fn settings(cfg: &Config) -> Settings {
         target_on_site: cfg.target,
         refresh_interval_ms: REFRESH,
         // Visitors never check in without a reason here: their tickets must not expire.
-        ticket_expiry_ms: FAR,
+        ticket_expiry_ms: cfg.ticket_expiry_ms,
         pass_expiry_ms: 0,
         pass_max_lifetime_ms: u64::MAX,
         eviction_interval_ms: EVICT,
@@ -253,7 +271,7 @@ fn node_config(id: u64, cfg: &Config) -> NodeConfig {
     c.admission = cfg.mode;
     let lossy = cfg.drops > 0 || cfg.dups > 0;
     // Probes only where a crash must be detected: every probe is one more timer instant.
-    (c.probe_interval_ms, c.probe_timeout_ms) = if cfg.crash {
+    (c.probe_interval_ms, c.probe_timeout_ms) = if cfg.crash || cfg.partition {
         (300, 100)
     } else {
         (FAR, FAR / 2)
@@ -287,6 +305,11 @@ impl State {
             admissions: Vec::new(),
             crashed: None,
             crashed_at: 0,
+            cut: None,
+            cut_used: false,
+            cut_at: 0,
+            frozen: false,
+            pause: cfg.pause,
             drops_left: cfg.drops,
             dups_left: cfg.dups,
             eager_acks: false,
@@ -349,6 +372,7 @@ impl State {
     pub fn fingerprint(&self) -> u128 {
         Fp::of(|fp| {
             fp.add((self.now, self.crashed, self.crashed_at));
+            fp.add((self.cut, self.cut_used, self.cut_at, self.frozen));
             fp.add((self.drops_left, self.dups_left));
             for s in &self.slots {
                 fp.add((s.fp, s.live, s.started));
@@ -452,12 +476,26 @@ impl State {
         let join = !cfg.join
             || self.slots.last().is_some_and(|s| s.started)
             || self.now >= timing.events_until;
+        let cut = !cfg.partition
+            || (self.cut_used && !self.frozen)
+            || (!self.cut_used && self.now >= timing.crash_until);
         let orphans = self.now >= self.recheck_until()
             || self
                 .visitors
                 .iter()
                 .all(|v| !v.orphan || v.requeued_at.is_some());
-        visitors && crash && join && orphans
+        visitors && crash && join && cut && orphans
+    }
+
+    /// Whether the message can cross now: not across the cut.
+    fn deliverable(&self, m: &Msg) -> bool {
+        self.cut
+            .is_none_or(|c| (m.t.envelope.from.id == c) == (addr_id(&m.t.to_addr) == c))
+    }
+
+    /// Whether `id` is frozen (its timers wait).
+    fn is_frozen(&self, id: NodeId) -> bool {
+        self.frozen && self.cut == Some(id)
     }
 
     /// Orphans check in elsewhere before this: their browser checks in every refresh interval,
@@ -476,7 +514,14 @@ impl State {
         }
         let mut distinct: Vec<u128> = self.in_flight.iter().map(|m| m.fp).collect();
         distinct.dedup();
-        steps.extend(distinct.iter().map(|&fp| Step::Deliver(fp)));
+        let mut deliverable: Vec<u128> = self
+            .in_flight
+            .iter()
+            .filter(|m| self.deliverable(m))
+            .map(|m| m.fp)
+            .collect();
+        deliverable.dedup();
+        steps.extend(deliverable.iter().map(|&fp| Step::Deliver(fp)));
         if self.drops_left > 0 {
             steps.extend(distinct.iter().map(|&fp| Step::Drop(fp)));
         }
@@ -486,12 +531,12 @@ impl State {
         let deadlines: Vec<(NodeId, Time)> = self
             .slots
             .iter()
-            .filter(|s| s.active())
+            .filter(|s| s.active() && !self.is_frozen(s.node.id()))
             .filter_map(|s| s.node.poll_timeout().map(|t| (s.node.id(), t)))
             .collect();
         let earliest = deadlines.iter().map(|d| d.1).min();
         let may_advance = match cfg.timers {
-            TimerPolicy::Quiet => self.in_flight.is_empty(),
+            TimerPolicy::Quiet => deliverable.is_empty(),
             TimerPolicy::Anytime => true,
         };
         for &(id, due) in &deadlines {
@@ -531,6 +576,24 @@ impl State {
         if cfg.join && before_events && self.slots.last().is_some_and(|s| !s.started) {
             steps.push(Step::StartJoin);
         }
+        // A node freezes only between messages (at any instant): freezing it with messages in
+        // flight multiplies the states past what can be visited.
+        let may_cut = !cfg.pause || self.in_flight.is_empty();
+        if cfg.partition && may_cut && !self.cut_used && self.now < timing.crash_until {
+            steps.extend(
+                self.slots
+                    .iter()
+                    .filter(|s| s.active())
+                    .filter(|s| cfg.crash_victim.is_none_or(|v| v == s.node.id().0))
+                    .map(|s| Step::Cut(s.node.id())),
+            );
+        }
+        // Only a frozen node resumes, at the first step once the others have had time to count
+        // it out: what it does with its old state is the point (a partition's heal and merge
+        // are the simulator's; resuming at any instant is beyond what a test can visit).
+        if self.frozen && self.now >= self.cut_at + RESUME_AFTER {
+            return vec![Step::Heal];
+        }
         steps
     }
 
@@ -540,7 +603,7 @@ impl State {
         let members: Vec<NodeId> = self
             .slots
             .iter()
-            .filter(|s| s.active() && s.node.is_member())
+            .filter(|s| s.active() && s.node.is_member() && !self.is_frozen(s.node.id()))
             .map(|s| s.node.id())
             .collect();
         (!members.is_empty()).then(|| members[v % members.len()])
@@ -624,6 +687,14 @@ impl State {
                 }
                 Vec::new()
             }
+            Step::Cut(id) => {
+                self.cut = Some(id);
+                self.cut_used = true;
+                self.cut_at = self.now;
+                self.frozen = self.pause;
+                Vec::new()
+            }
+            Step::Heal => self.resume(),
             Step::StartJoin => {
                 let seeds = self
                     .slots
@@ -639,6 +710,27 @@ impl State {
                 self.drain(id)
             }
         }
+    }
+
+    /// The frozen node resumes: it handles what reached it meanwhile, all at once in one fixed
+    /// order (whatever order is the same stale news; every order would be beyond a test's
+    /// reach), with the clock where it has got to; its timers fire at its next step.
+    fn resume(&mut self) -> Vec<String> {
+        let Some(id) = self.cut.take() else {
+            return Vec::new();
+        };
+        self.frozen = false;
+        let (mine, rest): (Vec<Msg>, Vec<Msg>) = std::mem::take(&mut self.in_flight)
+            .into_iter()
+            .partition(|m| addr_id(&m.t.to_addr) == id);
+        self.in_flight = rest;
+        let mut problems = Vec::new();
+        for m in mine {
+            let now = self.now;
+            let _ = self.node_mut(id).handle_message(now, m.t.envelope.clone());
+            problems.extend(self.drain(id));
+        }
+        problems
     }
 
     /// A line a person can follow, for traces.
@@ -675,6 +767,9 @@ impl State {
             ),
             Step::Crash(id) => format!("t={t} CRASH n{id}"),
             Step::StartJoin => format!("t={t} n{} asks to join", self.slots.len()),
+            Step::Cut(id) if self.pause => format!("t={t} FREEZE n{id}"),
+            Step::Cut(id) => format!("t={t} CUT OFF n{id}"),
+            Step::Heal => format!("t={t} resume (held messages delivered)"),
         }
     }
 }

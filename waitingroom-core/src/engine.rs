@@ -141,6 +141,13 @@ impl WaitingRoom {
     /// A new visitor arrives and is admitted at once (`admit_now`) or queued: for a caller that
     /// decides straight-through admission itself (a cluster node knows the cluster's free places).
     pub fn join_as(&mut self, now: Time, admit_now: bool) -> CheckIn {
+        self.join_stamped(now, now, admit_now)
+    }
+
+    /// Like [`WaitingRoom::join_as`], with the visitor's place in the queue stamped `join_time`
+    /// instead of `now`: a cluster node stamps join times on the cluster's reference clock so
+    /// that nodes whose clocks differ do not reorder visitors.
+    pub fn join_stamped(&mut self, now: Time, join_time: Time, admit_now: bool) -> CheckIn {
         let id = loop {
             let id = TicketId(self.rng.next_u64());
             if !self.visitors.contains_key(&id) {
@@ -149,7 +156,7 @@ impl WaitingRoom {
         };
         let mut ticket = Ticket {
             id,
-            join_time: now,
+            join_time,
             node: self.node,
             issued_at: now,
             next_refresh: now,

@@ -39,5 +39,5 @@ pub use lease::Pause;
 pub use membership::{Contact, Membership};
 pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
 pub use node::visitor::VisitorError;
-pub use node::{GrantStatus, Node, NodeStatus};
+pub use node::{ClockOffset, GrantStatus, Node, NodeStatus};
 pub use outputs::{Event, Transmit};

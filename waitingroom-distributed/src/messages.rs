@@ -57,6 +57,10 @@ pub enum Body {
         nonce: u64,
         /// The sender's membership view.
         view: View,
+        /// The sender's clock when it sent this (0: not told), echoed in the answer so that the
+        /// sender can measure the clock offset (NTP's way).
+        #[serde(default)]
+        time: Time,
     },
     /// Answer to [`Body::Ping`], possibly relayed for an indirect probe.
     PingAck {
@@ -66,6 +70,10 @@ pub enum Body {
         target: NodeId,
         /// The sender's membership view.
         view: View,
+        /// The ping's `time`, and the answerer's clock when it answered (None when relayed, or
+        /// the ping told no time).
+        #[serde(default)]
+        clock: Option<(Time, Time)>,
     },
     /// A membership and spanning tree: broadcast on every change, and sent to any node whose
     /// view is older (it is idempotent, so losing or repeating it is harmless).

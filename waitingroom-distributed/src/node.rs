@@ -228,15 +228,16 @@ impl Node {
                 }
                 acked
             }
-            Body::Ping { nonce, view } => {
-                self.on_ping(now, &from, nonce, view);
+            Body::Ping { nonce, view, time } => {
+                self.on_ping(now, &from, (nonce, time), view);
                 Ok(())
             }
             Body::PingAck {
                 nonce,
                 target,
                 view,
-            } => self.on_ping_ack(now, &from, nonce, target, view),
+                clock,
+            } => self.on_ping_ack(now, &from, (nonce, target), (view, clock)),
             Body::Tree(m) => self.on_tree(now, from.id, *m),
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),
@@ -563,6 +564,15 @@ impl Node {
             },
             paused: self.pause(now),
             voters: self.voters(),
+            clock_offsets: self
+                .clock_offsets()
+                .into_iter()
+                .map(|(peer, offset_ms, rtt_ms)| ClockOffset {
+                    peer,
+                    offset_ms,
+                    rtt_ms,
+                })
+                .collect(),
             summary: self.tag.summary().cloned(),
         }
     }
@@ -601,8 +611,21 @@ pub struct NodeStatus {
     pub paused: Option<Pause>,
     /// The voters of the majority rule, as this node last agreed on them.
     pub voters: Vec<NodeId>,
+    /// Each member's clock offset from this node's, as measured on the probes.
+    pub clock_offsets: Vec<ClockOffset>,
     /// Latest cluster-wide summary.
     pub summary: Option<Summary>,
+}
+
+/// How far a member's clock is ahead of this node's (README, "Clocks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockOffset {
+    /// The member.
+    pub peer: NodeId,
+    /// Its clock minus ours, ms.
+    pub offset_ms: i64,
+    /// Round trip of the probe that measured it (the error is at most half of it), ms.
+    pub rtt_ms: u64,
 }
 
 /// A node's grant of places (README, "Admission leases").
@@ -641,6 +664,7 @@ mod tests {
         Body::Ping {
             nonce: 1,
             view: node.membership().view(),
+            time: 0,
         }
     }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rand::SeedableRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand_chacha::ChaCha8Rng;
-use waitingroom_core::NodeId;
+use waitingroom_core::{NodeId, Time};
 
 use crate::ignored::Ignored;
 use crate::membership::{Contact, View};
@@ -21,6 +21,8 @@ use crate::outputs::Outbox;
 
 /// Most indirect probes relayed for others at once.
 const MAX_RELAYS: usize = 256;
+/// Clock samples kept per member; the one with the shortest round trip is believed.
+const CLOCK_SAMPLES: usize = 8;
 
 /// SWIM state of one node: the probe order, the probe in progress and the failures counted.
 #[derive(Debug, Clone)]
@@ -40,6 +42,8 @@ pub(crate) struct Swim {
     nonce: u64,
     /// A member the transport failed to reach: probed before the round-robin order goes on.
     urgent: Option<NodeId>,
+    /// The latest clock samples per member, (round trip, offset of its clock from ours), ms.
+    clocks: BTreeMap<NodeId, Vec<(u64, i64)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +78,7 @@ impl Swim {
             relays: BTreeMap::new(),
             nonce: 0,
             urgent: None,
+            clocks: BTreeMap::new(),
         }
     }
 
@@ -85,6 +90,40 @@ impl Swim {
     /// Forgets the failures counted against a member that left.
     pub(crate) fn forget(&mut self, id: NodeId) {
         self.strikes.remove(&id);
+        self.clocks.remove(&id);
+    }
+
+    /// How far `id`'s clock is ahead of ours, and the round trip of the sample that says so
+    /// (the shortest of the latest few: its error is at most half that round trip).
+    pub(crate) fn clock_offset(&self, id: NodeId) -> Option<(i64, u64)> {
+        let samples = self.clocks.get(&id)?;
+        let &(rtt, offset) = samples.iter().min()?;
+        Some((offset, rtt))
+    }
+
+    /// Every member's clock offset and round trip, by id.
+    pub(crate) fn clock_offsets(&self) -> Vec<(NodeId, i64, u64)> {
+        self.clocks
+            .keys()
+            .filter_map(|&id| self.clock_offset(id).map(|(o, rtt)| (id, o, rtt)))
+            .collect()
+    }
+
+    /// A direct answer to our ping sent at `sent` (our clock), answered at `theirs` (its
+    /// clock), back at `now`: one sample of its offset, assuming the two legs took as long.
+    fn clock_sample(&mut self, id: NodeId, now: Time, (sent, theirs): (Time, Time)) {
+        if sent == 0 || sent > now {
+            return;
+        }
+        let rtt = now - sent;
+        let midpoint = sent + rtt / 2;
+        let offset =
+            i64::try_from(theirs).unwrap_or(i64::MAX) - i64::try_from(midpoint).unwrap_or(i64::MAX);
+        let samples = self.clocks.entry(id).or_default();
+        if samples.len() >= CLOCK_SAMPLES {
+            samples.remove(0);
+        }
+        samples.push((rtt, offset));
     }
 
     /// Probes `id` next.
@@ -101,6 +140,7 @@ impl Swim {
     /// target), then ping the next member (the last target again if it has strikes left).
     pub(crate) fn tick(
         &mut self,
+        now: Time,
         me: NodeId,
         members: &BTreeMap<NodeId, Contact>,
         view: View,
@@ -127,7 +167,8 @@ impl Swim {
             return Tick::Idle;
         };
         let nonce = self.next_nonce();
-        out.raw(target.clone(), Body::Ping { nonce, view });
+        let time = now;
+        out.raw(target.clone(), Body::Ping { nonce, view, time });
         self.probe = Some(Probe {
             target,
             nonce,
@@ -194,22 +235,30 @@ impl Swim {
     }
 
     /// Answers a ping: every node answers, member or not, with its own view.
-    pub(crate) fn answer(me: NodeId, view: View, from: &Contact, nonce: u64, out: &mut Outbox) {
+    /// `times` are the ping's time and ours now, echoed for the prober's clock sample.
+    pub(crate) fn answer(
+        (me, view): (NodeId, View),
+        from: &Contact,
+        (nonce, times): (u64, (Time, Time)),
+        out: &mut Outbox,
+    ) {
         let body = Body::PingAck {
             nonce,
             target: me,
             view,
+            clock: (times.0 > 0).then_some(times),
         };
         out.raw(from.clone(), body);
     }
 
     /// An answer to a probe: ours (the target is alive), or one we relayed for someone else
     /// (passed back to them).
+    /// A direct answer (`clock` told) also samples the target's clock offset.
     pub(crate) fn on_ack(
         &mut self,
-        nonce: u64,
-        target: NodeId,
-        view: View,
+        now: Time,
+        (nonce, target): (u64, NodeId),
+        (view, clock): (View, Option<(Time, Time)>),
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
         if let Some(p) = self.probe.as_mut()
@@ -217,6 +266,9 @@ impl Swim {
             && p.target.id == target
         {
             p.acked = true;
+            if let Some(times) = clock {
+                self.clock_sample(target, now, times);
+            }
             return Ok(());
         }
         let (requester, their_nonce) = self.relays.remove(&nonce).ok_or(Ignored::UnknownProbe)?;
@@ -224,6 +276,7 @@ impl Swim {
             nonce: their_nonce,
             target,
             view,
+            clock: None,
         };
         out.raw(requester, body);
         Ok(())
@@ -243,7 +296,15 @@ impl Swim {
             self.relays.pop_first();
         }
         self.relays.insert(ours, (from.clone(), nonce));
-        out.raw(target, Body::Ping { nonce: ours, view });
+        let time = 0;
+        out.raw(
+            target,
+            Body::Ping {
+                nonce: ours,
+                view,
+                time,
+            },
+        );
     }
 
     /// Pings one of `candidates` (former members, seed addresses outside the cluster), chosen
@@ -251,7 +312,8 @@ impl Swim {
     pub(crate) fn ping_one_of(&mut self, candidates: &[Contact], view: View, out: &mut Outbox) {
         if let Some(c) = candidates.choose(&mut self.rng).cloned() {
             let nonce = self.next_nonce();
-            out.raw(c, Body::Ping { nonce, view });
+            let time = 0;
+            out.raw(c, Body::Ping { nonce, view, time });
         }
     }
 }
@@ -281,7 +343,17 @@ mod tests {
     fn first_probe(node: &mut Node) -> (NodeId, NodeId) {
         node.handle_timeout(500);
         let view = node.membership().view();
-        let [Said::Raw(to, Body::Ping { nonce: 1, view: v })] = &said(node)[..] else {
+        let [
+            Said::Raw(
+                to,
+                Body::Ping {
+                    nonce: 1,
+                    view: v,
+                    time: 500,
+                },
+            ),
+        ] = &said(node)[..]
+        else {
             panic!("one ping")
         };
         assert_eq!(*v, view);
@@ -301,12 +373,20 @@ mod tests {
     fn every_ping_is_answered() {
         let mut node = hub();
         let view = node.membership().view();
-        let ping = Peer::new(2).raw(&node, Body::Ping { nonce: 9, view });
+        let ping = Peer::new(2).raw(
+            &node,
+            Body::Ping {
+                nonce: 9,
+                view,
+                time: 0,
+            },
+        );
         assert_eq!(node.handle_message(1, ping), Ok(()));
         let ack = Body::PingAck {
             nonce: 9,
             target: NodeId(1),
             view,
+            clock: None,
         };
         assert_eq!(said(&mut node), [Said::Raw("n2".into(), ack.clone())]);
         let old = View {
@@ -318,6 +398,7 @@ mod tests {
             Body::Ping {
                 nonce: 9,
                 view: old,
+                time: 0,
             },
         );
         assert_eq!(node.handle_message(2, stranger), Ok(()));
@@ -350,9 +431,12 @@ mod tests {
             nonce: 1,
             target,
             view: node.membership().view(),
+            clock: Some((500, 540)),
         };
         let ack = Peer::new(target.0).raw(&node, ack);
         assert_eq!(node.handle_message(600, ack.clone()), Ok(()));
+        // Sent at 500, back at 600, the target's clock read 540 halfway: 10 ms behind ours.
+        assert_eq!(node.clock_offsets(), [(target, -10, 100)]);
         node.handle_timeout(700);
         assert_eq!(said(&mut node), []);
         assert_eq!(
@@ -377,7 +461,14 @@ mod tests {
         let view = node.membership().view();
         assert_eq!(
             said(&mut node),
-            [Said::Raw("n3".into(), Body::Ping { nonce: 1, view })]
+            [Said::Raw(
+                "n3".into(),
+                Body::Ping {
+                    nonce: 1,
+                    view,
+                    time: 0
+                }
+            )]
         );
         let theirs = View {
             version: 2,
@@ -387,6 +478,7 @@ mod tests {
             nonce: 1,
             target: NodeId(3),
             view: theirs,
+            clock: None,
         };
         let answer = Peer::new(3).raw(&node, answer);
         assert_eq!(node.handle_message(2, answer.clone()), Ok(()));
@@ -394,6 +486,7 @@ mod tests {
             nonce: 7,
             target: NodeId(3),
             view: theirs,
+            clock: None,
         };
         let tree = Body::Tree(Box::new(star()));
         assert_eq!(

@@ -932,6 +932,7 @@ mod tests {
         let ping = Body::Ping {
             nonce: 1,
             view: node.membership().view(),
+            time: 1_000,
         };
         let count = ChannelMsg::CountRequest(CountRequest {
             stamp,

@@ -177,6 +177,11 @@ pub struct Options {
     /// as long). Nodes' clocks must agree within it. (default: 5000)
     #[arg(long, env = "WAITINGROOM_PEER_CLOCK_WINDOW_MS", value_name = "MS")]
     pub peer_clock_window_ms: Option<u64>,
+    /// `/readyz` fails while a member's clock is measured (on the SWIM probes) further than this
+    /// from this node's, beyond the measurement's error, ms: the balancer takes the node out
+    /// before peers start refusing its requests and tokens. 0: never. (default: 2000)
+    #[arg(long, env = "WAITINGROOM_MAX_CLOCK_OFFSET_MS", value_name = "MS")]
+    pub max_clock_offset_ms: Option<u64>,
     /// Most peer request nonces remembered against replay (about 40 bytes each). When full of
     /// nonces younger than twice the clock window, peer requests get 503 until some expire.
     /// (default: 262144)
@@ -366,6 +371,8 @@ pub struct Limits {
     pub peer_body: usize,
     /// Accepted distance of a peer request's timestamp from the clock, ms.
     pub peer_clock_window_ms: u64,
+    /// Largest measured clock offset to a member before `/readyz` fails, ms (0: no check).
+    pub max_clock_offset_ms: u64,
     /// Most nonces in the replay cache.
     pub peer_replay_capacity: usize,
     /// Most peer requests in progress.
@@ -514,6 +521,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         visitor_body_limit,
         peer_body_limit,
         peer_clock_window_ms,
+        max_clock_offset_ms,
         peer_replay_capacity,
         max_peer_requests,
         peer_queue_limit,
@@ -745,6 +753,7 @@ impl Options {
             visitor_body: self.visitor_body_limit.unwrap_or(16 * 1024),
             peer_body: self.peer_body_limit.unwrap_or(1024 * 1024),
             peer_clock_window_ms: self.peer_clock_window_ms.unwrap_or(5_000),
+            max_clock_offset_ms: self.max_clock_offset_ms.unwrap_or(2_000),
             peer_replay_capacity: self.peer_replay_capacity.unwrap_or(262_144),
             max_peer_requests: self.max_peer_requests.unwrap_or(64),
             peer_queue: self.peer_queue_limit.unwrap_or(20_000),

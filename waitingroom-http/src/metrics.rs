@@ -41,6 +41,13 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Label of per-peer gauges.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// The peer's node id.
+    pub peer: u64,
+}
+
 /// Label of outcome counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -106,6 +113,7 @@ pub struct Metrics {
     grant_places: Gauge,
     grant_expires: Gauge<f64, AtomicU64>,
     paused: Family<ReasonLabels, Gauge>,
+    clock_offset: Family<PeerLabels, Gauge<f64, AtomicU64>>,
     limits: Limits,
 }
 
@@ -175,6 +183,7 @@ impl Metrics {
             grant_places: Gauge::default(),
             grant_expires: Gauge::default(),
             paused: Family::default(),
+            clock_offset: Family::default(),
             limits: Limits::default(),
             registry: Registry::with_prefix("waitingroom"),
         };
@@ -399,6 +408,12 @@ impl Metrics {
             self.grant_expires.clone(),
         );
         r.register(
+            "peer_clock_offset_seconds",
+            "How far each member's clock is ahead of this node's, measured on the SWIM probes \
+             (the sample with the shortest round trip of the latest few)",
+            self.clock_offset.clone(),
+        );
+        r.register(
             "admission_paused",
             "1 when this node lets nobody out, by reason (no_grant, no_majority)",
             self.paused.clone(),
@@ -480,6 +495,12 @@ impl Metrics {
         self.membership_version.set(g(status.version));
         self.grant_places.set(g(status.grant.places));
         self.grant_expires.set(seconds(status.grant.expires_in_ms));
+        self.clock_offset.clear();
+        for c in &status.clock_offsets {
+            let labels = PeerLabels { peer: c.peer.0 };
+            let seconds = c.offset_ms as f64 / 1000.0;
+            self.clock_offset.get_or_create(&labels).set(seconds);
+        }
         for why in [Pause::NoGrant, Pause::NoMajority] {
             let labels = ReasonLabels {
                 reason: why.as_str(),
@@ -559,6 +580,11 @@ mod tests {
             },
             paused: Some(Pause::NoMajority),
             voters: vec![NodeId(1)],
+            clock_offsets: vec![waitingroom_distributed::ClockOffset {
+                peer: NodeId(2),
+                offset_ms: -1_500,
+                rtt_ms: 4,
+            }],
             summary: None,
         }
     }
@@ -573,6 +599,9 @@ mod tests {
         for line in [
             "waitingroom_wait_seconds_sum 3.1",
             "waitingroom_wait_seconds_count 2",
+            "waitingroom_peer_clock_offset_seconds{peer=\"2\"} -1.5",
+            "waitingroom_grant_places 3",
+            "waitingroom_admission_paused{reason=\"no_majority\"} 1",
             "waitingroom_wait_seconds_bucket{le=\"0.125\"} 1",
             "waitingroom_wait_seconds_bucket{le=\"2.0\"} 1",
             "waitingroom_wait_seconds_bucket{le=\"4.0\"} 2",

@@ -210,7 +210,9 @@ impl Node {
         }
         let mut out = Outbox::default();
         let (me, members) = (self.id(), &self.cluster.membership().members);
-        let tick = self.swim.tick(me, members, self.cluster.view(), &mut out);
+        let tick = self
+            .swim
+            .tick(now, me, members, self.cluster.view(), &mut out);
         self.send_outbox(now, out);
         match tick {
             Tick::Pinged(nonce) => {
@@ -232,9 +234,16 @@ impl Node {
     /// Every node answers a ping. A ping also shows the sender's membership view: a joining
     /// node learns a member's address from it, and a member sends its tree to a peer that is
     /// behind or conflicts (anti-entropy), or tells a stranger it is not a member.
-    pub(super) fn on_ping(&mut self, now: Time, from: &Contact, nonce: u64, view: View) {
+    pub(super) fn on_ping(
+        &mut self,
+        now: Time,
+        from: &Contact,
+        (nonce, time): (u64, Time),
+        view: View,
+    ) {
         let mut out = Outbox::default();
-        Swim::answer(self.id(), self.cluster.view(), from, nonce, &mut out);
+        let me = (self.id(), self.cluster.view());
+        Swim::answer(me, from, (nonce, (time, now)), &mut out);
         if view.version > 0 {
             self.cluster.learn_seed(&from.addr);
         }
@@ -249,15 +258,18 @@ impl Node {
         &mut self,
         now: Time,
         from: &Contact,
-        nonce: u64,
-        target: NodeId,
-        view: View,
+        (nonce, target): (u64, NodeId),
+        (view, clock): (View, Option<(Time, Time)>),
     ) -> Result<(), Ignored> {
         let mut out = Outbox::default();
         if from.id == target {
             self.cluster.compare_views(from, view, &mut out);
         }
-        let acked = self.swim.on_ack(nonce, target, view, &mut out);
+        // Only the target's own answer measures its clock (a relayed one took another path).
+        let clock = clock.filter(|_| from.id == target);
+        let acked = self
+            .swim
+            .on_ack(now, (nonce, target), (view, clock), &mut out);
         self.send_outbox(now, out);
         acked
     }

@@ -40,7 +40,11 @@ impl Node {
     pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
         self.ready()?;
         let straight_through = self.tag.take_place(now, self.local.room().queued());
-        let answer = self.local.room_mut().join_as(now, straight_through);
+        let stamp = self.reference_time(now);
+        let answer = self
+            .local
+            .room_mut()
+            .join_stamped(now, stamp, straight_through);
         if straight_through {
             let key = answer.ticket.key_on(self.id());
             let mut out = Outbox::default();
@@ -49,6 +53,26 @@ impl Node {
         }
         self.local_queue_changed(now);
         Ok(self.with_cluster_position(now, answer, None))
+    }
+
+    /// `now` on the cluster's reference clock, the lowest-id member's, as this node last
+    /// measured it on its probes (README, "Clocks"): join times from every node then compare
+    /// within the measurement's error (half a probe's round trip), whatever the clocks say. An
+    /// offset within that error is no evidence of one, and is not applied.
+    pub fn reference_time(&self, now: Time) -> Time {
+        let reference = self.cluster.membership().members.keys().next().copied();
+        let offset = reference
+            .filter(|&r| r != self.id())
+            .and_then(|r| self.swim.clock_offset(r))
+            .filter(|&(offset, rtt)| offset.unsigned_abs() > rtt / 2)
+            .map_or(0, |(offset, _)| offset);
+        now.saturating_add_signed(offset)
+    }
+
+    /// Each member's clock offset from this node's (ms, positive: ahead), with the round trip
+    /// of the probe that measured it.
+    pub fn clock_offsets(&self) -> Vec<(NodeId, i64, u64)> {
+        self.swim.clock_offsets()
     }
 
     /// A visitor checks in. Answers [`VisitorError::Elsewhere`] when another live member holds

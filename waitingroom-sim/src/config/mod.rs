@@ -148,6 +148,10 @@ pub struct FaultOptions {
     /// How long a partition lasts.
     #[arg(long, default_value_t = 5_000)]
     pub partition_ms: Time,
+    /// Each node's clock is off from true time by a fixed amount drawn evenly from
+    /// ±this many milliseconds (per node process); the fair order is by true arrival time.
+    #[arg(long, default_value_t = 0)]
+    pub clock_skew_ms: Time,
     /// A disturbance at a fixed time after the window opens, e.g. `crash@30000`,
     /// `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…` (repeatable).
     #[arg(long)]

@@ -372,8 +372,8 @@ impl Checker {
         }
         let granted = slots
             .iter()
-            .filter_map(|s| s.node.as_ref())
-            .fold(held, |sum, n| sum.saturating_add(n.grant(now).0));
+            .filter_map(|s| s.node.as_ref().map(|n| n.grant(s.clock(now)).0))
+            .fold(held, u64::saturating_add);
         self.max_granted_plus_held = self.max_granted_plus_held.max(granted);
         if granted > self.target {
             self.grant_violations += 1;

@@ -198,11 +198,18 @@ impl QpidRoom {
                 return;
             }
         };
+        let bound = i64::try_from(self.cfg.faults.clock_skew_ms).unwrap_or(i64::MAX);
+        let skew = if bound > 0 {
+            self.rng.random_range(-bound..=bound)
+        } else {
+            0
+        };
+        let now = ctx.now.saturating_add_signed(skew);
         match seeds {
-            None => node.start_cluster(ctx.now),
-            Some(seeds) => node.join_cluster(ctx.now, seeds),
+            None => node.start_cluster(now),
+            Some(seeds) => node.join_cluster(now, seeds),
         }
-        self.nodes.put(slot, node, incarnation);
+        self.nodes.put(slot, node, (incarnation, skew));
         self.checker.started(slot);
         ctx.trace.note(ctx.now, "spawn", &[id, incarnation]);
         self.drain(ctx, slot);
@@ -228,6 +235,7 @@ impl QpidRoom {
             ..
         } = self;
         let s = &mut nodes.slots[slot];
+        let skew = s.skew;
         let Some(node) = s.node.as_mut() else {
             return;
         };
@@ -235,12 +243,15 @@ impl QpidRoom {
         while let Some(t) = node.poll_transmit() {
             wire.send(ctx, slot, t, nslots);
         }
-        while let Some(e) = node.poll_event() {
+        while let Some(mut e) = node.poll_event() {
+            if let Event::Admitted { at, .. } = &mut e {
+                *at = at.saturating_add_signed(-skew);
+            }
             let alive = &nodes.alive;
             on_event(ctx, (slot, s.process), e, &visits.owner, alive, tallies);
         }
         if let Some(t) = node.poll_timeout() {
-            let t = t.max(ctx.now);
+            let t = t.saturating_add_signed(-skew).max(ctx.now);
             if s.timer_at.is_none_or(|x| t < x) {
                 s.timer_at = Some(t);
                 ctx.sched.at(t, Ev::NodeTimer(slot as u32));
@@ -277,7 +288,7 @@ impl QpidRoom {
             self.wire.net.stats.cut += 1;
             return;
         }
-        let Some(node) = self.nodes.slots[to].node.as_mut() else {
+        if self.nodes.slots[to].node.is_none() {
             self.wire.net.stats.to_dead += 1;
             if self.cfg.network.refused_connections
                 && let Some(f) = from
@@ -291,9 +302,13 @@ impl QpidRoom {
                 self.check(ctx);
             }
             return;
-        };
+        }
         // Why a message was ignored is the node's business: the run's trace records what it did.
-        let _ = node.handle_message(ctx.now, t.envelope);
+        let now = self.nodes.clock(to, ctx.now);
+        let Some(node) = self.nodes.slots[to].node.as_mut() else {
+            return;
+        };
+        let _ = node.handle_message(now, t.envelope);
         self.drain(ctx, to);
         self.check(ctx);
     }
@@ -304,12 +319,13 @@ impl QpidRoom {
             return;
         }
         s.timer_at = None;
+        let now = s.clock(ctx.now);
         let Some(node) = s.node.as_mut() else {
             return;
         };
-        if node.poll_timeout().is_some_and(|t| t <= ctx.now) {
+        if node.poll_timeout().is_some_and(|t| t <= now) {
             ctx.trace.note(ctx.now, "timer", &[slot as u64 + 1]);
-            node.handle_timeout(ctx.now);
+            node.handle_timeout(now);
         }
         self.drain(ctx, slot);
         self.check(ctx);
@@ -364,9 +380,18 @@ impl QpidRoom {
 
     /// What a node answered visitor `v`'s `op` (leave or refresh) that hands out a pass: when
     /// the pass they now hold expires, or None (counted by reason) if it refused.
+    /// True time when node `id`'s clock reads `t` (its running process', if any).
+    fn true_time(&self, id: NodeId, t: Time) -> Time {
+        slot_of_id(id, self.nodes.slots.len()).map_or(t, |s| self.nodes.slots[s].true_time(t))
+    }
+
     fn holds(&mut self, v: u32, r: Result<Pass, VisitorError>, op: &str) -> Option<Time> {
         match r {
-            Ok(pass) => Some(self.visits.hold(v, pass)),
+            Ok(pass) => {
+                let issuer = pass.node;
+                let expires = self.visits.hold(v, pass);
+                Some(self.true_time(issuer, expires))
+            }
             Err(e) => {
                 let reason = format!("{op}: {}", error_name(&e));
                 bump(&mut self.tallies.visitor_errors, &reason);
@@ -450,15 +475,16 @@ impl Room for QpidRoom {
         let Some(s) = self.route(ctx, v) else {
             return Reply::Unavailable;
         };
-        let now = ctx.now;
+        let now = self.nodes.clock(s, ctx.now);
         let r = self.nodes.node(s).join(now);
         ctx.trace.note(
-            now,
+            ctx.now,
             "join-at",
             &[u64::from(v), s as u64 + 1, u64::from(r.is_ok())],
         );
         if let Ok(c) = &r {
-            ctx.ledger.joined(v, c.ticket.join_time, c.ticket.id.0);
+            // The fair order is by true arrival time (the node stamps its own clock's).
+            ctx.ledger.joined(v, ctx.now, c.ticket.id.0);
             self.visits.owner.insert(c.ticket.id, v);
         }
         self.drain(ctx, s);
@@ -473,7 +499,8 @@ impl Room for QpidRoom {
             return Reply::Unavailable;
         };
         let now = ctx.now;
-        let r = self.nodes.node(s).check_in(now, &ticket);
+        let clock = self.nodes.clock(s, now);
+        let r = self.nodes.node(s).check_in(clock, &ticket);
         self.drain(ctx, s);
         let r = match r {
             Err(VisitorError::Elsewhere(owner)) => {
@@ -485,7 +512,8 @@ impl Room for QpidRoom {
                     self.nodes.slots[o].node.is_some() && self.wire.net.connected(s, o)
                 });
                 let forwarded = o.map(|o| {
-                    let r = self.nodes.node(o).check_in(now, &ticket);
+                    let clock = self.nodes.clock(o, now);
+                    let r = self.nodes.node(o).check_in(clock, &ticket);
                     self.drain(ctx, o);
                     r
                 });
@@ -499,7 +527,7 @@ impl Room for QpidRoom {
                     _ => {
                         ctx.trace
                             .note(now, "check-in-at", &[u64::from(v), s as u64 + 1, 2]);
-                        let r = self.nodes.node(s).check_in_here(now, &ticket);
+                        let r = self.nodes.node(s).check_in_here(clock, &ticket);
                         self.drain(ctx, s);
                         r
                     }
@@ -522,13 +550,15 @@ impl Room for QpidRoom {
         let owner =
             slot_of_id(ticket.node, self.nodes.slots.len()).filter(|&o| self.nodes.is_serving(o));
         let mut result = owner.map(|o| {
-            let r = self.nodes.node(o).leave(now, &ticket);
+            let clock = self.nodes.clock(o, now);
+            let r = self.nodes.node(o).leave(clock, &ticket);
             self.drain(ctx, o);
             r
         });
         if !matches!(result, Some(Ok(_))) {
             let s = self.route(ctx, v)?;
-            let r = self.nodes.node(s).leave_here(now, &ticket);
+            let clock = self.nodes.clock(s, now);
+            let r = self.nodes.node(s).leave_here(clock, &ticket);
             self.drain(ctx, s);
             result = Some(r);
         }
@@ -538,15 +568,15 @@ impl Room for QpidRoom {
     fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time> {
         let pass = self.visits.passes.get(v as usize)?.clone()?;
         let s = self.route(ctx, v)?;
-        let r = self.nodes.node(s).refresh_pass(ctx.now, &pass);
+        let clock = self.nodes.clock(s, ctx.now);
+        let r = self.nodes.node(s).refresh_pass(clock, &pass);
         self.drain(ctx, s);
         self.holds(v, r, "refresh")
     }
 
     fn next_check_in(&self, v: u32) -> Option<Time> {
-        self.visits.tickets[v as usize]
-            .as_ref()
-            .map(|t| t.next_refresh)
+        let t = self.visits.tickets[v as usize].as_ref()?;
+        Some(self.true_time(t.node, t.next_refresh))
     }
 
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {

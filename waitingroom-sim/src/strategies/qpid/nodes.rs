@@ -16,6 +16,20 @@ pub(super) struct Slot {
     pub(super) timer_at: Option<Time>,
     /// Highest incarnation this slot has had, so a restart comes back with a higher one.
     pub(super) incarnation: u64,
+    /// How far the running process' clock is ahead of true time (`--clock-skew-ms`).
+    pub(super) skew: i64,
+}
+
+impl Slot {
+    /// The process' clock at true time `now`.
+    pub(super) fn clock(&self, now: Time) -> Time {
+        now.saturating_add_signed(self.skew)
+    }
+
+    /// True time when the process' clock reads `t`.
+    pub(super) fn true_time(&self, t: Time) -> Time {
+        t.saturating_add_signed(-self.skew)
+    }
 }
 
 /// Every slot, and which node processes still run.
@@ -72,7 +86,7 @@ impl Nodes {
     }
 
     /// Puts `node` into `slot` as a new process.
-    pub(super) fn put(&mut self, slot: usize, node: Node, incarnation: u64) {
+    pub(super) fn put(&mut self, slot: usize, node: Node, (incarnation, skew): (u64, i64)) {
         let process = self.alive.len() as u32;
         self.alive.push(true);
         let s = &mut self.slots[slot];
@@ -80,6 +94,12 @@ impl Nodes {
         s.process = process;
         s.timer_at = None;
         s.incarnation = incarnation;
+        s.skew = skew;
+    }
+
+    /// The clock of the process in `slot` at true time `now`.
+    pub(super) fn clock(&self, slot: usize, now: Time) -> Time {
+        self.slots[slot].clock(now)
     }
 }
 

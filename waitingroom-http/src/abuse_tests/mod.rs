@@ -558,6 +558,38 @@ async fn token_with_alg_none_is_refused() {
     }
 }
 
+/// Issue 17, clock skew: a ticket issued by a node whose clock is ahead by more than the
+/// leeway is "not valid yet" here. The visitor must keep it and ask again: 503 with
+/// Retry-After for the API, and the page does not start a new visit (before: 401
+/// `invalid_token`, and the page re-joined the visitor at the back of the line).
+#[tokio::test]
+async fn a_ticket_from_a_clock_ahead_is_kept_not_replaced() {
+    let n = TestNode::start(options(), false);
+    let ahead = now_ms() + 60_000;
+    let ticket = n.app.crypto.sign_ticket(&Ticket {
+        id: TicketId(7),
+        join_time: ahead,
+        node: NodeId(1),
+        issued_at: ahead,
+        next_refresh: ahead + 1_000,
+        expires_at: ahead + 30_000,
+        previous_position: None,
+        eviction_time: None,
+    });
+    let r = n.post("/api/checkin", json!({ "ticket": ticket })).await;
+    r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "token_not_yet_valid");
+    assert!(r.headers.contains_key(header::RETRY_AFTER));
+    let page = Request::get("/")
+        .header(header::ACCEPT, "text/html")
+        .header(header::COOKIE, format!("wr_ticket={ticket}"))
+        .body(Body::empty())
+        .expect("request");
+    let r = n.send(page).await;
+    let html = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{html}");
+    assert!(!html.contains(r#"var status = "new""#), "{html}");
+}
+
 #[tokio::test]
 async fn token_with_alg_hs256_is_refused() {
     let n = TestNode::start(options(), false);

@@ -470,7 +470,7 @@ mod tests {
              --latency pareto:5:1.5:900 --loss-probability 0.05 --duplicate-probability 0.1 \
              --reorder-probability 0.2 --reorder-ms 30 --refused-connections \
              --churn 2 --restarts 1 --restart-delay-ms 900 --partitions 3 --partition-kind split \
-             --partition-ms 4000 --script crash@3000 --script isolate@5000 \
+             --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \
              --admission batched --target-on-site unlimited --refresh-interval-ms 700 \
              --ticket-expiry-ms 12000 --pass-expiry-ms 5000 --eviction-interval-ms 900 \
              --admit-straight-through --probe-interval-ms 400 --probe-timeout-ms 150 \

@@ -410,22 +410,8 @@ impl Tag {
     ) -> Decision {
         let counts = round.acc;
         let cutoff = round.stamp.time;
-        self.voters.adopt(&counts.voters);
-        let counted = counts.per_node.iter().map(|n| n.node).collect();
-        let next = self.voters.next(&counted);
-        // With no limit on the site there is nothing to protect: no rule holds admission back.
-        let majority = next.is_some() || self.settings.is_unlimited();
-        if let Some(next) = next {
-            self.voters = next;
-        }
-        for &d in counts.departed.iter().take(DEPARTED_KEPT) {
-            self.note_departed(d);
-        }
-        self.departed.retain(|d| d.until > now);
-        let on_site = self
-            .departed
-            .iter()
-            .fold(counts.on_site, |sum, d| sum.saturating_add(d.places));
+        let majority = self.vote(&counts);
+        let on_site = self.on_site_with_departed(now, &counts);
         let free = if !majority {
             0
         } else if self.settings.is_unlimited() {
@@ -479,6 +465,32 @@ impl Tag {
             range,
             batch,
         }
+    }
+
+    /// The majority rule at the root (`voters.rs`): whether the members counted hold a majority
+    /// of the newest voters known, which they then become. With no limit on the site there is
+    /// nothing to protect, and no rule holds admission back.
+    fn vote(&mut self, counts: &Counts) -> bool {
+        self.voters.adopt(&counts.voters);
+        let counted = counts.per_node.iter().map(|n| n.node).collect();
+        let next = self.voters.next(&counted);
+        let majority = next.is_some() || self.settings.is_unlimited();
+        if let Some(next) = next {
+            self.voters = next;
+        }
+        majority
+    }
+
+    /// Visitors on the site at the count plus the places departed members may still hold (the
+    /// root's list merged with the ones the count carried up; expired ones dropped).
+    fn on_site_with_departed(&mut self, now: Time, counts: &Counts) -> u64 {
+        for &d in counts.departed.iter().take(DEPARTED_KEPT) {
+            self.note_departed(d);
+        }
+        self.departed.retain(|d| d.until > now);
+        self.departed
+            .iter()
+            .fold(counts.on_site, |sum, d| sum.saturating_add(d.places))
     }
 
     /// How many of the eligible visitors the `free` places let out, and in range admission the

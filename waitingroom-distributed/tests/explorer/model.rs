@@ -506,6 +506,12 @@ impl State {
 
     /// The steps possible from here, in a deterministic order.
     pub fn enabled(&self, cfg: &Config, timing: &Timing) -> Vec<Step> {
+        // Only a frozen node resumes, at the first step once the others have had time to count
+        // it out: what it does with its old state is the point (a partition's heal and merge
+        // are the simulator's; resuming at any instant is beyond what a test can visit).
+        if self.frozen && self.now >= self.cut_at + RESUME_AFTER {
+            return vec![Step::Heal];
+        }
         let mut steps = Vec::new();
         if !cfg.to_horizon && self.events_over(cfg, timing) && checks::all_in(self, cfg) {
             // Everyone is in, the cluster is settled and quiet, and nothing more will happen:
@@ -564,37 +570,34 @@ impl State {
                 }
             }
         }
+        self.disturbances(cfg, timing, &mut steps);
+        steps
+    }
+
+    /// The scenario's disturbances possible now: a crash, a node asking to join, a cut.
+    fn disturbances(&self, cfg: &Config, timing: &Timing, steps: &mut Vec<Step>) {
+        let victims = || {
+            self.slots
+                .iter()
+                .filter(|s| s.active())
+                .map(|s| s.node.id())
+                .filter(|id| cfg.crash_victim.is_none_or(|v| v == id.0))
+        };
         if cfg.crash && self.crashed.is_none() && self.now < timing.crash_until {
-            steps.extend(
-                self.slots
-                    .iter()
-                    .filter(|s| s.active())
-                    .filter(|s| cfg.crash_victim.is_none_or(|v| v == s.node.id().0))
-                    .map(|s| Step::Crash(s.node.id())),
-            );
+            steps.extend(victims().map(Step::Crash));
         }
-        if cfg.join && before_events && self.slots.last().is_some_and(|s| !s.started) {
+        if cfg.join
+            && self.now < timing.events_until
+            && self.slots.last().is_some_and(|s| !s.started)
+        {
             steps.push(Step::StartJoin);
         }
         // A node freezes only between messages (at any instant): freezing it with messages in
         // flight multiplies the states past what can be visited.
         let may_cut = !cfg.pause || self.in_flight.is_empty();
         if cfg.partition && may_cut && !self.cut_used && self.now < timing.crash_until {
-            steps.extend(
-                self.slots
-                    .iter()
-                    .filter(|s| s.active())
-                    .filter(|s| cfg.crash_victim.is_none_or(|v| v == s.node.id().0))
-                    .map(|s| Step::Cut(s.node.id())),
-            );
+            steps.extend(victims().map(Step::Cut));
         }
-        // Only a frozen node resumes, at the first step once the others have had time to count
-        // it out: what it does with its old state is the point (a partition's heal and merge
-        // are the simulator's; resuming at any instant is beyond what a test can visit).
-        if self.frozen && self.now >= self.cut_at + RESUME_AFTER {
-            return vec![Step::Heal];
-        }
-        steps
     }
 
     /// Where visitor `v` goes: the live members in id order, taken round-robin by visitor index
@@ -670,23 +673,7 @@ impl State {
                 visitor.requeued_at = Some(now);
                 self.drain(id)
             }
-            Step::Crash(id) => {
-                self.crashed = Some(id);
-                self.crashed_at = self.now;
-                let slot = self.slot(id);
-                slot.live = false;
-                self.in_flight.retain(|m| addr_id(&m.t.to_addr) != id);
-                let admitted: Vec<_> = self.admissions.iter().map(|a| a.key.ticket).collect();
-                for v in &mut self.visitors {
-                    if let Some(t) = &v.ticket
-                        && t.node == id
-                        && !admitted.contains(&t.id)
-                    {
-                        v.orphan = true;
-                    }
-                }
-                Vec::new()
-            }
+            Step::Crash(id) => self.crash(id),
             Step::Cut(id) => {
                 self.cut = Some(id);
                 self.cut_used = true;
@@ -695,21 +682,44 @@ impl State {
                 Vec::new()
             }
             Step::Heal => self.resume(),
-            Step::StartJoin => {
-                let seeds = self
-                    .slots
-                    .iter()
-                    .filter(|s| s.active())
-                    .map(|s| s.node.contact().addr.to_string())
-                    .collect();
-                let now = self.now;
-                let slot = self.slots.last_mut().expect("a joining node exists");
-                slot.started = true;
-                let id = slot.node.id();
-                Rc::make_mut(&mut slot.node).join_cluster(now, seeds);
-                self.drain(id)
+            Step::StartJoin => self.start_join(),
+        }
+    }
+
+    /// The extra node asks the running ones to let it join.
+    fn start_join(&mut self) -> Vec<String> {
+        let seeds = self
+            .slots
+            .iter()
+            .filter(|s| s.active())
+            .map(|s| s.node.contact().addr.to_string())
+            .collect();
+        let now = self.now;
+        let slot = self.slots.last_mut().expect("a joining node exists");
+        slot.started = true;
+        let id = slot.node.id();
+        Rc::make_mut(&mut slot.node).join_cluster(now, seeds);
+        self.drain(id)
+    }
+
+    /// Node `id` crashes: what was on its way to it is lost, and its visitors not let in yet
+    /// are orphans (they check in elsewhere).
+    fn crash(&mut self, id: NodeId) -> Vec<String> {
+        self.crashed = Some(id);
+        self.crashed_at = self.now;
+        let slot = self.slot(id);
+        slot.live = false;
+        self.in_flight.retain(|m| addr_id(&m.t.to_addr) != id);
+        let admitted: Vec<_> = self.admissions.iter().map(|a| a.key.ticket).collect();
+        for v in &mut self.visitors {
+            if let Some(t) = &v.ticket
+                && t.node == id
+                && !admitted.contains(&t.id)
+            {
+                v.orphan = true;
             }
         }
+        Vec::new()
     }
 
     /// The frozen node resumes: it handles what reached it meanwhile, all at once in one fixed

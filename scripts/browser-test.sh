@@ -35,8 +35,11 @@ WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    # Chromium's own children (renderer, GPU, utility) outlive the browser process for a moment
+    # and keep writing into its profile: stop those whose command line names our directory.
+    pkill -f -- "--user-data-dir=$WORK/" 2>/dev/null || true
     wait 2>/dev/null || true
-    rm -rf "$WORK"
+    rm -rf "$WORK" 2>/dev/null || { sleep 1; rm -rf "$WORK"; }
 }
 trap cleanup EXIT
 

@@ -95,6 +95,11 @@ impl Ledger {
         self.ticket[v as usize] = ticket;
     }
 
+    /// When `v` joined (true time).
+    pub fn joined_at(&self, v: u32) -> Time {
+        self.join_time[v as usize]
+    }
+
     /// Whether `v` was admitted at least once.
     pub fn is_admitted(&self, v: u32) -> bool {
         self.decided_at[v as usize] != NEVER
@@ -249,6 +254,9 @@ pub struct RunReport {
     pub max_on_site: u64,
     /// Largest excess of `max_on_site` over the target.
     pub max_overshoot: u64,
+    /// With partitions: mean wait (ms) of the visitors who joined during the first one at a
+    /// node on its paused side (no majority), and of those who joined on the other side.
+    pub partition_waits: Option<(f64, f64)>,
     /// Largest sum, at a check, of the places the nodes' live grants may still give out and
     /// the visitors really on the site (admission leases: must stay within the target).
     pub max_granted_plus_held: u64,

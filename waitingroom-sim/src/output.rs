@@ -58,6 +58,11 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
         ("max_overshoot", r.max_overshoot.to_string()),
         ("max_granted_plus_held", r.max_granted_plus_held.to_string()),
         ("grant_violations", r.grant_violations.to_string()),
+        (
+            "wait_ms mean in the 1st partition, paused side / majority side",
+            r.partition_waits
+                .map_or("-".into(), |(cut, other)| format!("{cut:.0} / {other:.0}")),
+        ),
         ("messages", r.messages.to_string()),
         (
             "messages_per_admitted",

@@ -49,6 +49,8 @@ struct Visits {
     sticky: Vec<u32>,
     /// Whose ticket is whose.
     owner: HashMap<TicketId, u32>,
+    /// The node slot each visitor joined at.
+    joined_at: Vec<u32>,
 }
 
 impl Visits {
@@ -62,6 +64,7 @@ impl Visits {
             },
             sticky: vec![NONE; n],
             owner: HashMap::with_capacity(n),
+            joined_at: vec![NONE; n],
         }
     }
 }
@@ -92,6 +95,9 @@ pub(crate) struct QpidRoom {
     rng: ChaCha8Rng,
     checker: Checker,
     tallies: Tallies,
+    /// The first partition: the slots on its paused side (no majority), and when it started
+    /// and healed.
+    first_cut: Option<(Vec<usize>, Time, Time)>,
 }
 
 fn error_name(e: &VisitorError) -> String {
@@ -101,6 +107,16 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::Engine(e) => format!("{e}"),
         VisitorError::Paused(why) => format!("paused-{}", why.as_str()),
     }
+}
+
+/// The side of a partition of the live `slots` (the first `cut` cut off) that holds no majority
+/// of them: the smaller one, or in an even split the one without the lowest slot (the voters'
+/// tie-break, taking every live node for a voter).
+fn minority(slots: &[usize], cut: usize) -> Vec<usize> {
+    let (a, b) = slots.split_at(cut);
+    let lowest = slots.iter().min();
+    let a_wins = a.len() > b.len() || (a.len() == b.len() && a.iter().min() == lowest);
+    if a_wins { b.to_vec() } else { a.to_vec() }
 }
 
 /// Turns one event of the node in `slot` (process `process`) into the ledger and the tallies.
@@ -173,6 +189,7 @@ impl QpidRoom {
             rng: seeds::rng(cfg.seed, Stream::Disturbances),
             checker: Checker::new(cfg.checks.check_every, cfg.settings().target_on_site),
             tallies: Tallies::default(),
+            first_cut: None,
         }
     }
 
@@ -439,6 +456,11 @@ impl QpidRoom {
                     alive.len() / 2
                 };
                 self.wire.net.cut_off(&alive[..cut]);
+                if self.first_cut.is_none() {
+                    let heal = ctx.now + self.cfg.faults.partition_ms;
+                    let paused = minority(&alive, cut);
+                    self.first_cut = Some((paused, ctx.now, heal));
+                }
                 let ids: Vec<u64> = alive[..cut].iter().map(|&s| s as u64 + 1).collect();
                 ctx.trace.note(ctx.now, "partition", &ids);
                 self.plan.push(Action::Heal);
@@ -446,6 +468,30 @@ impl QpidRoom {
                 ctx.sched.at(at, Ev::Disturb(self.plan.len() as u32 - 1));
             }
         }
+    }
+}
+
+impl QpidRoom {
+    /// Mean wait of the visitors who joined during the first partition at a node on its paused
+    /// side, and of those who joined on the other side meanwhile (ms).
+    fn partition_waits(&self, ctx: &Ctx) -> Option<(f64, f64)> {
+        let (cut, start, end) = self.first_cut.as_ref()?;
+        let (mut sums, mut counts) = ([0u128; 2], [0u64; 2]);
+        for (v, &slot) in self.visits.joined_at.iter().enumerate() {
+            let v = v as u32;
+            let joined = ctx.ledger.joined_at(v);
+            let Some(at) = ctx.ledger.admitted_at(v) else {
+                continue;
+            };
+            if slot == NONE || joined < *start || joined >= *end {
+                continue;
+            }
+            let side = usize::from(!cut.contains(&(slot as usize)));
+            sums[side] += u128::from(at.saturating_sub(joined));
+            counts[side] += 1;
+        }
+        let mean = |i: usize| sums[i] as f64 / counts[i].max(1) as f64;
+        Some((mean(0), mean(1)))
     }
 }
 
@@ -485,6 +531,7 @@ impl Room for QpidRoom {
         if let Ok(c) = &r {
             // The fair order is by true arrival time (the node stamps its own clock's).
             ctx.ledger.joined(v, ctx.now, c.ticket.id.0);
+            self.visits.joined_at[v as usize] = s as u32;
             self.visits.owner.insert(c.ticket.id, v);
         }
         self.drain(ctx, s);
@@ -598,7 +645,8 @@ impl Room for QpidRoom {
         }
     }
 
-    fn finish(&mut self, _ctx: &mut Ctx, report: &mut RunReport) {
+    fn finish(&mut self, ctx: &mut Ctx, report: &mut RunReport) {
+        report.partition_waits = self.partition_waits(ctx);
         report.messages = self.wire.messages;
         report.network = self.wire.net.stats.clone();
         report.visitor_errors = std::mem::take(&mut self.tallies.visitor_errors);

@@ -167,8 +167,12 @@ impl Swim {
             return Tick::Idle;
         };
         let nonce = self.next_nonce();
-        let time = now;
-        out.raw(target.clone(), Body::Ping { nonce, view, time });
+        let ping = Body::Ping {
+            nonce,
+            view,
+            time: now,
+        };
+        out.raw(target.clone(), ping);
         self.probe = Some(Probe {
             target,
             nonce,
@@ -296,15 +300,12 @@ impl Swim {
             self.relays.pop_first();
         }
         self.relays.insert(ours, (from.clone(), nonce));
-        let time = 0;
-        out.raw(
-            target,
-            Body::Ping {
-                nonce: ours,
-                view,
-                time,
-            },
-        );
+        let ping = Body::Ping {
+            nonce: ours,
+            view,
+            time: 0,
+        };
+        out.raw(target, ping);
     }
 
     /// Pings one of `candidates` (former members, seed addresses outside the cluster), chosen
@@ -312,8 +313,12 @@ impl Swim {
     pub(crate) fn ping_one_of(&mut self, candidates: &[Contact], view: View, out: &mut Outbox) {
         if let Some(c) = candidates.choose(&mut self.rng).cloned() {
             let nonce = self.next_nonce();
-            let time = 0;
-            out.raw(c, Body::Ping { nonce, view, time });
+            let ping = Body::Ping {
+                nonce,
+                view,
+                time: 0,
+            };
+            out.raw(c, ping);
         }
     }
 }

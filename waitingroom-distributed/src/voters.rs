@@ -81,7 +81,8 @@ impl Voters {
             set.insert(v);
         }
         Some(Voters {
-            epoch: self.epoch + 1,
+            // Saturating: the epoch comes from peers, and a wrong one must not crash a node.
+            epoch: self.epoch.saturating_add(1),
             set,
         })
     }

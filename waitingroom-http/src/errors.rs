@@ -125,21 +125,25 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")
     }
 
-    /// Maps a token verification failure of a `what` ("ticket" or "pass"). A token issued
-    /// "in the future" comes from a node whose clock is ahead of this one's by more than the
-    /// leeway: 503, so that the visitor keeps it and asks again (another node, or later)
-    /// instead of starting over at the back of the line.
-    pub fn token(what: &str, e: &TokenError) -> Self {
+    /// Maps a ticket verification failure. A ticket issued "in the future" comes from a node
+    /// whose clock is ahead of this one's by more than the leeway: 503, so that the visitor
+    /// keeps it and asks again (another node, or later) instead of starting over at the back
+    /// of the line. (A pass stays 401 whatever the reason: origin gates take any answer but
+    /// 2xx/401 for a failure of the room.)
+    pub fn ticket(e: &TokenError) -> Self {
         if matches!(e, TokenError::NotYetValid) {
             return Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "token_not_yet_valid",
-                format!(
-                    "the {what} was issued by a node whose clock is ahead of this one's; \
-                     retry shortly"
-                ),
+                "the ticket was issued by a node whose clock is ahead of this one's; retry \
+                 shortly",
             );
         }
+        Self::token("ticket", e)
+    }
+
+    /// Maps a token verification failure of a `what` ("ticket" or "pass").
+    pub fn token(what: &str, e: &TokenError) -> Self {
         let (code, message) = match e {
             TokenError::Expired => ("expired_token", format!("the {what} has expired")),
             other => ("invalid_token", format!("invalid {what}: {other}")),

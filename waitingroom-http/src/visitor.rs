@@ -60,7 +60,7 @@ impl App {
     fn ticket(&self, token: &str) -> Result<Ticket, ApiError> {
         self.crypto
             .verify_ticket(token, now_ms())
-            .map_err(|e| ApiError::token("ticket", &e))
+            .map_err(|e| ApiError::ticket(&e))
     }
 
     /// A new visitor joins through this node, within `client`'s join allowance (see

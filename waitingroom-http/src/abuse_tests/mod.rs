@@ -588,6 +588,13 @@ async fn a_ticket_from_a_clock_ahead_is_kept_not_replaced() {
     let html = String::from_utf8_lossy(&r.body);
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{html}");
     assert!(!html.contains(r#"var status = "new""#), "{html}");
+    // A pass from the future stays a plain 401 at the gate: origin gates read anything but
+    // 2xx/401 as the room failing.
+    let pass = n.app.crypto.sign_pass(&Pass {
+        issued_at: ahead,
+        ..a_pass(ahead)
+    });
+    n.assert_pass_invalid(&pass).await;
 }
 
 #[tokio::test]

@@ -35,10 +35,10 @@ pub(super) async fn readyz(State(app): State<Arc<App>>) -> Result<&'static str, 
             "shutting down",
         ));
     }
-    if !app.driver.read(|n| n.is_member()) {
+    let (member, offsets) = app.driver.read(|n| (n.is_member(), n.clock_offsets()));
+    if !member {
         return Err(ApiError::not_ready());
     }
-    let offsets = app.driver.read(|n| n.clock_offsets());
     clocks_in_step(&offsets, app.cfg.limits.max_clock_offset_ms)?;
     Ok("ready\n")
 }

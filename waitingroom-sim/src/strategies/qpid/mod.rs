@@ -10,7 +10,7 @@ use rand::RngExt;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::{CheckInStatus, NodeId, Pass, Settings, Ticket, TicketId, Time};
-use waitingroom_distributed::{Event, Node, NodeConfig, Transmit, VisitorError};
+use waitingroom_distributed::{Event, Node, NodeConfig, Pause, Transmit, VisitorError};
 
 use crate::config::{Disturbance, PartitionKind, RunConfig};
 use crate::disturbances;
@@ -95,8 +95,8 @@ pub(crate) struct QpidRoom {
     rng: ChaCha8Rng,
     checker: Checker,
     tallies: Tallies,
-    /// The first partition: the slots on its paused side (no majority), and when it started
-    /// and healed.
+    /// The first partition: the slots on its paused side (those whose nodes report no
+    /// majority just before it heals), and when it started and healed.
     first_cut: Option<(Vec<usize>, Time, Time)>,
 }
 
@@ -107,16 +107,6 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::Engine(e) => format!("{e}"),
         VisitorError::Paused(why) => format!("paused-{}", why.as_str()),
     }
-}
-
-/// The side of a partition of the live `slots` (the first `cut` cut off) that holds no majority
-/// of them: the smaller one, or in an even split the one without the lowest slot (the voters'
-/// tie-break, taking every live node for a voter).
-fn minority(slots: &[usize], cut: usize) -> Vec<usize> {
-    let (a, b) = slots.split_at(cut);
-    let lowest = slots.iter().min();
-    let a_wins = a.len() > b.len() || (a.len() == b.len() && a.iter().min() == lowest);
-    if a_wins { b.to_vec() } else { a.to_vec() }
 }
 
 /// Turns one event of the node in `slot` (process `process`) into the ledger and the tallies.
@@ -458,8 +448,7 @@ impl QpidRoom {
                 self.wire.net.cut_off(&alive[..cut]);
                 if self.first_cut.is_none() {
                     let heal = ctx.now + self.cfg.faults.partition_ms;
-                    let paused = minority(&alive, cut);
-                    self.first_cut = Some((paused, ctx.now, heal));
+                    self.first_cut = Some((Vec::new(), ctx.now, heal));
                 }
                 let ids: Vec<u64> = alive[..cut].iter().map(|&s| s as u64 + 1).collect();
                 ctx.trace.note(ctx.now, "partition", &ids);
@@ -472,6 +461,24 @@ impl QpidRoom {
 }
 
 impl QpidRoom {
+    /// Just before the first partition heals: which nodes its paused side held, by their own
+    /// account (no majority).
+    fn note_paused_side(&mut self, now: Time) {
+        let Some((paused, _, end)) = self.first_cut.as_mut() else {
+            return;
+        };
+        if !paused.is_empty() || now < *end {
+            return;
+        }
+        for (slot, s) in self.nodes.slots.iter().enumerate() {
+            if let Some(node) = &s.node
+                && node.pause(s.clock(now)) == Some(Pause::NoMajority)
+            {
+                paused.push(slot);
+            }
+        }
+    }
+
     /// Mean wait of the visitors who joined during the first partition at a node on its paused
     /// side, and of those who joined on the other side meanwhile (ms).
     fn partition_waits(&self, ctx: &Ctx) -> Option<(f64, f64)> {
@@ -637,6 +644,7 @@ impl Room for QpidRoom {
                     self.spawn(ctx, slot, Some(seeds));
                 }
                 Action::Heal => {
+                    self.note_paused_side(ctx.now);
                     ctx.trace.note(ctx.now, "heal", &[]);
                     self.wire.net.heal();
                 }

@@ -11,11 +11,15 @@
 #   scripts/cluster.sh url I                    node I's public base URL (visitors)
 #   scripts/cluster.sh internal-url I           node I's internal base URL (peers, /metrics,
 #                                               /api/cluster)
+#   scripts/cluster.sh admin I ARGS...          `waitingroom-node admin` against node I's internal
+#                                               listener with the cluster's admin token, e.g.
+#                                               `admin 2 set mode=queue_all`, `admin 1 get`
 #   scripts/cluster.sh down                     stop exactly what `up`/`add` started, by PID
 #
 # Every node has two listeners: the public one (visitor API, page, JWKS, /livez, /readyz), which
 # the balancer sends visitors to, and the internal one (--internal-listen: peer traffic,
-# /metrics, /api/cluster), which peers and this script use. The balancer passes on public
+# /metrics, /api/cluster, and the admin API /admin/... with the bearer token in
+# $CLUSTER_DIR/admin-token), which peers, operators and this script use. The balancer passes on public
 # routes only: /peer/..., /admin/..., /metrics and /api/cluster get 404 at the front.
 #
 # Environment:
@@ -163,7 +167,8 @@ start_node() {
     # The balancer on 127.0.0.1 is the nodes' trusted proxy (the default): the client is the
     # last x-forwarded-for entry it writes.
     args=(run --listen "$host:$port" --internal-listen "$host:$iport"
-        --key-file "$CLUSTER_DIR/key.pem" --client-ip-header x-forwarded-for)
+        --key-file "$CLUSTER_DIR/key.pem" --client-ip-header x-forwarded-for
+        --admin-token-file "$CLUSTER_DIR/admin-token")
     if ((i > 1)); then
         args+=(--peers "$(cat "$CLUSTER_DIR/node-1.internal")")
     fi
@@ -423,6 +428,9 @@ cmd_up() {
     local bin
     bin="$(node_bin)"
     "$bin" keygen --force --out "$CLUSTER_DIR/key.pem" >/dev/null 2>&1
+    # The admin API's bearer token (scripts/cluster.sh admin ..., or curl -H "Authorization:
+    # Bearer $(cat $CLUSTER_DIR/admin-token)").
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$CLUSTER_DIR/admin-token")
     if [[ "$netns" == 1 ]]; then
         : >"$CLUSTER_DIR/netns-mode"
         netns_setup_bridge
@@ -553,6 +561,14 @@ cmd_url() {
     cat "$CLUSTER_DIR/node-$i.$kind"
 }
 
+cmd_admin() {
+    local i="${1:-}"
+    shift || true
+    local url
+    url="$(cmd_url internal "$i" "admin")"
+    "$(node_bin)" admin --url "$url" --token-file "$CLUSTER_DIR/admin-token" "$@"
+}
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
@@ -564,6 +580,7 @@ down) cmd_down ;;
 status) cmd_status ;;
 url) cmd_url url "${1:-}" url ;;
 internal-url) cmd_url internal "${1:-}" internal-url ;;
+admin) cmd_admin "$@" ;;
 *)
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 2

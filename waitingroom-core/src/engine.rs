@@ -119,6 +119,15 @@ impl WaitingRoom {
         &self.settings
     }
 
+    /// Puts new settings in force while the room runs (an operator's change): every visitor
+    /// keeps their place; a new limit applies from the next admission, new expiries to the
+    /// tickets and passes issued or refreshed from now on.
+    pub fn set_settings(&mut self, settings: Settings) -> Result<(), SettingsError> {
+        settings.validate()?;
+        self.settings = settings;
+        Ok(())
+    }
+
     /// Number of visitors waiting.
     pub fn queued(&self) -> u64 {
         self.queue.len() as u64

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 
+use crate::live::{LiveSettings, Mode};
+
 /// How the root lets visitors out once a count has decided how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -74,8 +76,13 @@ pub struct NodeConfig {
     pub incarnation: u64,
     /// The address peers use to reach this node.
     pub addr: String,
-    /// Waiting room settings; must be the same on every node.
+    /// Waiting room settings; must be the same on every node. Those an operator may change
+    /// while the cluster runs start from here (version 0 of [`crate::LiveSettings`]).
     pub settings: Settings,
+    /// What the room does with visitors at start (a live setting).
+    pub mode: Mode,
+    /// Most visitors let out per minute, cluster-wide, at start (a live setting; None: no cap).
+    pub new_users_per_minute: Option<u64>,
     /// How visitors are let out.
     pub admission: AdmissionMode,
     /// SWIM: how often one member is probed.
@@ -113,6 +120,8 @@ impl NodeConfig {
             incarnation,
             addr: addr.into(),
             settings,
+            mode: Mode::Normal,
+            new_users_per_minute: None,
             admission: AdmissionMode::default(),
             probe_interval_ms: 500,
             probe_timeout_ms: 200,
@@ -128,9 +137,15 @@ impl NodeConfig {
         }
     }
 
+    /// The live settings this configuration starts with.
+    pub fn live(&self) -> LiveSettings {
+        LiveSettings::from_file(&self.settings, self.mode, self.new_users_per_minute)
+    }
+
     /// Checks the configuration, naming the offending setting.
     pub fn validate(&self) -> Result<(), SettingsError> {
         self.settings.validate()?;
+        self.live().validate(&self.settings)?;
         if self.id.0 == 0 {
             return Err(SettingsError::new("node_id", "must not be 0"));
         }

@@ -13,6 +13,7 @@ mod cluster;
 pub mod config;
 mod ignored;
 pub mod lease;
+pub mod live;
 
 pub mod invariants;
 mod local;
@@ -36,6 +37,7 @@ pub use cluster::Phase;
 pub use config::{AdmissionMode, NodeConfig};
 pub use ignored::Ignored;
 pub use lease::Pause;
+pub use live::{LiveSettings, Mode, QueueingMethod, SettingsPatch};
 pub use membership::{Contact, Membership};
 pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
 pub use node::visitor::VisitorError;

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, QueueKey, Time};
 
+use crate::live::LiveSettings;
 use crate::membership::{ClusterRank, Contact, Membership, View};
 use crate::voters::Voters;
 
@@ -265,6 +266,9 @@ pub struct Counts {
     pub departed: Vec<Departed>,
     /// The newest voters any node of the subtree knows (the majority rule).
     pub voters: Voters,
+    /// The newest live settings any node of the subtree knows (`live.rs`).
+    #[serde(default)]
+    pub settings: LiveSettings,
 }
 
 /// One node's part of a count.
@@ -324,6 +328,9 @@ impl Counts {
         }
         if other.voters > self.voters {
             self.voters = other.voters.clone();
+        }
+        if self.settings.is_older_than(&other.settings) {
+            self.settings = other.settings.clone();
         }
         for d in &other.departed {
             let same = |k: &&mut Departed| (k.node, k.version) == (d.node, d.version);
@@ -387,6 +394,9 @@ pub struct Summary {
     pub grants: Option<Vec<(NodeId, u64)>>,
     /// The voters after this round: the members counted, when they held a majority.
     pub voters: Voters,
+    /// The newest live settings the root knows: every member adopts them.
+    #[serde(default)]
+    pub settings: LiveSettings,
     /// The departed members' places still counted, as the root knew them.
     pub departed: Vec<Departed>,
 }

@@ -25,6 +25,7 @@ use crate::cluster::{Cluster, Phase};
 use crate::config::NodeConfig;
 use crate::ignored::Ignored;
 use crate::lease::Pause;
+use crate::live::{LiveSettings, SettingsPatch};
 use crate::local::Local;
 use crate::membership::{Contact, Membership};
 use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
@@ -84,7 +85,7 @@ impl Node {
             forgets: BTreeMap::new(),
             future: Vec::new(),
             timers: TimerTable::default(),
-            pause: (!cfg.settings.is_unlimited()).then_some(Pause::NoGrant),
+            pause: (!cfg.live().apply_to(&cfg.settings).is_unlimited()).then_some(Pause::NoGrant),
             out: VecDeque::new(),
             events: VecDeque::new(),
             cfg,
@@ -525,7 +526,7 @@ impl Node {
         if self.is_member() {
             self.tag.pause(now)
         } else {
-            (!self.cfg.settings.is_unlimited()).then_some(Pause::NoGrant)
+            (!self.tag.settings().is_unlimited()).then_some(Pause::NoGrant)
         }
     }
 
@@ -533,6 +534,31 @@ impl Node {
     /// on this node's clock (0: never granted).
     pub fn grant(&self, now: Time) -> (u64, Time) {
         self.tag.grant(now)
+    }
+
+    /// The newest live settings this node knows (README, "Live settings").
+    pub fn live_settings(&self) -> &LiveSettings {
+        self.tag.live()
+    }
+
+    /// An operator's change made at this node: the next version of the live settings, in
+    /// force here at once and on every member after the next round. An error names the
+    /// setting at fault and changes nothing.
+    pub fn change_settings(
+        &mut self,
+        patch: &SettingsPatch,
+    ) -> Result<LiveSettings, SettingsError> {
+        let next = self.tag.change_settings(patch, self.id())?;
+        self.apply_settings();
+        Ok(next)
+    }
+
+    /// Whether the latest round's result carried live settings at least as new as `version`:
+    /// the root had them, and so will every member that took that result.
+    pub fn settings_confirmed(&self, version: &LiveSettings) -> bool {
+        self.tag
+            .summary()
+            .is_some_and(|s| !s.settings.is_older_than(version))
     }
 
     /// The voters of the majority rule, as this node last agreed on them.
@@ -573,6 +599,7 @@ impl Node {
                     rtt_ms,
                 })
                 .collect(),
+            settings: self.tag.live().clone(),
             summary: self.tag.summary().cloned(),
         }
     }
@@ -613,6 +640,8 @@ pub struct NodeStatus {
     pub voters: Vec<NodeId>,
     /// Each member's clock offset from this node's, as measured on the probes.
     pub clock_offsets: Vec<ClockOffset>,
+    /// The newest live settings this node knows (README, "Live settings").
+    pub settings: LiveSettings,
     /// Latest cluster-wide summary.
     pub summary: Option<Summary>,
 }

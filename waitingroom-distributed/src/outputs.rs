@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::lease::Pause;
+use crate::live::LiveSettings;
 use crate::membership::Contact;
 use crate::messages::{Body, ChannelMsg, Envelope, Summary};
 
@@ -50,13 +51,16 @@ pub enum Event {
     /// SWIM declared a member dead.
     MemberFailed(Contact),
     /// This node, as root, completed a count.
-    CountCompleted(Summary),
+    CountCompleted(Box<Summary>),
     /// No count was seen for too long: the tree was rebuilt.
     TreeRepaired,
     /// This node stopped letting visitors out, and why (README, "Admission leases").
     AdmissionPaused(Pause),
     /// This node lets visitors out again.
     AdmissionResumed,
+    /// New live settings are in force at this node (an operator's change, made here or
+    /// carried by a round).
+    SettingsChanged(LiveSettings),
 }
 
 /// One thing a part wants the node to do.

@@ -14,11 +14,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use waitingroom_core::{NodeId, QueueKey, Settings, Time, WaitingRoom};
+use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
 use crate::lease::{GRANT_INTERVALS, Lease, Pause};
+use crate::live::{LiveSettings, Mode, SettingsPatch};
 use crate::local::Local;
 use crate::messages::{
     Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
@@ -53,8 +54,12 @@ pub(crate) struct Ctx<'a> {
 /// TAG state of one node.
 #[derive(Debug, Clone)]
 pub(crate) struct Tag {
-    /// Target, eviction interval, pass expiry, straight-through admission.
+    /// The room settings in force: the file's, with the live settings applied.
     settings: Settings,
+    /// The file's room settings, which the live settings apply to.
+    file: Settings,
+    /// The newest live settings this node knows (`live.rs`).
+    live: LiveSettings,
     /// How the root lets visitors out once a count has decided how many.
     mode: AdmissionMode,
     /// Range admission: most keys per count reply, and so most admitted per round.
@@ -132,7 +137,9 @@ impl Tag {
     /// TAG of a node configured by `cfg`.
     pub(crate) fn new(cfg: &NodeConfig) -> Tag {
         Tag {
-            settings: cfg.settings.clone(),
+            settings: cfg.live().apply_to(&cfg.settings),
+            file: cfg.settings.clone(),
+            live: cfg.live(),
             mode: cfg.admission,
             select_limit: cfg.select_limit,
             watchdog_rounds: cfg.watchdog_rounds,
@@ -156,6 +163,48 @@ impl Tag {
     /// The newest voters this node knows.
     pub(crate) fn voters(&self) -> &Voters {
         &self.voters
+    }
+
+    /// The room settings in force.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The newest live settings this node knows.
+    pub(crate) fn live(&self) -> &LiveSettings {
+        &self.live
+    }
+
+    /// Adopts `other` if it is a newer version than the live settings known here. A version
+    /// that does not fit this node's file settings (another file configuration) is kept and
+    /// passed on, but the room settings stay as they were; the error says why.
+    pub(crate) fn adopt_settings(&mut self, other: &LiveSettings) -> Result<(), SettingsError> {
+        if !self.live.is_older_than(other) {
+            return Ok(());
+        }
+        self.live = other.clone();
+        other.validate(&self.file)?;
+        self.settings = other.apply_to(&self.file);
+        Ok(())
+    }
+
+    /// An operator's change made at this node (`me`): the next version, in force here at once
+    /// and carried to the others by the next round.
+    pub(crate) fn change_settings(
+        &mut self,
+        patch: &SettingsPatch,
+        me: NodeId,
+    ) -> Result<LiveSettings, SettingsError> {
+        let next = self.live.patched(patch, me, &self.file)?;
+        self.adopt_settings(&next)?;
+        Ok(next)
+    }
+
+    /// Whether nothing limits admission: no target, and no rate cap (or passthrough). Then
+    /// nobody needs a place to let a visitor through, and no majority is needed.
+    fn unlimited(&self) -> bool {
+        self.settings.is_unlimited()
+            && (self.live.new_users_per_minute.is_none() || self.live.mode == Mode::Passthrough)
     }
 
     /// The node's clock starts: the watchdog counts from here.
@@ -215,7 +264,7 @@ impl Tag {
         };
         let bounds = make_bounds(local.room().head().map(|k| k.join_time), boundary);
         let select = match self.mode {
-            AdmissionMode::Range if !self.settings.is_unlimited() => self
+            AdmissionMode::Range if !self.unlimited() => self
                 .select_limit
                 .min(u32::try_from(self.settings.target_on_site).unwrap_or(u32::MAX)),
             _ => 0,
@@ -290,6 +339,7 @@ impl Tag {
             per_node: vec![own],
             departed: self.departed.clone(),
             voters: self.voters.clone(),
+            settings: self.live.clone(),
         }
     }
 
@@ -410,14 +460,14 @@ impl Tag {
     ) -> Decision {
         let counts = round.acc;
         let cutoff = round.stamp.time;
+        // A version the count carried that does not fit here is still passed on.
+        let _ = self.adopt_settings(&counts.settings);
         let majority = self.vote(&counts);
         let on_site = self.on_site_with_departed(now, &counts);
-        let free = if !majority {
-            0
-        } else if self.settings.is_unlimited() {
-            u64::MAX
+        let free = if majority {
+            self.free_places(on_site, cutoff)
         } else {
-            self.settings.target_on_site.saturating_sub(on_site)
+            0
         };
         let (admit, max_key) = self.how_many(&counts, free);
         let rate = self.rate.sample(now, counts.admitted_total);
@@ -425,11 +475,7 @@ impl Tag {
         let straight = if everyone_in { free - admit } else { 0 };
         let by_range = self.mode == AdmissionMode::Range;
         // With no limit on the site nobody needs a place to let a visitor through.
-        let granted = if self.settings.is_unlimited() {
-            0
-        } else {
-            straight
-        };
+        let granted = if self.unlimited() { 0 } else { straight };
         let grants = grants(&counts, admit, max_key.is_some(), granted, by_range);
         let summary = Summary {
             stamp: round.stamp,
@@ -445,9 +491,10 @@ impl Tag {
             places: grants.places,
             grants: majority.then_some(grants.grants),
             voters: self.voters.clone(),
+            settings: self.live.clone(),
             departed: self.departed.clone(),
         };
-        out.emit(Event::CountCompleted(summary.clone()));
+        out.emit(Event::CountCompleted(Box::new(summary.clone())));
         let range = (by_range && admit > 0).then_some(AdmitRange {
             cutoff,
             max_key,
@@ -467,6 +514,26 @@ impl Tag {
         }
     }
 
+    /// Places a round at `boundary` may fill, with `on_site` taken: the target's room, at most
+    /// the rate cap's allowance for the round; none in queue-all mode (README, "Live settings").
+    fn free_places(&self, on_site: u64, boundary: Time) -> u64 {
+        let live = &self.live;
+        if live.mode == Mode::QueueAll {
+            return 0;
+        }
+        let room = if self.settings.is_unlimited() {
+            u64::MAX
+        } else {
+            self.settings.target_on_site.saturating_sub(on_site)
+        };
+        if live.mode == Mode::Passthrough {
+            return room;
+        }
+        let interval = self.settings.eviction_interval_ms;
+        live.round_allowance(boundary, interval)
+            .map_or(room, |cap| room.min(cap))
+    }
+
     /// The majority rule at the root (`voters.rs`): whether the members counted hold a majority
     /// of the newest voters known, which they then become. With no limit on the site there is
     /// nothing to protect, and no rule holds admission back.
@@ -474,7 +541,7 @@ impl Tag {
         self.voters.adopt(&counts.voters);
         let counted = counts.per_node.iter().map(|n| n.node).collect();
         let next = self.voters.next(&counted);
-        let majority = next.is_some() || self.settings.is_unlimited();
+        let majority = next.is_some() || self.unlimited();
         if let Some(next) = next {
             self.voters = next;
         }
@@ -547,6 +614,8 @@ impl Tag {
         });
         self.lease.grant(r.summary.stamp, mine);
         self.voters.adopt(&r.summary.voters);
+        // A version that does not fit here is kept and passed on (`adopt_settings`).
+        let _ = self.adopt_settings(&r.summary.settings);
         self.own_below.retain(|(s, _)| *s >= r.summary.stamp);
         for &d in r.summary.departed.iter().take(DEPARTED_KEPT) {
             self.note_departed(d);
@@ -560,7 +629,7 @@ impl Tag {
     /// whatever it may still have let out is gone ([`Tag::departed_for`]), so the site does not
     /// fill past the target with visitors nobody counts any more.
     pub(crate) fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
-        if self.settings.is_unlimited() {
+        if self.unlimited() {
             return;
         }
         let expiry = self.departed_for();
@@ -637,7 +706,7 @@ impl Tag {
     /// Each takes a place of this node's grant; without one left they wait for the next round.
     pub(crate) fn admit_decided(&mut self, now: Time, local: &mut Local, out: &mut Outbox) -> bool {
         let mut admitted = false;
-        let unlimited = self.settings.is_unlimited();
+        let unlimited = self.unlimited();
         for range in &self.ranges {
             while let Some(k) = local.room().head() {
                 if k.join_time >= range.cutoff || range.max_key.is_some_and(|m| k > m) {
@@ -660,22 +729,25 @@ impl Tag {
             .summary
             .as_ref()
             .is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
+        if self.live.mode == Mode::Passthrough {
+            return true;
+        }
         if !self.settings.admit_straight_through || queued_here > 0 || !everyone_in {
             return false;
         }
-        self.settings.is_unlimited() || self.lease.take(now)
+        self.unlimited() || self.lease.take(now)
     }
 
     /// Whether a pass may be extended here at `now`: only under a live grant (a node cut off
     /// from the majority must not keep its visitors on the site past what the others count).
     pub(crate) fn may_refresh(&self, now: Time) -> bool {
-        self.settings.is_unlimited() || self.lease.is_live(now)
+        self.unlimited() || self.lease.is_live(now)
     }
 
     /// Why this node lets nobody out at `now`, if it does not: the last result came from a root
     /// without a majority, or its grant has lapsed. Never with no limit on the site.
     pub(crate) fn pause(&self, now: Time) -> Option<Pause> {
-        if self.settings.is_unlimited() {
+        if self.unlimited() {
             return None;
         }
         if self.summary.as_ref().is_some_and(|s| s.grants.is_none()) {
@@ -861,6 +933,7 @@ mod tests {
             }],
             departed: Vec::new(),
             voters: Voters::default(),
+            settings: LiveSettings::default(),
         }
     }
 
@@ -883,6 +956,7 @@ mod tests {
         let env = peers.channel(3, &node, reply(r.stamp, below));
         assert_eq!(node.handle_message(1_001, env), Ok(()));
         let mut total = counts_of(2, 0);
+        total.settings = node.live_settings().clone();
         total.add(&counts_of(3, 2));
         assert_eq!(total.nodes, 2);
         assert_eq!(
@@ -977,6 +1051,7 @@ mod tests {
                 epoch: 1,
                 set: [NodeId(1), NodeId(2)].into(),
             },
+            settings: node.live_settings().clone(),
             departed: Vec::new(),
         };
         let range = AdmitRange {
@@ -992,7 +1067,10 @@ mod tests {
         };
         let flood = ChannelMsg::CountResult(Box::new(result));
         assert_eq!(said(&mut node), [Said::Channel(NodeId(2), flood)]);
-        assert_eq!(testing::events(&mut node), [Event::CountCompleted(summary)]);
+        assert_eq!(
+            testing::events(&mut node),
+            [Event::CountCompleted(Box::new(summary))]
+        );
     }
 
     #[test]

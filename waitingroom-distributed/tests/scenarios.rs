@@ -2,7 +2,9 @@
 
 use waitingroom_core::{CheckInStatus, NodeId, Settings};
 use waitingroom_distributed::testing::{Crowd, Faults, Net, queued_settings};
-use waitingroom_distributed::{AdmissionMode, Event, Pause, invariants};
+use waitingroom_distributed::{
+    AdmissionMode, Event, LiveSettings, Pause, SettingsPatch, VisitorError, invariants,
+};
 
 #[test]
 fn a_cluster_forms_and_settles() {
@@ -595,4 +597,129 @@ fn straight_through_admission_only_while_nobody_waits() {
     // The rest wait: the site is full and passes last a minute.
     let total = crowd.admitted.iter().filter(|a| **a).count();
     assert!(total <= 10, "{total}");
+}
+
+/// Changes node `id`'s live settings as an operator would (README, "Live settings").
+fn change(net: &mut Net, id: u64, patch: serde_json::Value) -> LiveSettings {
+    let patch = SettingsPatch::from_json(&patch).expect("a valid patch");
+    net.with(NodeId(id), |n, _| n.change_settings(&patch))
+        .expect("valid settings")
+}
+
+/// Times at which visitors were let out, in order.
+fn admission_times(net: &Net) -> Vec<u64> {
+    let mut t: Vec<u64> = net
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Admitted { at, .. } => Some(*at),
+            _ => None,
+        })
+        .collect();
+    t.sort_unstable();
+    t
+}
+
+/// README, "Live settings": a change made at one node is in force on every node within two
+/// rounds, outlives the node it was made at and the root, and a node that joins later (with
+/// its file configuration) adopts it.
+#[test]
+fn a_settings_change_reaches_every_node_and_outlives_its_author_and_the_root() {
+    let settings = Settings {
+        target_on_site: 50,
+        ..queued_settings()
+    };
+    let mut net = Net::new(5, settings, AdmissionMode::Range, 3);
+    net.run_for(2_000);
+    let changed = change(&mut net, 3, serde_json::json!({"target_on_site": 7}));
+    assert_eq!((changed.version, changed.author), (1, NodeId(3)));
+    net.run_for(2_000);
+    for n in net.live() {
+        assert_eq!(n.live_settings(), &changed, "node {}", n.id());
+        assert_eq!(n.room().settings().target_on_site, 7, "node {}", n.id());
+    }
+    let root = net.live().iter().find(|n| n.is_root()).unwrap().id();
+    assert_ne!(root, NodeId(3));
+    let newer = change(&mut net, 3, serde_json::json!({"mode": "queue_all"}));
+    // The root dies right after the change: its author carries it to the next root.
+    net.kill(root);
+    net.run_for(6_000);
+    assert!(net.node(NodeId(3)).settings_confirmed(&newer));
+    // Once a round confirmed it, the author may die too; a node that joins adopts it.
+    net.kill(NodeId(3));
+    net.add_node(6, 3);
+    net.run_for(6_000);
+    let live = net.live();
+    assert_eq!(live.len(), 4);
+    for n in live {
+        assert_eq!(n.live_settings(), &newer, "node {}", n.id());
+        assert!(!n.room().settings().admit_straight_through);
+    }
+}
+
+/// README, "Live settings": queue-all holds everyone queued (they keep checking in), and back
+/// in normal mode they are let out in join order; reject turns new visitors away and keeps
+/// the queue.
+#[test]
+fn queue_all_holds_the_queue_and_reject_refuses_new_visitors() {
+    let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 5);
+    net.run_for(2_000);
+    change(&mut net, 2, serde_json::json!({"mode": "queue_all"}));
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..30 {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[i % ids.len()]);
+        net.run_for(10);
+    }
+    crowd.run(&mut net, 5_000);
+    assert!(crowd.admitted.iter().all(|a| !a), "nobody is let out");
+    change(&mut net, 1, serde_json::json!({"mode": "reject"}));
+    net.run_for(2_000);
+    let refused = net.with(NodeId(3), |n, now| n.join(now));
+    assert!(
+        matches!(refused, Err(VisitorError::Rejected)),
+        "{refused:?}"
+    );
+    crowd.run(&mut net, 3_000);
+    assert!(crowd.all_admitted(), "the queue is let out in reject mode");
+    assert_eq!(net.admission_order(), crowd.join_order());
+}
+
+/// README, "Live settings": a rate cap of 120 visitors a minute lets out at most 2 per 1-s
+/// round, also while the root dies and a new one takes over.
+#[test]
+fn the_rate_cap_holds_while_the_root_dies() {
+    let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 9);
+    net.run_for(2_000);
+    change(
+        &mut net,
+        4,
+        serde_json::json!({"new_users_per_minute": 120}),
+    );
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..40 {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[i % ids.len()]);
+    }
+    let start = net.now;
+    crowd.run(&mut net, 5_000);
+    let root = net.live().iter().find(|n| n.is_root()).unwrap().id();
+    net.kill(root);
+    crowd.run(&mut net, 15_000);
+    let times = admission_times(&net);
+    assert!(times.len() >= 20, "admissions go on: {}", times.len());
+    // Any window of w ms holds at most the cap's share of it plus one round's burst.
+    for (i, &t) in times.iter().enumerate() {
+        for w in [1_000, 5_000, 10_000] {
+            let inside = times[i..].iter().take_while(|&&u| u < t + w).count() as u64;
+            assert!(
+                inside <= 2 * w / 1_000 + 2,
+                "{inside} admitted in {w} ms from {t}"
+            );
+        }
+    }
+    let elapsed = net.now - start;
+    assert!(times.len() as u64 <= 2 * elapsed / 1_000 + 2);
 }

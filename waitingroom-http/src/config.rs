@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
-use waitingroom_distributed::{AdmissionMode, NodeConfig};
+use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig};
 
 use crate::client_addr::Cidr;
 
@@ -122,6 +122,21 @@ pub struct Options {
     /// everyone, as in the thesis). (default: true)
     #[arg(long, env = "WAITINGROOM_ADMIT_STRAIGHT_THROUGH", value_name = "BOOL")]
     pub admit_straight_through: Option<bool>,
+    /// What the room does with visitors: normal (queue while the site is full), queue_all
+    /// (everyone queues, nobody is let out), passthrough (everyone in at once, with a pass) or
+    /// reject (new visitors turned away). A live setting: change it while the cluster runs
+    /// with `waitingroom-node admin set mode=...`. (default: normal)
+    #[arg(long, env = "WAITINGROOM_MODE", value_name = "MODE", value_parser = room_mode())]
+    pub mode: Option<Mode>,
+    /// Most visitors let out per minute, cluster-wide, spread evenly over the eviction rounds;
+    /// alongside target_on_site, the smaller wins. A live setting. (default: no cap)
+    #[arg(long, env = "WAITINGROOM_NEW_USERS_PER_MINUTE", value_name = "N")]
+    pub new_users_per_minute: Option<u64>,
+    /// File holding the bearer token of the admin API (/admin/... on the internal listener:
+    /// `Authorization: Bearer TOKEN`); at least 16 characters, surrounding whitespace ignored.
+    /// Without it the admin API is off (404). (default: none)
+    #[arg(long, env = "WAITINGROOM_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
 
     // ---- protocol ----
     /// How the root lets visitors out: range (one message per tree edge per round), batched
@@ -280,6 +295,11 @@ pub struct Options {
     /// (default: the built-in page)
     #[arg(long, env = "WAITINGROOM_PAGE_TEMPLATE", value_name = "PATH")]
     pub page_template: Option<PathBuf>,
+}
+
+/// `--mode` takes the protocol's own names for the room's modes ([`Mode::name`]).
+fn room_mode() -> impl TypedValueParser<Value = Mode> {
+    PossibleValuesParser::new(Mode::ALL.map(Mode::name)).try_map(|name| name.parse::<Mode>())
 }
 
 /// `--admission` takes the protocol's own names for its modes ([`AdmissionMode::name`]).
@@ -441,6 +461,8 @@ pub struct ServerConfig {
     pub log_level: String,
     /// Page look.
     pub branding: Branding,
+    /// The admin API's bearer token (`None`: the admin API is off).
+    pub admin_token: Option<String>,
 }
 
 /// Where to find peers in DNS (`--peers-dns`).
@@ -477,6 +499,7 @@ macro_rules! protocol_knobs {
         $m!(
             $($before)*
             admission,
+            mode,
             probe_interval_ms,
             probe_timeout_ms,
             indirect_probes,
@@ -518,6 +541,8 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         eviction_interval_ms,
         cleanup_interval_ms,
         admit_straight_through,
+        new_users_per_minute,
+        admin_token_file,
         visitor_body_limit,
         peer_body_limit,
         peer_clock_window_ms,
@@ -570,6 +595,7 @@ impl Options {
             origin_url: self.origin_url()?,
             public_url: self.public_url()?,
             limits: self.limits()?,
+            admin_token: self.admin_token()?,
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
@@ -612,6 +638,7 @@ impl Options {
             ($($f:ident),*) => { $(if let Some(v) = self.$f { protocol.$f = v; })* };
         }
         protocol_knobs!(knob!());
+        protocol.new_users_per_minute = self.new_users_per_minute;
         protocol.validate()?;
         Ok(protocol)
     }
@@ -851,6 +878,25 @@ impl Options {
         let origin = web_origin(&url)
             .ok_or_else(|| SettingsError::new("public_url", format!("`{url}` has no host")))?;
         Ok(Some((url, origin)))
+    }
+
+    /// The admin API's bearer token, read from its file now (a missing or short token is an
+    /// error at start, not a locked-out operator later).
+    fn admin_token(&self) -> Result<Option<String>, SettingsError> {
+        let Some(path) = &self.admin_token_file else {
+            return Ok(None);
+        };
+        let bad = |why: String| SettingsError::new("admin_token_file", why);
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+        let token = text.trim();
+        if token.len() < 16 || !token.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(bad(format!(
+                "{} must hold one token of at least 16 visible ASCII characters (e.g. from                  `openssl rand -hex 32`)",
+                path.display()
+            )));
+        }
+        Ok(Some(token.to_owned()))
     }
 
     /// The log filter, checked now so a typo is not silently ignored at start.

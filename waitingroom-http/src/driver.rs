@@ -150,6 +150,16 @@ impl Driver {
                 )
             }
             Event::AdmissionResumed => tracing::info!("admission resumed"),
+            Event::SettingsChanged(l) => tracing::info!(
+                version = l.version,
+                author = l.author.0,
+                target_on_site = l.target_on_site,
+                new_users_per_minute = l.new_users_per_minute,
+                mode = l.mode.name(),
+                pass_expiry_ms = l.pass_expiry_ms,
+                session_duration_ms = l.session_duration_ms,
+                "live settings changed"
+            ),
         }
     }
 }

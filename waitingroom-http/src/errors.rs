@@ -196,6 +196,11 @@ impl From<VisitorError> for ApiError {
                     why.as_str()
                 ),
             ),
+            VisitorError::Rejected => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "rejected",
+                "the waiting room is closed to new visitors",
+            ),
         }
     }
 }

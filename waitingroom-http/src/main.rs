@@ -7,6 +7,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod admin_cli;
 mod bench;
 mod demo;
 mod latency;
@@ -51,6 +52,8 @@ enum Command {
     /// Drive real visitors against a cluster (join, check in, leave, verify the pass) and
     /// report admissions per second, lost visitors, errors, latency and fairness.
     Load(load::LoadArgs),
+    /// Read or change the live settings of a running cluster (the admin API).
+    Admin(admin_cli::AdminArgs),
     /// Print the OpenAPI 3.1 description of every route (the same as `GET /openapi.json`), to
     /// generate clients or check the API without a running node.
     Openapi,
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
             report(runtime().and_then(|rt| rt.block_on(bench::run(args))))
         }
         Command::Load(args) => report(runtime().and_then(|rt| rt.block_on(load::run(args)))),
+        Command::Admin(args) => report(runtime().and_then(|rt| rt.block_on(admin_cli::run(args)))),
         Command::Openapi => {
             println!("{}", waitingroom_http::api::openapi::json());
             ExitCode::SUCCESS

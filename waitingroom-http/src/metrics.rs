@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use waitingroom_core::{Settings, Time};
-use waitingroom_distributed::{Body, ChannelMsg, Ignored, NodeStatus, Pause};
+use waitingroom_distributed::{Body, ChannelMsg, Ignored, Mode, NodeStatus, Pause};
 
 use crate::fairness::Inversions;
 
@@ -31,6 +31,12 @@ pub struct RouteLabels {
 pub struct TypeLabels {
     /// Message type, e.g. `update`, `ping`.
     pub r#type: &'static str,
+}
+
+/// Label of the room's mode gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: &'static str,
 }
 
 /// Label of counters by reason: ignored peer messages, refused peer requests, shed requests.
@@ -100,6 +106,8 @@ pub struct Metrics {
     pub shed: Family<ReasonLabels, Counter>,
     /// Joins refused by the rate limit.
     pub rate_limited: Counter,
+    /// Admin API requests refused for a missing or wrong token.
+    admin_refused: Counter,
     /// HTTP request latency by route.
     pub http_latency: Family<RouteLabels, Histogram>,
     queued: Gauge,
@@ -121,7 +129,11 @@ pub struct Metrics {
 /// what it applies).
 #[derive(Debug, Default)]
 struct Limits {
+    settings_version: Gauge,
     target_on_site: Gauge<f64, AtomicU64>,
+    new_users_per_minute: Gauge<f64, AtomicU64>,
+    mode: Family<ModeLabels, Gauge>,
+    session_duration: Gauge<f64, AtomicU64>,
     pass_expiry: Gauge<f64, AtomicU64>,
     eviction_interval: Gauge<f64, AtomicU64>,
 }
@@ -171,6 +183,7 @@ impl Metrics {
             dns_peers: Gauge::default(),
             shed: Family::default(),
             rate_limited: Counter::default(),
+            admin_refused: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
             queued: Gauge::default(),
             on_site: Gauge::default(),
@@ -320,9 +333,30 @@ impl Metrics {
     fn register_limits(&mut self) {
         let (r, l) = (&mut self.registry, &self.limits);
         r.register(
+            "settings_version",
+            "Version of the live settings in force here (0: the file's; README, Live settings)",
+            l.settings_version.clone(),
+        );
+        r.register(
             "target_on_site",
             "Visitors allowed on the site at once (+Inf: unlimited)",
             l.target_on_site.clone(),
+        );
+        r.register(
+            "new_users_per_minute",
+            "Most visitors let out per minute, cluster-wide (+Inf: no cap)",
+            l.new_users_per_minute.clone(),
+        );
+        r.register(
+            "mode",
+            "1 for the room's mode: normal, queue_all, passthrough or reject",
+            l.mode.clone(),
+        );
+        r.register_with_unit(
+            "session_duration",
+            "The longest one admission lasts, refreshes included",
+            Unit::Seconds,
+            l.session_duration.clone(),
         );
         r.register_with_unit(
             "pass_expiry",
@@ -345,6 +379,11 @@ impl Metrics {
             "joins_rate_limited",
             "Joins refused by the per-client rate limit",
             self.rate_limited.clone(),
+        );
+        r.register(
+            "admin_requests_refused",
+            "Admin API requests refused for a missing or wrong bearer token",
+            self.admin_refused.clone(),
         );
         r.register(
             "requests_shed",
@@ -462,7 +501,12 @@ impl Metrics {
         }
     }
 
-    /// Counts a request shed at a limit.
+    /// Counts an admin API request refused for its token.
+    pub fn count_admin_refused(&self) {
+        self.admin_refused.inc();
+    }
+
+    /// Counts a request shed for `reason`.
     pub fn count_shed(&self, reason: &'static str) {
         self.shed.get_or_create(&ReasonLabels { reason }).inc();
     }
@@ -514,6 +558,20 @@ impl Metrics {
             self.last_round.set(seconds(s.stamp.time));
         }
         let l = &self.limits;
+        let live = &status.settings;
+        l.settings_version.set(g(live.version));
+        l.new_users_per_minute.set(
+            live.new_users_per_minute
+                .map_or(f64::INFINITY, |n| n as f64),
+        );
+        for mode in Mode::ALL {
+            let labels = ModeLabels { mode: mode.name() };
+            l.mode
+                .get_or_create(&labels)
+                .set(i64::from(live.mode == mode));
+        }
+        l.session_duration
+            .set(seconds(settings.pass_max_lifetime_ms));
         l.target_on_site
             .set(if settings.target_on_site == Settings::UNLIMITED {
                 f64::INFINITY
@@ -585,6 +643,7 @@ mod tests {
                 offset_ms: -1_500,
                 rtt_ms: 4,
             }],
+            settings: waitingroom_distributed::LiveSettings::default(),
             summary: None,
         }
     }

@@ -1333,3 +1333,164 @@ fn bad_config_is_refused_naming_the_setting() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("ticket_expiry_ms"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The admin API of node `i` with `token`: `PATCH` with `change`, or `GET` without.
+async fn admin(cl: &Cluster, i: usize, token: &str, change: Option<Value>) -> Value {
+    let url = format!("{}/admin/settings", cl.nodes[i].internal_url());
+    let req = match change {
+        Some(change) => client().patch(url).json(&change),
+        None => client().get(url),
+    };
+    let r = req.bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r.json().await.unwrap()
+}
+
+/// Node `i`'s view of the cluster.
+async fn status(cl: &Cluster, i: usize) -> Value {
+    let url = format!("{}/api/cluster", cl.nodes[i].internal_url());
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// README, "Live settings", end to end: a change made at node 3 is in force at nodes 1 and 2
+/// within two rounds; a change whose root dies right after it still reaches every survivor;
+/// queue-all holds a visitor queued while check-ins go on; the rate cap holds within one
+/// round's burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_settings_reach_every_node_and_outlive_the_root() {
+    let token = "live-settings-test-token-0123456789";
+    let token_file = std::env::temp_dir().join(format!("wr-admin-{}", std::process::id()));
+    std::fs::write(&token_file, token).unwrap();
+    let path = token_file.to_str().unwrap();
+    let mut cl = Cluster::start_with("live", 4, &["--admin-token-file", path], true).await;
+    let c = client();
+    // Round stamps (ms) at node 3 when the change is made, and where each node first shows it.
+    let round = |s: &Value| s["summary"]["stamp"]["time"].as_u64().unwrap_or(0);
+    let mut before = 0;
+    while before == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        before = round(&status(&cl, 2).await);
+    }
+    let v = admin(&cl, 2, token, Some(json!({"target_on_site": 70}))).await;
+    assert_eq!(
+        (v["version"].clone(), v["target_on_site"].clone()),
+        (json!(1), json!(70))
+    );
+    for i in [0, 1] {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let s = loop {
+            let s = status(&cl, i).await;
+            if s["settings"]["version"] == 1 {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} never took the change",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(
+            round(&s) <= before + 2 * 200,
+            "node {}: {} vs {before}",
+            i + 1,
+            round(&s)
+        );
+        let target = metric(&c, cl.nodes[i].internal_url(), "waitingroom_target_on_site").await;
+        assert_eq!(target, 70.0);
+    }
+    // The root dies right after a change made elsewhere: the change still holds everywhere.
+    let mut root = 0;
+    for i in 0..4 {
+        if status(&cl, i).await["is_root"] == true {
+            root = i;
+        }
+    }
+    let author = (root + 1) % 4;
+    let url = format!("{}/admin/settings", cl.nodes[author].internal_url());
+    let change = c
+        .patch(url)
+        .bearer_auth(token)
+        .json(&json!({"mode": "queue_all", "new_users_per_minute": 600}))
+        .send();
+    let change = tokio::spawn(change);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    signal(&cl.nodes[root], "-KILL");
+    assert_eq!(change.await.unwrap().unwrap().status(), StatusCode::OK);
+    let survivors: Vec<usize> = (0..4).filter(|&i| i != root).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for &i in &survivors {
+        while status(&cl, i).await["settings"]["mode"] != "queue_all" {
+            assert!(Instant::now() < deadline, "node {} lost the change", i + 1);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Queue-all: visitors queue and stay queued while they check in.
+    let at = |k: usize| cl.url(survivors[k % survivors.len()]).to_owned();
+    let tickets = join_each(&c, 12, Duration::ZERO, at).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    for t in &tickets {
+        let (s, v) = post(
+            &c,
+            &format!("{}/api/checkin", at(0)),
+            json!({ "ticket": t }),
+        )
+        .await;
+        assert_eq!(
+            (s, v["status"].clone()),
+            (StatusCode::OK, json!("queued")),
+            "{v}"
+        );
+    }
+    let admitted = |cl: &Cluster| {
+        let nodes: Vec<String> = survivors
+            .iter()
+            .map(|&i| cl.nodes[i].internal_url().to_owned())
+            .collect();
+        let c = c.clone();
+        async move {
+            let mut sum = 0.0;
+            for n in &nodes {
+                sum += metric(&c, n, "waitingroom_admitted_total").await;
+            }
+            sum
+        }
+    };
+    assert_eq!(admitted(&cl).await, 0.0);
+    // Back to normal under a cap of 600 a minute: 2 per 200-ms round. The visitors keep
+    // checking in (and leave once let out) while the admissions are counted.
+    admin(&cl, survivors[0], token, Some(json!({"mode": "normal"}))).await;
+    let start = Instant::now();
+    let nodes: Vec<String> = survivors.iter().map(|&i| cl.url(i).to_owned()).collect();
+    let visitors = tokio::spawn({
+        let c = c.clone();
+        async move { admit_all(&c, &nodes, tickets, Duration::from_secs(20)).await }
+    });
+    let mut samples = 0;
+    while !visitors.is_finished() {
+        let let_out = admitted(&cl).await;
+        let rounds = (start.elapsed().as_millis() / 200) as f64 + 1.0;
+        assert!(
+            let_out <= 2.0 * rounds + 2.0,
+            "{let_out} let out in {rounds} rounds"
+        );
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (order, _, _) = visitors.await.unwrap();
+    assert_eq!(order.len(), 12);
+    assert_eq!(admitted(&cl).await, 12.0);
+    assert!(
+        samples > 5 && start.elapsed() >= Duration::from_millis(800),
+        "spread out"
+    );
+    cl.nodes.remove(root);
+    let _ = std::fs::remove_file(token_file);
+}

@@ -152,6 +152,25 @@ impl Ledger {
         (mean, max)
     }
 
+    /// Most visitors first let out within any `window` ms (a sliding window over the admission
+    /// times).
+    pub fn max_admitted_within(&self, window: Time) -> u64 {
+        let mut times: Vec<Time> = (0..self.decided_at.len())
+            .filter(|&i| self.decided_at[i] != NEVER)
+            .map(|i| self.at[i])
+            .collect();
+        times.sort_unstable();
+        let mut start = 0;
+        let mut most = 0;
+        for end in 0..times.len() {
+            while times[end] >= times[start] + window {
+                start += 1;
+            }
+            most = most.max(end + 1 - start);
+        }
+        most as u64
+    }
+
     /// Kendall-Tau distances (see [`Fairness`]); `round_ms` is the eviction interval, whose
     /// boundaries start the rounds.
     pub fn fairness(&self, round_ms: Time) -> Fairness {
@@ -254,6 +273,10 @@ pub struct RunReport {
     pub max_on_site: u64,
     /// Largest excess of `max_on_site` over the target.
     pub max_overshoot: u64,
+    /// Most visitors let out within any one minute.
+    pub max_admitted_per_minute: u64,
+    /// With a rate cap: how far that went over the cap plus one round's burst (must be 0).
+    pub rate_cap_excess: u64,
     /// With partitions: mean wait (ms) of the visitors who joined during the first one at a
     /// node on its paused side (no majority), and of those who joined on the other side.
     pub partition_waits: Option<(f64, f64)>,
@@ -316,6 +339,12 @@ impl RunReport {
             out.push(format!(
                 "{} checks with more places granted and held than the target (at most {})",
                 self.grant_violations, self.max_granted_plus_held
+            ));
+        }
+        if self.rate_cap_excess > 0 {
+            out.push(format!(
+                "{} admitted in one minute, {} over the rate cap and one round's burst",
+                self.max_admitted_per_minute, self.rate_cap_excess
             ));
         }
         if self.invariant_violations > 0 {

@@ -56,6 +56,10 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
         ("sim_time_ms", format!("{}{timed_out}", r.sim_time_ms)),
         ("max_on_site", r.max_on_site.to_string()),
         ("max_overshoot", r.max_overshoot.to_string()),
+        (
+            "max_admitted_per_minute",
+            r.max_admitted_per_minute.to_string(),
+        ),
         ("max_granted_plus_held", r.max_granted_plus_held.to_string()),
         ("grant_violations", r.grant_violations.to_string()),
         (

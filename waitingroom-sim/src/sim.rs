@@ -235,6 +235,13 @@ impl Ctx {
         report.max_on_site = ledger.max_on_site;
         let target = self.cfg.protocol.target_on_site.on_site();
         report.max_overshoot = ledger.max_on_site.saturating_sub(target);
+        report.max_admitted_per_minute = ledger.max_admitted_within(60_000);
+        if let Some(cap) = self.cfg.protocol.new_users_per_minute {
+            // One round may let out its share at its start and the next round's share a whole
+            // interval later: a minute spans at most one round more than its share.
+            let burst = (cap * self.cfg.protocol.eviction_interval_ms).div_ceil(60_000);
+            report.rate_cap_excess = report.max_admitted_per_minute.saturating_sub(cap + burst);
+        }
         for phase in &self.visitors.phase {
             match phase {
                 Phase::Waiting => report.lost += 1,

@@ -124,6 +124,24 @@ fn abandonment_and_sessions_keep_the_site_within_target() {
     assert_eq!(r.max_overshoot, 0, "{r:#?}");
 }
 
+/// The live rate cap (README, "Live settings"): 600 visitors a minute, with churn and the root
+/// crashed twice, lets at most the cap plus one round's share out in any minute; without the
+/// cap the same crowd gets in far faster.
+#[test]
+fn the_rate_cap_holds_with_churn_and_a_dying_root() {
+    let flags = "--users 1000 --target-on-site unlimited --churn 2 --script crash-root@3000 \
+                 --script crash-root@15000";
+    let capped = run(&small(5, &format!("{flags} --new-users-per-minute 600")));
+    assert_clean(&capped);
+    assert_eq!(capped.rate_cap_excess, 0, "{capped:#?}");
+    assert!(capped.max_admitted_per_minute <= 610, "{capped:#?}");
+    assert!(capped.max_admitted_per_minute >= 590, "{capped:#?}");
+    assert!(capped.protocol_events.get("disturbance-skipped").is_none());
+    let free = run(&small(5, flags));
+    assert_clean(&free);
+    assert_eq!(free.max_admitted_per_minute, 1000, "{free:#?}");
+}
+
 /// Passes outlive the node that issued them: after a crash its visitors still hold their places
 /// until their passes expire, and the cluster must not give those places away again.
 #[test]

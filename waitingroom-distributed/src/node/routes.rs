@@ -101,7 +101,19 @@ impl Node {
         let mut out = Outbox::default();
         let result = f(&mut self.tag, ctx, &mut self.local, &mut out);
         self.send_outbox(now, out);
+        self.apply_settings();
         result
+    }
+
+    /// Puts the room settings TAG holds in force in the local room, if a round brought new
+    /// live settings (`live.rs`).
+    pub(super) fn apply_settings(&mut self) {
+        if self.local.room().settings() != self.tag.settings() {
+            let settings = self.tag.settings().clone();
+            // TAG checked them against this node's file settings before it took them.
+            let _ = self.local.room_mut().set_settings(settings);
+            self.emit(Event::SettingsChanged(self.tag.live().clone()));
+        }
     }
 
     /// An interval boundary: the watchdog rebuilds a tree that has gone quiet; the root counts.

@@ -11,6 +11,7 @@ use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket
 use super::{Node, next_boundary};
 use crate::cluster::Phase;
 use crate::lease::Pause;
+use crate::live::Mode;
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
 use crate::outputs::Outbox;
@@ -33,12 +34,18 @@ pub enum VisitorError {
     /// This node lets nobody out at the moment (no live grant, or no majority): ask another.
     #[error("node is not admitting at the moment ({})", .0.as_str())]
     Paused(Pause),
+    /// The room is closed to new visitors (mode `reject`, README "Live settings").
+    #[error("the waiting room is closed to new visitors")]
+    Rejected,
 }
 
 impl Node {
     /// A new visitor joins through this node.
     pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
         self.ready()?;
+        if self.tag.live().mode == Mode::Reject {
+            return Err(VisitorError::Rejected);
+        }
         let straight_through = self.tag.take_place(now, self.local.room().queued());
         let stamp = self.reference_time(now);
         let answer = self
@@ -236,7 +243,7 @@ impl Node {
     /// intervals, spread by ticket id, serve them.
     fn refresh_soon(&self, now: Time, ticket: &Ticket, position: u64) -> Option<Time> {
         let s = self.tag.summary()?;
-        if self.cfg.settings.is_unlimited() || position > s.admitted.max(1) {
+        if self.tag.settings().is_unlimited() || position > s.admitted.max(1) {
             return None;
         }
         let interval = self.cfg.settings.eviction_interval_ms;

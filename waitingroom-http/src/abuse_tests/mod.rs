@@ -28,6 +28,7 @@ use crate::crypto::Crypto;
 use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
 use crate::peer_auth::{RequestHead, Route};
 
+mod admin;
 mod doors;
 mod peer;
 

@@ -5,6 +5,7 @@
 //! - `peer.rs`: what other nodes send (`/peer/...`): protocol messages and forwarded visitor
 //!   requests, each authenticated with the cluster key;
 //! - `ops.rs`: health, readiness, metrics, cluster status and the public keys;
+//! - `admin.rs`: the operator's API (`/admin/...`): the live settings, behind a bearer token;
 //! - `body.rs`: reading request bodies, shared by the visitor and peer handlers.
 //!
 //! Handlers read the request, call [`App`] (the visitor operations in [`crate::visitor`], or
@@ -12,6 +13,7 @@
 //! routers of the two listeners ([`public_router`], [`internal_router`]; [`router`] for one
 //! port) with the request log and the error fallbacks.
 
+mod admin;
 mod body;
 pub mod openapi;
 mod ops;
@@ -68,7 +70,8 @@ pub fn router(app: Arc<App>) -> Router {
     let routes = visitor_routes(&app)
         .merge(public_ops())
         .merge(peer_routes())
-        .merge(internal_ops());
+        .merge(internal_ops())
+        .merge(admin_routes(&app));
     guarded(
         shedding(finish(routes, app.clone(), fallback), app.clone()),
         &app,
@@ -89,7 +92,10 @@ pub fn public_router(app: Arc<App>) -> Router {
 /// The internal listener's routes: peer traffic, metrics, the cluster view, health. Anything
 /// else is 404.
 pub fn internal_router(app: Arc<App>) -> Router {
-    let routes = peer_routes().merge(internal_ops()).merge(health());
+    let routes = peer_routes()
+        .merge(internal_ops())
+        .merge(admin_routes(&app))
+        .merge(health());
     guarded(finish(routes, app.clone(), internal_fallback), &app)
 }
 
@@ -202,6 +208,22 @@ fn internal_ops_table() -> Vec<Route> {
     ]
 }
 
+fn admin_table() -> Vec<Route> {
+    vec![(
+        "/admin/settings",
+        get(admin::get_settings).patch(admin::patch_settings),
+    )]
+}
+
+fn admin_routes(app: &Arc<App>) -> Router<Arc<App>> {
+    table(admin_table())
+        .route_layer(middleware::from_fn_with_state(
+            app.clone(),
+            admin::require_token,
+        ))
+        .layer(DefaultBodyLimit::max(16 * 1024))
+}
+
 fn visitor_routes(app: &App) -> Router<Arc<App>> {
     table(visitor_table()).layer(DefaultBodyLimit::max(app.cfg.limits.visitor_body))
 }
@@ -233,6 +255,7 @@ fn all_paths() -> Vec<&'static str> {
         health_table(),
         public_ops_table(),
         internal_ops_table(),
+        admin_table(),
     ]
     .into_iter()
     .flatten()

@@ -8,7 +8,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 
-use super::{ops, page, peer, visitor};
+use super::{admin, ops, page, peer, visitor};
 use crate::errors::ErrorBody;
 use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
@@ -36,6 +36,8 @@ use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
         document,
         ops::metrics,
         ops::cluster,
+        admin::get_settings,
+        admin::patch_settings,
         peer::messages,
         peer::forwarded_batch,
         peer::forwarded_checkin,

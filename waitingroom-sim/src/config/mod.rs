@@ -153,7 +153,7 @@ pub struct FaultOptions {
     #[arg(long, default_value_t = 0)]
     pub clock_skew_ms: Time,
     /// A disturbance at a fixed time after the window opens, e.g. `crash@30000`,
-    /// `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…` (repeatable).
+    /// `crash-root@…`, `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…` (repeatable).
     #[arg(long)]
     pub script: Vec<Scripted>,
 }
@@ -185,6 +185,9 @@ pub struct ProtocolOptions {
     /// Admit arriving visitors at once while the site has room and nobody waits.
     #[arg(long, alias = "straight-through")]
     pub admit_straight_through: bool,
+    /// Most visitors let out per minute, cluster-wide (the live rate cap; none by default).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub new_users_per_minute: Option<u64>,
     /// SWIM probe interval.
     #[arg(long, alias = "probe-ms", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     pub probe_interval_ms: Time,
@@ -267,6 +270,7 @@ impl ProtocolOptions {
     /// Sets the node settings these options name; the others keep the protocol's defaults.
     pub fn configure(&self, node: &mut NodeConfig) {
         node.admission = self.admission;
+        node.new_users_per_minute = self.new_users_per_minute;
         node.probe_interval_ms = self.probe_interval_ms;
         node.probe_timeout_ms = self.probe_timeout_ms;
     }

@@ -243,6 +243,8 @@ impl PartitionKind {
 pub enum Disturbance {
     /// A random live node stops abruptly (never the last one).
     Crash,
+    /// The root (the node that counts the rounds) stops abruptly (never the last node).
+    CrashRoot,
     /// A random live node stops abruptly and comes back `restart_delay_ms` later with the same
     /// id and a higher incarnation.
     Restart,
@@ -254,8 +256,9 @@ pub enum Disturbance {
 
 impl Disturbance {
     /// Every disturbance a script can name.
-    pub const ALL: [Disturbance; 6] = [
+    pub const ALL: [Disturbance; 7] = [
         Disturbance::Crash,
+        Disturbance::CrashRoot,
         Disturbance::Restart,
         Disturbance::Add,
         Disturbance::Partition(PartitionKind::Isolate),
@@ -267,6 +270,7 @@ impl Disturbance {
     pub fn name(self) -> &'static str {
         match self {
             Disturbance::Crash => "crash",
+            Disturbance::CrashRoot => "crash-root",
             Disturbance::Restart => "restart",
             Disturbance::Add => "add",
             Disturbance::Partition(PartitionKind::Isolate) => "isolate",
@@ -294,7 +298,7 @@ impl fmt::Display for Scripted {
 impl FromStr for Scripted {
     type Err = String;
 
-    /// `crash@30000`, `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…`.
+    /// `crash@30000`, `crash-root@…`, `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (what, at) = s
             .split_once('@')

@@ -106,6 +106,7 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::Elsewhere(_) => "elsewhere".into(),
         VisitorError::Engine(e) => format!("{e}"),
         VisitorError::Paused(why) => format!("paused-{}", why.as_str()),
+        VisitorError::Rejected => "rejected".into(),
     }
 }
 
@@ -421,6 +422,17 @@ impl QpidRoom {
                     self.plan.push(Action::Revive(victim));
                     let at = ctx.now + self.cfg.faults.restart_delay_ms;
                     ctx.sched.at(at, Ev::Disturb(self.plan.len() as u32 - 1));
+                }
+            }
+            Disturbance::CrashRoot => {
+                let alive = self.nodes.alive_slots();
+                let root = alive
+                    .iter()
+                    .copied()
+                    .find(|&s| self.nodes.node(s).is_root());
+                match root {
+                    Some(root) if alive.len() > 1 => self.crash(ctx, root),
+                    _ => bump(&mut self.tallies.protocol_events, "disturbance-skipped"),
                 }
             }
             Disturbance::Add => {

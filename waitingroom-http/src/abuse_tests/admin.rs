@@ -1,0 +1,185 @@
+//! The admin API (README, "Live settings"): only with the token, only on the internal routes,
+//! every bad value named, and each mode doing what it says at the visitor API.
+
+use super::*;
+
+const TOKEN: &str = "0123456789abcdef-test-token";
+
+/// A node with the admin API on (a token file written for it) and its timer running.
+fn admin_node(extra: Options) -> TestNode {
+    let path = std::env::temp_dir().join(format!(
+        "wr-admin-token-{}-{}",
+        std::process::id(),
+        now_ms()
+    ));
+    std::fs::write(&path, format!("{TOKEN}\n")).expect("write the token file");
+    let options = Options {
+        admin_token_file: Some(path.clone()),
+        ..extra
+    };
+    let node = TestNode::start(options, true);
+    let _ = std::fs::remove_file(path);
+    node
+}
+
+fn admin(method: &str, token: Option<&str>, body: Option<Value>) -> Request<Body> {
+    let mut req = Request::builder().method(method).uri("/admin/settings");
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    if body.is_some() {
+        req = req.header(header::CONTENT_TYPE, "application/json");
+    }
+    let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+    req.body(body).expect("request")
+}
+
+impl TestNode {
+    async fn patch(&self, change: Value) -> Reply {
+        self.send(admin("PATCH", Some(TOKEN), Some(change))).await
+    }
+
+    async fn join_status(&self) -> Reply {
+        self.post("/api/join", json!({})).await
+    }
+}
+
+#[tokio::test]
+async fn the_admin_api_needs_its_token_and_is_off_without_one() {
+    let off = TestNode::start(options(), false);
+    off.send(admin("GET", Some(TOKEN), None))
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "admin_off");
+    let node = admin_node(options());
+    for token in [None, Some("wrong"), Some("0123456789abcdef-test-tokeX")] {
+        let r = node.send(admin("GET", token, None)).await;
+        r.assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
+    }
+    let r = node
+        .send(admin(
+            "PATCH",
+            Some("wrong"),
+            Some(json!({"mode": "reject"})),
+        ))
+        .await;
+    r.assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    let metrics = node
+        .send(bodiless(Request::get("/metrics"), header::ACCEPT, "*/*"))
+        .await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.contains("waitingroom_admin_requests_refused_total 4"),
+        "{text}"
+    );
+    let r = node.send(admin("GET", Some(TOKEN), None)).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let v = r.json();
+    assert_eq!(
+        (v["version"].clone(), v["mode"].clone()),
+        (json!(0), json!("normal"))
+    );
+    assert_eq!(v["target_on_site"], 100);
+    // The public listener's routes never serve it.
+    let public = crate::api::public_router(node.app.clone());
+    let (status, _, _) = crate::api::call(&public, admin("GET", Some(TOKEN), None)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_bad_setting_is_refused_with_its_name_and_changes_nothing() {
+    let node = admin_node(options());
+    for (change, field) in [
+        (json!({"target_on_site": 0}), "target_on_site"),
+        (json!({"target_on_site": "many"}), "target_on_site"),
+        (json!({"mode": "closed"}), "mode"),
+        (json!({"new_users_per_minute": -5}), "new_users_per_minute"),
+        (json!({"queueing_method": "random"}), "queueing_method"),
+        (json!({"session_duration_ms": 5}), "session_duration_ms"),
+        (json!({"eviction_interval_ms": 5}), "eviction_interval_ms"),
+    ] {
+        let r = node.patch(change.clone()).await;
+        r.assert_error(StatusCode::BAD_REQUEST, "invalid_setting");
+        let message = r.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains(field), "{change}: {message}");
+    }
+    let r = node
+        .send(
+            Request::patch("/admin/settings")
+                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+                .body(Body::from("{not json"))
+                .expect("request"),
+        )
+        .await;
+    r.assert_error(StatusCode::BAD_REQUEST, "bad_json");
+    let v = node.send(admin("GET", Some(TOKEN), None)).await.json();
+    assert_eq!(v["version"], 0);
+}
+
+#[tokio::test]
+async fn a_change_is_confirmed_by_a_round_and_shows_in_the_metrics() {
+    let node = admin_node(options());
+    let r = node
+        .patch(json!({"target_on_site": 7, "new_users_per_minute": 600}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let v = r.json();
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["author"], 1);
+    assert_eq!(v["target_on_site"], 7);
+    assert_eq!(v["new_users_per_minute"], 600);
+    assert_eq!(v["confirmed"], true, "{v}");
+    let r = node.patch(json!({"target_on_site": "unlimited"})).await;
+    assert_eq!(r.json()["target_on_site"], "unlimited");
+    let metrics = node
+        .send(bodiless(Request::get("/metrics"), header::ACCEPT, "*/*"))
+        .await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    for line in [
+        "waitingroom_settings_version 2",
+        "waitingroom_target_on_site inf",
+        "waitingroom_new_users_per_minute 600.0",
+        "waitingroom_mode{mode=\"normal\"} 1",
+        "waitingroom_mode{mode=\"reject\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+}
+
+#[tokio::test]
+async fn each_mode_does_what_it_says_and_switching_back_keeps_the_queue() {
+    let node = admin_node(Options {
+        target_on_site: Some(1),
+        ..options()
+    });
+    node.patch(json!({"mode": "queue_all"})).await;
+    let r = node.join_status().await;
+    assert_eq!(r.json()["status"], "queued", "{}", r.json());
+    let ticket = r.json()["ticket"].as_str().expect("ticket").to_owned();
+    // Rounds go by (20 ms each) and check-ins go on; nobody is let out.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let r = node.post("/api/checkin", json!({ "ticket": ticket })).await;
+        assert_eq!(r.json()["status"], "queued", "{}", r.json());
+    }
+    node.patch(json!({"mode": "reject"})).await;
+    let r = node.join_status().await;
+    r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "rejected");
+    node.patch(json!({"mode": "passthrough"})).await;
+    let r = node.join_status().await;
+    assert_eq!(r.json()["status"], "admitted", "{}", r.json());
+    node.patch(json!({"mode": "normal"})).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = node.post("/api/checkin", json!({ "ticket": ticket })).await;
+        if r.json()["status"] == "admitted" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queued visitor kept their place: {}",
+            r.json()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -4,7 +4,9 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
+use crate::clock::now_ms;
 use crate::config::ServerConfig;
+use crate::wire::PassAnswer;
 
 /// Cookie holding the ticket.
 pub const TICKET: &str = "wr_ticket";
@@ -51,15 +53,16 @@ pub fn for_ticket(cfg: &ServerConfig, token: &str) -> HeaderValue {
     set(TICKET, token, Some(max_age), cfg.cookie_secure)
 }
 
-/// The pass cookie for `token`: kept as long as the pass stays valid without a refresh.
-pub fn for_pass(cfg: &ServerConfig, token: &str) -> HeaderValue {
-    let max_age = cfg.settings.pass_expiry_ms.div_ceil(1000);
-    set(PASS, token, Some(max_age), cfg.cookie_secure)
+/// The pass cookie for pass `p`: kept as long as the pass stays valid without a refresh (the
+/// pass expiry is a live setting, so it is read off the pass, not the file).
+pub fn for_pass(cfg: &ServerConfig, p: &PassAnswer) -> HeaderValue {
+    let max_age = p.expires_at_ms.saturating_sub(now_ms()).div_ceil(1000);
+    set(PASS, &p.pass, Some(max_age), cfg.cookie_secure)
 }
 
-/// The cookies of a ticket exchanged for the pass `token`: the pass set, the ticket deleted.
-pub fn after_leave(cfg: &ServerConfig, token: &str) -> Vec<HeaderValue> {
-    vec![for_pass(cfg, token), clear(TICKET, cfg.cookie_secure)]
+/// The cookies of a ticket exchanged for the pass `p`: the pass set, the ticket deleted.
+pub fn after_leave(cfg: &ServerConfig, p: &PassAnswer) -> Vec<HeaderValue> {
+    vec![for_pass(cfg, p), clear(TICKET, cfg.cookie_secure)]
 }
 
 /// The bearer token of an `Authorization` header.

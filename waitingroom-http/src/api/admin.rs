@@ -52,12 +52,8 @@ pub(super) async fn require_token(
 /// Whether the request's bearer token is `token`. The comparison takes the same time whatever
 /// the guess (the lengths may differ: the token's length is no secret worth keeping).
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    given.is_some_and(|g| bool::from(g.as_bytes().ct_eq(token.as_bytes())))
+    crate::cookies::bearer(headers)
+        .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
 }
 
 #[utoipa::path(get, path = "/admin/settings", tag = "internal",

@@ -61,7 +61,7 @@ pub(super) async fn waiting_page(
         // Exchanged already: the same pass again if this is the page asking after its answer
         // was lost (same leave key, within the minute passes are kept); else a new visit.
         Err(e) if e.code == "already_left" => match app.leave(ticket, Some(key)).await {
-            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p.pass)),
+            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p)),
             Err(_) => app.page.fresh(app.cfg.settings.refresh_interval_ms),
         },
         // A ticket that can no longer be used (expired, forged): a new visit, which the page's
@@ -70,7 +70,7 @@ pub(super) async fn waiting_page(
             app.page.fresh(app.cfg.settings.refresh_interval_ms)
         }
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket, Some(key)).await {
-            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p.pass)),
+            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p)),
             Err(e) => error_page(&app, &e),
         },
         Ok(a) => app

@@ -149,7 +149,7 @@ pub(super) async fn leave(
     let token = ticket(&headers, body)?;
     let key = idempotency_key(&headers)?;
     let p = app.leave(&token, key).await?;
-    let set = cookies::after_leave(&app.cfg, &p.pass);
+    let set = cookies::after_leave(&app.cfg, &p);
     Ok(with_cookies(p, set))
 }
 
@@ -189,7 +189,7 @@ pub(super) async fn refresh_pass(
     let token = token_from(b.pass.as_deref(), &headers, cookies::PASS)
         .ok_or_else(|| ApiError::missing_token("pass"))?;
     let p = app.refresh_pass(token)?;
-    let cookie = cookies::for_pass(&app.cfg, &p.pass);
+    let cookie = cookies::for_pass(&app.cfg, &p);
     Ok(with_cookies(p, vec![cookie]))
 }
 

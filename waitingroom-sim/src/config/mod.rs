@@ -477,7 +477,8 @@ mod tests {
              --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \
              --admission batched --target-on-site unlimited --refresh-interval-ms 700 \
              --ticket-expiry-ms 12000 --pass-expiry-ms 5000 --eviction-interval-ms 900 \
-             --admit-straight-through --probe-interval-ms 400 --probe-timeout-ms 150 \
+             --admit-straight-through --new-users-per-minute 90 --probe-interval-ms 400 \
+             --probe-timeout-ms 150 \
              --check-every 3 --max-time-ms 99000"
                 .split_whitespace(),
         )

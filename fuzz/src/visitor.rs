@@ -102,7 +102,7 @@ fn sandbox_client() -> reqwest::Client {
     CLIENT
         .get_or_init(|| {
             let proxy = reqwest::Proxy::all("http://127.0.0.1:9").expect("a proxy URL");
-            reqwest::Client::builder()
+            waitingroom_http::tls::client_builder()
                 .proxy(proxy)
                 .connect_timeout(Duration::from_millis(100))
                 .timeout(Duration::from_millis(500))

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
+use waitingroom_http::tls::{InternalTls, TlsFiles};
 
 /// Read or change the live settings of a running cluster through one node's internal
 /// listener. A change made at any node applies to every node after the next eviction round.
@@ -16,6 +17,10 @@ pub struct AdminArgs {
     /// File holding the admin token (the node's --admin-token-file).
     #[arg(long, env = "WAITINGROOM_ADMIN_TOKEN_FILE", value_name = "PATH")]
     token_file: PathBuf,
+    /// With mutual TLS on the internal listener: a client certificate from the cluster's CA,
+    /// its key, and the CA (PEM files, as the node's --internal-tls-*).
+    #[arg(long, num_args = 3, value_names = ["CERT", "KEY", "CA"])]
+    tls: Option<Vec<PathBuf>>,
     #[command(subcommand)]
     action: Action,
 }
@@ -40,7 +45,20 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
     let token = std::fs::read_to_string(&args.token_file)
         .with_context(|| format!("cannot read {}", args.token_file.display()))?;
     let url = format!("{}/admin/settings", args.url.trim_end_matches('/'));
-    let client = reqwest::Client::new();
+    let client = match args.tls.as_deref() {
+        Some([cert, key, ca]) => {
+            let files = TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            };
+            let tls = InternalTls::load(&files).map_err(|e| anyhow::anyhow!("--tls: {e}"))?;
+            waitingroom_http::tls::client_builder()
+                .tls_backend_preconfigured(tls.client)
+                .build()?
+        }
+        _ => waitingroom_http::tls::client_builder().build()?,
+    };
     let req = match &args.action {
         Action::Get => client.get(&url),
         Action::Set { changes } => client.patch(&url).json(&patch(changes)?),

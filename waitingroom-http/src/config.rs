@@ -17,6 +17,7 @@ use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig};
 
 use crate::client_addr::Cidr;
+use crate::tls::{InternalTls, TlsFiles};
 
 /// Every setting of `waitingroom-node run`; `None` means "not given here".
 #[derive(Debug, Clone, Default, Args, Deserialize)]
@@ -36,16 +37,32 @@ pub struct Options {
     /// port, loopback only)
     #[arg(long, env = "WAITINGROOM_INTERNAL_LISTEN", value_name = "ADDR")]
     pub internal_listen: Option<SocketAddr>,
-    /// Base URL other nodes use to reach this one: its internal listener; http:// (this build
-    /// has no TLS). Required when that listener is on 0.0.0.0 or ::. (default: http:// + the internal listener's address, or
-    /// the public one's without --internal-listen)
+    /// Base URL other nodes use to reach this one: its internal listener; https:// with
+    /// --internal-tls-cert, else http://. Required when that listener is on 0.0.0.0 or ::.
+    /// (default: the scheme + the internal listener's address, or the public one's without
+    /// --internal-listen)
     #[arg(long, env = "WAITINGROOM_ADVERTISE", value_name = "URL")]
     pub advertise: Option<String>,
+    /// Mutual TLS on the internal listener: this node's certificate chain (PEM). With
+    /// --internal-tls-key and --internal-tls-ca, the internal listener speaks only TLS and
+    /// takes only clients with a certificate from that CA, and this node calls its peers over
+    /// https:// with this certificate. The certificate must name the host of --advertise (an
+    /// IP SAN for an address). (default: none: plain http:// on a private network)
+    #[arg(long, env = "WAITINGROOM_INTERNAL_TLS_CERT", value_name = "PATH")]
+    pub internal_tls_cert: Option<PathBuf>,
+    /// Mutual TLS: this node's private key (PEM). (default: none)
+    #[arg(long, env = "WAITINGROOM_INTERNAL_TLS_KEY", value_name = "PATH")]
+    pub internal_tls_key: Option<PathBuf>,
+    /// Mutual TLS: the CA certificate (PEM) that signs every node's certificate and those of
+    /// operators' tools; the only one trusted on the internal listener. (default: none)
+    #[arg(long, env = "WAITINGROOM_INTERNAL_TLS_CA", value_name = "PATH")]
+    pub internal_tls_ca: Option<PathBuf>,
     /// This node's id, unique in the cluster and never 0. (default: derived from the
     /// advertised URL)
     #[arg(long, env = "WAITINGROOM_NODE_ID", value_name = "ID")]
     pub node_id: Option<u64>,
-    /// Internal base URLs (http://) of cluster members to join through (comma-separated).
+    /// Internal base URLs of cluster members to join through (comma-separated): https:// with
+    /// --internal-tls-cert, else http://.
     /// Empty: start a new cluster. (default: empty)
     #[arg(
         long,
@@ -430,6 +447,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Internal listen address; `None`: one port for everything (loopback only).
     pub internal_listen: Option<SocketAddr>,
+    /// Mutual TLS on the internal listener and to peers, if configured.
+    pub internal_tls: Option<TlsFiles>,
     /// Advertised URL, if given (else derived from the bound address).
     pub advertise: Option<String>,
     /// Node id, if given (else derived from the advertised URL).
@@ -468,6 +487,8 @@ pub struct ServerConfig {
 /// Where to find peers in DNS (`--peers-dns`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Discovery {
+    /// How peers are reached: `https` with mutual TLS, else `http`.
+    pub scheme: &'static str,
     /// The name whose A/AAAA records are the peers.
     pub name: String,
     /// The peers' (internal) port.
@@ -523,6 +544,9 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
     protocol_knobs!(merge!(
         listen,
         internal_listen,
+        internal_tls_cert,
+        internal_tls_key,
+        internal_tls_ca,
         advertise,
         node_id,
         peers,
@@ -584,12 +608,14 @@ impl Options {
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
         let internal_listen = self.internal_listen(listen)?;
+        let internal_tls = self.internal_tls(internal_listen)?;
+        let tls = internal_tls.is_some();
         // Fields are evaluated in the order written: that is the order of the checks.
         Ok(ServerConfig {
-            advertise: self.advertise(internal_listen.unwrap_or(listen))?,
+            advertise: self.advertise(internal_listen.unwrap_or(listen), tls)?,
             node_id: self.node_id()?,
-            peers: self.seeds()?,
-            discovery: self.discovery(internal_listen.unwrap_or(listen))?,
+            peers: self.seeds(tls)?,
+            discovery: self.discovery(internal_listen.unwrap_or(listen), tls)?,
             key_file: self.key_file()?,
             extra_verify_keys: self.extra_verify_key.clone().unwrap_or_default(),
             origin_url: self.origin_url()?,
@@ -607,6 +633,7 @@ impl Options {
                     .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://")),
             listen,
             internal_listen,
+            internal_tls,
             settings,
             protocol,
         })
@@ -664,13 +691,53 @@ impl Options {
         }
     }
 
+    /// Mutual TLS on the internal listener: all three files, or none; only with an internal
+    /// listener (the public one serves visitors' browsers, which have no such certificate).
+    fn internal_tls(
+        &self,
+        internal: Option<SocketAddr>,
+    ) -> Result<Option<TlsFiles>, SettingsError> {
+        let (cert, key, ca) = (
+            &self.internal_tls_cert,
+            &self.internal_tls_key,
+            &self.internal_tls_ca,
+        );
+        if cert.is_none() && key.is_none() && ca.is_none() {
+            return Ok(None);
+        }
+        let missing = |field: &'static str| {
+            SettingsError::new(
+                field,
+                "is required with the other internal_tls settings (cert, key and ca together)",
+            )
+        };
+        let files = TlsFiles {
+            cert: cert.clone().ok_or_else(|| missing("internal_tls_cert"))?,
+            key: key.clone().ok_or_else(|| missing("internal_tls_key"))?,
+            ca: ca.clone().ok_or_else(|| missing("internal_tls_ca"))?,
+        };
+        if internal.is_none() {
+            return Err(SettingsError::new(
+                "internal_tls_cert",
+                "needs --internal-listen: TLS applies to the internal listener only",
+            ));
+        }
+        // Read now: a bad file stops the node at start, naming it.
+        InternalTls::load(&files)?;
+        Ok(Some(files))
+    }
+
     /// The advertised URL, if given: peers must be able to reach it, so it is required when
     /// the listener peers use (`peer_listen`: the internal one, else the public one) is an
     /// unspecified address.
-    fn advertise(&self, peer_listen: SocketAddr) -> Result<Option<String>, SettingsError> {
+    fn advertise(
+        &self,
+        peer_listen: SocketAddr,
+        tls: bool,
+    ) -> Result<Option<String>, SettingsError> {
         match &self.advertise {
             Some(adv) => {
-                check_peer_url("advertise", adv)?;
+                check_peer_url("advertise", adv, tls)?;
                 Ok(Some(adv.trim_end_matches('/').to_owned()))
             }
             None if peer_listen.ip().is_unspecified() => Err(SettingsError::new(
@@ -701,7 +768,7 @@ impl Options {
     }
 
     /// The members to join through, as base URLs without a trailing slash.
-    fn seeds(&self) -> Result<Vec<String>, SettingsError> {
+    fn seeds(&self, tls: bool) -> Result<Vec<String>, SettingsError> {
         let peers: Vec<String> = self
             .peers
             .iter()
@@ -710,14 +777,18 @@ impl Options {
             .filter(|p| !p.is_empty())
             .collect();
         for p in &peers {
-            check_peer_url("peers", p)?;
+            check_peer_url("peers", p, tls)?;
         }
         Ok(peers)
     }
 
     /// DNS discovery: the name (no scheme, no path), the peers' port (default: this node's
     /// peer port), how often to look it up again.
-    fn discovery(&self, peer_listen: SocketAddr) -> Result<Option<Discovery>, SettingsError> {
+    fn discovery(
+        &self,
+        peer_listen: SocketAddr,
+        tls: bool,
+    ) -> Result<Option<Discovery>, SettingsError> {
         let Some(spec) = self.peers_dns.as_deref().map(str::trim) else {
             return Ok(None);
         };
@@ -744,6 +815,7 @@ impl Options {
             ));
         }
         Ok(Some(Discovery {
+            scheme: if tls { "https" } else { "http" },
             name: name.to_owned(),
             port,
             server: self.dns_server,
@@ -963,20 +1035,26 @@ pub fn web_origin(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| format!("{scheme}://{host}"))
 }
 
-/// A URL peers are reached at: `http://` only. This build has no TLS client (nor server), so
-/// an `https://` peer could never be reached: refused now rather than failing at run time.
-fn check_peer_url(field: &'static str, url: &str) -> Result<(), SettingsError> {
-    if url
+/// A URL peers are reached at: `https://` with mutual TLS (`tls`), `http://` without. A peer
+/// of the other kind could never be reached: refused now rather than failing at run time.
+fn check_peer_url(field: &'static str, url: &str, tls: bool) -> Result<(), SettingsError> {
+    let https = url
         .get(..8)
-        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-    {
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    if https && !tls {
         return Err(SettingsError::new(
             field,
             format!(
-                "`{url}`: peers talk plain http:// between internal listeners (this build has \
-                 no TLS; mutual TLS on the internal listener is not implemented): use http:// \
-                 on a private network"
+                "`{url}`: an https:// peer needs mutual TLS on the internal listener \
+                 (--internal-tls-cert, --internal-tls-key, --internal-tls-ca); without it peers \
+                 talk http:// on a private network"
             ),
+        ));
+    }
+    if tls && !https {
+        return Err(SettingsError::new(
+            field,
+            format!("`{url}`: with mutual TLS on the internal listener, peers are https://"),
         ));
     }
     check_url(field, url)
@@ -1175,6 +1253,35 @@ mod tests {
                     ..base()
                 },
                 "advertise",
+            ),
+            (
+                Options {
+                    internal_tls_cert: Some("node.pem".into()),
+                    internal_tls_ca: Some("ca.pem".into()),
+                    ..base()
+                },
+                "internal_tls_key",
+            ),
+            (
+                Options {
+                    internal_listen: None,
+                    listen: Some("127.0.0.1:8080".parse().unwrap()),
+                    internal_tls_cert: Some("node.pem".into()),
+                    internal_tls_key: Some("node-key.pem".into()),
+                    internal_tls_ca: Some("ca.pem".into()),
+                    ..base()
+                },
+                "internal_tls_cert",
+            ),
+            (
+                Options {
+                    internal_listen: Some("127.0.0.1:9090".parse().unwrap()),
+                    internal_tls_cert: Some("/nonexistent/node.pem".into()),
+                    internal_tls_key: Some("/nonexistent/node-key.pem".into()),
+                    internal_tls_ca: Some("/nonexistent/ca.pem".into()),
+                    ..base()
+                },
+                "internal_tls_cert",
             ),
             (
                 Options {

@@ -66,8 +66,8 @@ impl Finder {
 
     fn url(&self, ip: IpAddr) -> String {
         match ip {
-            IpAddr::V4(v4) => format!("http://{v4}:{}", self.spec.port),
-            IpAddr::V6(v6) => format!("http://[{v6}]:{}", self.spec.port),
+            IpAddr::V4(v4) => format!("{}://{v4}:{}", self.spec.scheme, self.spec.port),
+            IpAddr::V6(v6) => format!("{}://[{v6}]:{}", self.spec.scheme, self.spec.port),
         }
     }
 

@@ -112,7 +112,8 @@ impl Gate {
     }
 
     /// Fetches the JWKS (trying again every 200 ms for up to `wait`: the room may be starting
-    /// alongside the origin) and makes the gate.
+    /// alongside the origin) and makes the gate. Build `client` from
+    /// [`crate::tls::client_builder`] (reqwest has no crypto provider of its own here).
     pub async fn connect(
         cfg: GateConfig,
         client: reqwest::Client,
@@ -351,9 +352,13 @@ mod tests {
         *room.jwks.lock().unwrap() = keys.jwks().to_string();
         let url = serve_room(room.clone()).await;
         let cfg = GateConfig::new(url, "https://room.example/?lang=en");
-        let gate = Gate::connect(cfg, reqwest::Client::new(), Duration::ZERO)
-            .await
-            .unwrap();
+        let gate = Gate::connect(
+            cfg,
+            crate::tls::client_builder().build().unwrap(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
         let origin = Router::new()
             .fallback(get(|Extension(p): Extension<Pass>| async move {
                 format!("pass {}", p.id)
@@ -506,7 +511,7 @@ mod tests {
             ..GateConfig::new("http://127.0.0.1:9/jwks", "/room")
         };
         let verifier = PassVerifier::from_jwks_json(&keys.jwks().to_string()).unwrap();
-        let gate = Gate::with_keys(cfg, reqwest::Client::new(), verifier);
+        let gate = Gate::with_keys(cfg, crate::tls::client_builder().build().unwrap(), verifier);
         let stranger = Crypto::generate().sign_pass(&pass(later()));
         let h = |t: &str| header_map(format!("wr_pass={t}"));
         assert_eq!(
@@ -563,7 +568,7 @@ mod tests {
         assert_eq!(location(&post), "https://room.example/?lang=en");
         let plain = Gate::with_keys(
             GateConfig::new("http://127.0.0.1:9/jwks", "/room"),
-            reqwest::Client::new(),
+            crate::tls::client_builder().build().unwrap(),
             PassVerifier::from_jwks_json(&keys.jwks().to_string()).unwrap(),
         );
         let resp = plain.redirect(&Method::GET, &Uri::from_static("/a?b=c"));

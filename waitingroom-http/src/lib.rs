@@ -49,6 +49,7 @@ pub mod rate_limit;
 pub mod replay;
 pub mod serve;
 pub mod server;
+pub mod tls;
 pub mod visitor;
 pub mod wire;
 

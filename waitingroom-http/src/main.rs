@@ -202,7 +202,12 @@ fn create_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 async fn origin(args: OriginArgs) -> anyhow::Result<()> {
     server::init_logging(config::LogFormat::Text, "info");
     let cfg = GateConfig::new(args.jwks_url, args.waiting_room_url);
-    let gate = Gate::connect(cfg, reqwest::Client::new(), Duration::from_secs(30)).await?;
+    let gate = Gate::connect(
+        cfg,
+        waitingroom_http::tls::client_builder().build()?,
+        Duration::from_secs(30),
+    )
+    .await?;
     let app = origin::router(&gate);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

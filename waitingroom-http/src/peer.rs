@@ -158,14 +158,22 @@ impl Transport {
     /// header read timeout), so a request is never sent down a connection the other side is
     /// closing.
     pub fn build_client_with_idle(idle: Duration) -> reqwest::Client {
-        reqwest::Client::builder()
+        Self::build_client_with(idle, None)
+    }
+
+    /// The same, calling peers over mutual TLS with `tls` when given (`tls.rs`).
+    pub fn build_client_with(idle: Duration, tls: Option<rustls::ClientConfig>) -> reqwest::Client {
+        let builder = crate::tls::client_builder()
             .no_proxy()
             .pool_idle_timeout(idle)
             .tcp_nodelay(true)
-            .connect_timeout(Duration::from_millis(500))
-            .build()
-            // Only TLS back-end initialisation can fail, and this build has none.
-            .unwrap_or_default()
+            .connect_timeout(Duration::from_millis(500));
+        let builder = match tls {
+            Some(tls) => builder.tls_backend_preconfigured(tls),
+            None => builder,
+        };
+        // Only TLS back-end initialisation can fail; the configuration was checked at start.
+        builder.build().unwrap_or_default()
     }
 
     /// Queues messages for delivery. Never blocks on the network.

@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 /// How long to wait for open connections once the server stops: peers and balancers keep idle
@@ -34,6 +35,18 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     header_read_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_tls(listener, router, header_read_timeout, None, shutdown).await;
+}
+
+/// As [`serve`]; with `tls`, every connection is a TLS one (`tls.rs`), whose handshake must
+/// complete within the header read timeout too.
+pub async fn serve_tls(
+    listener: TcpListener,
+    router: Router,
+    header_read_timeout: Duration,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut builder = Builder::new();
@@ -60,13 +73,28 @@ pub async fn serve(
                 req.extensions_mut().insert(ConnectInfo(remote));
                 req
             });
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(service);
+        let Some(tls) = &tls else {
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                // A connection's errors (a client that went away, a head that came too slowly)
+                // are the client's business.
+                let _ = conn.await;
+            });
+            continue;
+        };
+        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
         tokio::spawn(async move {
-            // A connection's errors (a client that went away, a head that came too slowly)
-            // are the client's business.
-            let _ = conn.await;
+            // A client without a certificate from the cluster's CA, or too slow to present
+            // one, is refused here (logged at debug: scanners are routine).
+            let stream = match tokio::time::timeout(header_read_timeout, tls.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return tracing::debug!(%remote, error = %e, "TLS handshake refused"),
+                Err(_) => return tracing::debug!(%remote, "TLS handshake too slow"),
+            };
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let _ = watcher.watch(conn).await;
         });
     }
     drop(listener);

@@ -9,6 +9,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use waitingroom_core::SettingsError;
 use waitingroom_distributed::Node;
 
@@ -18,7 +19,8 @@ use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::{Crypto, LoadKeyError};
 use crate::discovery::Finder;
 use crate::peer::Transport;
-use crate::serve::serve;
+use crate::serve::{serve, serve_tls};
+use crate::tls::InternalTls;
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -72,11 +74,17 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
+    let tls = cfg
+        .internal_tls
+        .as_ref()
+        .map(InternalTls::load)
+        .transpose()?;
     let peer_addr = internal.as_ref().map_or(public.1, |(_, addr)| *addr);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let advertise = cfg
         .advertise
         .clone()
-        .unwrap_or_else(|| format!("http://{peer_addr}"));
+        .unwrap_or_else(|| format!("{scheme}://{peer_addr}"));
     let finder = cfg
         .discovery
         .as_ref()
@@ -90,7 +98,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
                 .await,
         );
     }
-    let app = start_node(cfg, crypto, &advertise, seeds)?;
+    let client = tls.as_ref().map(|t| t.client.clone());
+    let app = start_node(cfg, crypto, &advertise, seeds, client)?;
     if let Some(finder) = finder {
         tokio::spawn(finder.run(app.clone()));
     }
@@ -102,7 +111,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         );
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let servers = serve_all(&app, public, internal, &stop_rx);
+    let acceptor = tls.map(|t| TlsAcceptor::from(t.server));
+    let servers = serve_all(&app, public, (internal, acceptor), &stop_rx);
     wait_for_signal().await;
     let drained = leave(&app).await;
     let _ = stop_tx.send(true);
@@ -117,11 +127,11 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
 /// Serves the public listener (every route, without an internal one) and the internal one
 /// until `stop` turns true. Prints `listening on http://ADDR` (and `internal listening on
 /// http://ADDR`): scripts and tests wait for these lines, which carry the port when port 0 was
-/// asked for.
+/// asked for; `https://` with mutual TLS on the internal one).
 fn serve_all(
     app: &Arc<App>,
     public: (TcpListener, SocketAddr),
-    internal: Option<(TcpListener, SocketAddr)>,
+    (internal, tls): (Option<(TcpListener, SocketAddr)>, Option<TlsAcceptor>),
     stop: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let timeout = Duration::from_millis(app.cfg.limits.header_read_timeout_ms);
@@ -143,13 +153,15 @@ fn serve_all(
     println!("listening on http://{}", public.1);
     if let Some((listener, addr)) = internal {
         let routes = crate::api::internal_router(app.clone());
-        servers.push(tokio::spawn(serve(
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        servers.push(tokio::spawn(serve_tls(
             listener,
             routes,
             timeout,
+            tls,
             stopped(stop.clone()),
         )));
-        println!("internal listening on http://{addr}");
+        println!("internal listening on {scheme}://{addr}");
     }
     let _ = std::io::stdout().flush();
     servers
@@ -170,6 +182,7 @@ fn start_node(
     crypto: Arc<Crypto>,
     advertise: &str,
     mut seeds: Vec<String>,
+    tls: Option<rustls::ClientConfig>,
 ) -> Result<Arc<App>, ServerError> {
     let id = cfg.node_id.unwrap_or_else(|| derive_node_id(advertise));
     // A new incarnation per process start, so peers tell this life from an earlier one.
@@ -183,7 +196,7 @@ fn start_node(
         Arc::new(cfg),
         crypto,
         node,
-        Transport::build_client_with_idle(idle),
+        Transport::build_client_with(idle, tls),
     );
     tracing::info!(
         id = id.0,

@@ -12,7 +12,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use waitingroom_core::{NodeId, Pass, Ticket, TicketId};
 use waitingroom_http::crypto::Crypto;
+use waitingroom_http::peer::Transport;
 use waitingroom_http::peer_auth::{RequestHead, Route};
+use waitingroom_http::tls::{InternalTls, TlsFiles};
 
 const BIN: &str = env!("CARGO_BIN_EXE_waitingroom-node");
 
@@ -78,6 +80,10 @@ struct Cluster {
     settings: Vec<String>,
     /// Whether each node gets an internal listener.
     two_ports: bool,
+    /// Mutual TLS on the internal listeners, if the cluster has it.
+    tls: Option<TlsFiles>,
+    /// What the test reaches the nodes with (with the cluster's client certificate under TLS).
+    client: reqwest::Client,
 }
 
 impl Drop for Cluster {
@@ -109,6 +115,24 @@ impl Cluster {
 
     /// As [`Cluster::start`]; with `two_ports`, every node also has an internal listener.
     async fn start_with(name: &str, n: usize, extra: &[&str], two_ports: bool) -> Cluster {
+        let mut c = Cluster::empty(name, extra, two_ports);
+        c.grow(n).await;
+        c
+    }
+
+    /// A cluster whose internal listeners take only mutual TLS, with a CA made for it.
+    async fn start_tls(name: &str, n: usize, extra: &[&str]) -> Cluster {
+        let mut c = Cluster::empty(name, extra, true);
+        let files = make_ca(&c.dir, "cluster");
+        let tls = InternalTls::load(&files).unwrap();
+        c.client = Transport::build_client_with(Duration::from_secs(5), Some(tls.client));
+        c.tls = Some(files);
+        c.grow(n).await;
+        c
+    }
+
+    /// No node yet: a directory with the cluster key.
+    fn empty(name: &str, extra: &[&str], two_ports: bool) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "wr-{name}-{}-{}",
             std::process::id(),
@@ -117,18 +141,23 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let key = dir.join("key.pem");
         std::fs::write(&key, Crypto::generate().to_pkcs8_pem()).unwrap();
-        let mut c = Cluster {
+        Cluster {
             dir,
             key,
             nodes: Vec::new(),
             settings: extra.iter().map(|s| s.to_string()).collect(),
             two_ports,
-        };
-        for _ in 0..n {
-            c.add_node();
+            tls: None,
+            client: waitingroom_http::tls::client_builder().build().unwrap(),
         }
-        c.settle(n).await;
-        c
+    }
+
+    /// Starts `n` nodes and waits until they all see each other.
+    async fn grow(&mut self, n: usize) {
+        for _ in 0..n {
+            self.add_node();
+        }
+        self.settle(self.nodes.len()).await;
     }
 
     /// Starts one more node, joining through the first (or starting the cluster).
@@ -143,6 +172,11 @@ impl Cluster {
             .args(&self.settings);
         if self.two_ports {
             cmd.args(["--internal-listen", "127.0.0.1:0"]);
+        }
+        if let Some(tls) = &self.tls {
+            cmd.arg("--internal-tls-cert").arg(&tls.cert);
+            cmd.arg("--internal-tls-key").arg(&tls.key);
+            cmd.arg("--internal-tls-ca").arg(&tls.ca);
         }
         if let Some(first) = self.nodes.first() {
             cmd.args(["--peers", first.internal_url()]);
@@ -190,7 +224,7 @@ impl Cluster {
 
     /// Waits until every node is ready and sees `members` members.
     async fn settle(&self, members: usize) {
-        let client = reqwest::Client::new();
+        let client = &self.client;
         let deadline = Instant::now() + Duration::from_secs(20);
         'outer: loop {
             assert!(
@@ -230,7 +264,7 @@ impl Cluster {
 
 /// A client that keeps no cookies (tokens travel in bodies unless a test sets a cookie).
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    waitingroom_http::tls::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
         .build()
@@ -1493,4 +1527,109 @@ async fn live_settings_reach_every_node_and_outlive_the_root() {
     );
     cl.nodes.remove(root);
     let _ = std::fs::remove_file(token_file);
+}
+
+/// A CA called `name` and a certificate it signed for 127.0.0.1, written into `dir`.
+fn make_ca(dir: &std::path::Path, name: &str) -> TlsFiles {
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{name} CA"));
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let files = TlsFiles {
+        cert: dir.join(format!("{name}-node.pem")),
+        key: dir.join(format!("{name}-node-key.pem")),
+        ca: dir.join(format!("{name}-ca.pem")),
+    };
+    std::fs::write(&files.cert, cert.pem()).unwrap();
+    std::fs::write(&files.key, key.serialize_pem()).unwrap();
+    std::fs::write(&files.ca, ca.pem()).unwrap();
+    files
+}
+
+/// Mutual TLS on the internal listeners (issue 17): peers talk over it (a visitor's check-ins
+/// are forwarded between nodes), and the internal routes refuse plain HTTP, a client without a
+/// certificate and one whose certificate another CA signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_listeners_take_only_mutual_tls() {
+    let cl = Cluster::start_tls("mtls", 3, &[]).await;
+    let internal = cl.nodes[0].internal_url().to_owned();
+    assert!(internal.starts_with("https://127.0.0.1:"), "{internal}");
+    let status: Value = cl
+        .client
+        .get(format!("{internal}/api/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let members = status["members"].as_array().unwrap();
+    assert!(
+        members
+            .iter()
+            .all(|m| m["addr"].as_str().unwrap().starts_with("https://"))
+    );
+    // A visitor joins at node 1 and is served at nodes 2 and 3 (forwarded over TLS).
+    let c = client();
+    let t = join(&c, cl.url(0)).await;
+    let (_, _, passes) = admit_all(&c, &cl.urls()[1..], vec![t], Duration::from_secs(20)).await;
+    assert_eq!(
+        verify(&c, cl.url(0), &passes[0]).await,
+        StatusCode::NO_CONTENT
+    );
+    let forwarded = metric(
+        &cl.client,
+        cl.nodes[1].internal_url(),
+        "waitingroom_forwards_total{result=\"ok\"}",
+    )
+    .await;
+    assert!(forwarded > 0.0);
+    // Refused: plain HTTP, TLS without a client certificate, a certificate from another CA.
+    let plain = internal.replacen("https://", "http://", 1);
+    assert!(c.get(format!("{plain}/livez")).send().await.is_err());
+    let tls = InternalTls::load(cl.tls.as_ref().unwrap()).unwrap();
+    let roots = tls.client.clone();
+    let no_cert = rustls_client_without_cert(&cl);
+    assert!(
+        no_cert
+            .get(format!("{internal}/livez"))
+            .send()
+            .await
+            .is_err()
+    );
+    let other = make_ca(&cl.dir, "other");
+    let other = InternalTls::load(&TlsFiles {
+        ca: cl.tls.as_ref().unwrap().ca.clone(),
+        ..other
+    })
+    .unwrap();
+    let stranger = Transport::build_client_with(Duration::from_secs(5), Some(other.client));
+    assert!(
+        stranger
+            .get(format!("{internal}/livez"))
+            .send()
+            .await
+            .is_err()
+    );
+    // The cluster's own certificate still gets in.
+    let ours = Transport::build_client_with(Duration::from_secs(5), Some(roots));
+    let r = ours.get(format!("{internal}/livez")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// A client that trusts the cluster's CA but has no certificate of its own.
+fn rustls_client_without_cert(cl: &Cluster) -> reqwest::Client {
+    let ca = std::fs::read(&cl.tls.as_ref().unwrap().ca).unwrap();
+    let ca = reqwest::Certificate::from_pem(&ca).unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    waitingroom_http::tls::client_builder()
+        .tls_certs_only([ca])
+        .build()
+        .unwrap()
 }

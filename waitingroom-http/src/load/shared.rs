@@ -223,7 +223,7 @@ impl Shared {
         if urls.is_empty() {
             bail!("--url is required");
         }
-        let client = reqwest::Client::builder()
+        let client = waitingroom_http::tls::client_builder()
             .no_proxy()
             .pool_max_idle_per_host(args.concurrency)
             .pool_idle_timeout(Duration::from_secs(30))

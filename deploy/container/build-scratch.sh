@@ -74,7 +74,7 @@ for _ in $(seq 100); do
     curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$PORT/readyz" 2>/dev/null && break
     sleep 0.1
 done
-NODE_PID="$(ss -ltnpH "sport = :$PORT" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)"
+NODE_PID="$(ss -ltnpH "sport = :$PORT" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)"
 if [[ -z "$NODE_PID" ]] || ! curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$PORT/readyz"; then
     echo "image: FAIL: the node in the container did not become ready" >&2
     cat "$STATE/node.log" >&2

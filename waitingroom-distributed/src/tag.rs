@@ -249,15 +249,22 @@ impl Tag {
 
     /// At the root, at an interval boundary: count the cluster (§4.5.1). Returns the round if it
     /// is complete at once (a cluster of one).
+    ///
+    /// The round's cutoff is a boundary of the cluster's reference clock (`reference_now`, the
+    /// clock join times are stamped on: README, "Clocks"), not of the root's own: a visitor
+    /// stamped before the cutoff then joined before the count began, so before it reached their
+    /// node, as §4.5.1 assumes of synchronised clocks. On a root whose clock ran ahead, an
+    /// own-clock cutoff would let visitors who joined after their node was counted into the
+    /// decided range, taking places meant for visitors counted ahead of them.
     pub(crate) fn start_count(
         &mut self,
-        now: Time,
+        (now, reference_now): (Time, Time),
         ctx: Ctx<'_>,
         local: &Local,
         out: &mut Outbox,
     ) -> Option<Round> {
         let interval = self.settings.eviction_interval_ms;
-        let boundary = now / interval * interval;
+        let boundary = reference_now / interval * interval;
         let stamp = Stamp {
             time: boundary,
             origin: ctx.me,

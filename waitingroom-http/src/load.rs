@@ -37,6 +37,10 @@
 //! - `kendall_tau_eviction`: the same join order against the time the cluster let each visitor
 //!   out (`eviction_time` in the admitted ticket), pairs with equal eviction times not counted
 //!   (a round admits many at once): the cluster's own fairness, free of client phase;
+//! - `kendall_tau_arrival`: the order in which the joins were answered, on this client's
+//!   clock, against the eviction times (ties in either not counted): unlike the two above,
+//!   which take the join times the nodes stamped, it shows nodes whose clocks disagree
+//!   reordering visitors (`scripts/clock-skew-test.sh`);
 //! - `kendall_tau_thesis`: the thesis' figure, (join ms, client-seen admission ms) with a tie
 //!   in either counted as a disagreement.
 //!

@@ -168,12 +168,12 @@ impl Transport {
             .pool_idle_timeout(idle)
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_millis(500));
-        let builder = match tls {
-            Some(tls) => builder.tls_backend_preconfigured(tls),
-            None => builder,
-        };
-        // Only TLS back-end initialisation can fail; the configuration was checked at start.
-        builder.build().unwrap_or_default()
+        let tls = tls.unwrap_or_else(crate::tls::plain_peer_config);
+        builder
+            .tls_backend_preconfigured(tls)
+            .build()
+            // Only TLS back-end initialisation can fail, and it is handed a finished one.
+            .expect("a client with a preconfigured TLS configuration builds")
     }
 
     /// Queues messages for delivery. Never blocks on the network.

@@ -30,6 +30,17 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
+/// The TLS configuration of a peer client without mutual TLS: peers are then `http://` (an
+/// `https://` one is refused at start), so it trusts nothing. Given to reqwest so that it does
+/// not look for the system's CA certificates, which a `FROM scratch` image does not have.
+pub fn plain_peer_config() -> ClientConfig {
+    ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth()
+}
+
 /// Where the internal listener's certificate, key and CA are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsFiles {

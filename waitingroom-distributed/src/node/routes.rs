@@ -132,8 +132,9 @@ impl Node {
         if !self.is_root() || !self.qpid.is_settled() {
             return;
         }
+        let reference = self.reference_time(now);
         let done = self.with_tag(now, |t, ctx, local, out| {
-            t.start_count(now, ctx, local, out)
+            t.start_count((now, reference), ctx, local, out)
         });
         self.complete_round(now, done);
     }

@@ -66,6 +66,8 @@ pub(super) type JoinKey = (u64, u64);
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Admission {
     pub(super) key: JoinKey,
+    /// Client clock, ms since the start, when the join was answered.
+    pub(super) joined_ms: u64,
     /// Client clock, ms since the start, when this client saw "admitted".
     pub(super) seen_ms: u64,
     /// The cluster's eviction time from the admitted ticket, Unix ms.
@@ -368,14 +370,20 @@ impl Shared {
         !self.out_of_budget()
     }
 
-    /// Records that a visitor saw "admitted", now.
-    pub(super) fn seen_admitted(&self, key: JoinKey, eviction_time: Option<u64>) {
+    /// Client clock, ms since the start of the run.
+    pub(super) fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Records that a visitor who joined at `joined_ms` saw "admitted", now.
+    pub(super) fn seen_admitted(&self, key: JoinKey, joined_ms: u64, eviction_time: Option<u64>) {
         let seen_ms = self.start.elapsed().as_millis() as u64;
         self.admissions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Admission {
                 key,
+                joined_ms,
                 seen_ms,
                 eviction_time,
             });

@@ -111,6 +111,7 @@ pub(super) async fn visitor(s: Arc<Shared>) {
     let mut visit = Visit {
         s: &s,
         key: (0, 0),
+        joined_ms: 0,
         admission_seen: false,
         later: 0,
         failed: 0,
@@ -136,6 +137,8 @@ struct Visit<'a> {
     s: &'a Shared,
     /// The queue's order of this visitor, from its first ticket (set by the join).
     key: JoinKey,
+    /// When the join was answered, on the client's clock (ms since the run started).
+    joined_ms: u64,
     /// Whether its admission has been recorded: once, even if a refused leave sends it back
     /// to checking in.
     admission_seen: bool,
@@ -168,6 +171,7 @@ impl Visit<'_> {
             return Status::Done(Outcome::NotJoined);
         };
         self.key = key;
+        self.joined_ms = s.now_ms();
         inc(&s.counters.joined);
         Self::in_line(answer)
     }
@@ -232,7 +236,7 @@ impl Visit<'_> {
         if !self.admission_seen {
             self.admission_seen = true;
             let eviction_time = claims::<TicketClaims>(&ticket).and_then(|c| c.eviction_time);
-            s.seen_admitted(self.key, eviction_time);
+            s.seen_admitted(self.key, self.joined_ms, eviction_time);
         }
         let leave_key = format!("{:016x}", rand::random::<u64>());
         let header = Some((IDEMPOTENCY_HEADER, leave_key.as_str()));

@@ -10,7 +10,11 @@
 #   B - JavaScript on: the page joins by itself;  (E - JavaScript on, only there to make C wait
 #       longer)
 #   C - JavaScript on; its first page is dumped after its script joined (the position must show);
-#   D - joins last; its page is screenshot to docs/waiting-page.png.
+#   D - joins last; its page is screenshot to docs/waiting-page.png;
+#   F - asks for German (Accept-Language): its page must be in German, <html lang="de">
+#       (screenshot docs/waiting-page-de.png);
+#   G - comes after the room was closed to new visitors (mode reject, set through the admin
+#       API): its page must say so (screenshot docs/waiting-page-closed.png).
 # Each browser is then watched through the DevTools HTTP endpoint (/json/list: the page title
 # carries the position) until it lands on the origin, which shows its welcome page (title "Demo
 # shop") only to a valid pass cookie, and redirects anyone else back to the waiting room. C's position must go down on its own on the way.
@@ -58,10 +62,11 @@ wait_ok() { # url
 }
 
 "$BIN" keygen --out "$WORK/key.pem" >/dev/null 2>&1
+echo "browser-test-admin-token-0123456789" >"$WORK/admin-token"
 ORIGIN="http://127.0.0.1:$ORIGIN_PORT/"
 COMMON=(--key-file "$WORK/key.pem" --target-on-site 1 --pass-expiry-ms 3000
     --ticket-expiry-ms 6000 --refresh-interval-ms 1000 --eviction-interval-ms 500
-    --admit-straight-through false --origin-url "$ORIGIN" --page-title "You are in the queue")
+    --admit-straight-through false --origin-url "$ORIGIN" --admin-token-file "$WORK/admin-token")
 NODES=()
 INTERNAL=()
 for i in 0 1 2; do
@@ -165,6 +170,18 @@ timeout 30 chromium $(chrome_flags "$WORK/profile-D") --hide-scrollbars --virtua
     --screenshot="$ROOT/docs/waiting-page.png" "${NODES[1]}/" >/dev/null 2>&1 \
     || fail "screenshot failed"
 echo "screenshot: docs/waiting-page.png"
+# F asks for German (Accept-Language): the page is in German, <html lang="de">.
+mkdir -p "$WORK/profile-F"
+# shellcheck disable=SC2046
+DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-F") --lang=de-DE --accept-lang=de-DE,de \
+    --virtual-time-budget=5000 --dump-dom "${NODES[0]}/" 2>/dev/null) || fail "dump-dom (de) failed"
+grep -q '<html lang="de">' <<<"$DOM" || fail "the German page is not lang=de: ${DOM:0:300}"
+grep -q 'Ihr Platz in der Warteschlange' <<<"$DOM" || fail "the German page is not in German"
+# shellcheck disable=SC2046
+timeout 30 chromium $(chrome_flags "$WORK/profile-F") --lang=de-DE --accept-lang=de-DE,de \
+    --hide-scrollbars --virtual-time-budget=5000 --screenshot="$ROOT/docs/waiting-page-de.png" \
+    "${NODES[0]}/" >/dev/null 2>&1 || fail "screenshot (de) failed"
+echo "F's page is in German (Accept-Language: de); screenshot: docs/waiting-page-de.png"
 
 # Watch all three until they land on the origin's welcome page.
 declare -A DONE=()
@@ -194,5 +211,23 @@ echo "C's position on the way:$SEEN_C"
 first=$(echo "$SEEN_C" | awk '{print $1}')
 last=$(echo "$SEEN_C" | awk '{print $NF}')
 [ -n "$first" ] && [ "$first" -gt "$last" ] || fail "C's position never moved on by itself:$SEEN_C"
+
+# The room closes to new visitors (mode reject, through the admin API at node 3): a new visitor's
+# page says so (its join is answered 503 "rejected").
+curl -fsS -X PATCH -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
+    -H 'content-type: application/json' -d '{"mode": "reject"}' \
+    "${INTERNAL[2]}/admin/settings" >/dev/null || fail "the admin API refused mode=reject"
+sleep 1.5 # two rounds: every node has the change
+mkdir -p "$WORK/profile-G"
+# shellcheck disable=SC2046
+DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-G") --virtual-time-budget=5000 \
+    --dump-dom "${NODES[1]}/" 2>/dev/null) || fail "dump-dom (closed) failed"
+grep -q 'data-status="closed"' <<<"$DOM" || fail "the closed room's page does not say so: ${DOM:0:300}"
+grep -q 'closed to new visitors' <<<"$DOM" || fail "the closed page has no explanation"
+# shellcheck disable=SC2046
+timeout 30 chromium $(chrome_flags "$WORK/profile-G") --hide-scrollbars --virtual-time-budget=5000 \
+    --screenshot="$ROOT/docs/waiting-page-closed.png" "${NODES[1]}/" >/dev/null 2>&1 \
+    || fail "screenshot (closed) failed"
+echo "G's page says the room is closed (mode reject); screenshot: docs/waiting-page-closed.png"
 
 echo "browser test passed"

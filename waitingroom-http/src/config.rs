@@ -17,6 +17,7 @@ use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig};
 
 use crate::client_addr::Cidr;
+use crate::i18n::Lang;
 use crate::tls::{InternalTls, TlsFiles};
 
 /// Every setting of `waitingroom-node run`; `None` means "not given here".
@@ -293,10 +294,12 @@ pub struct Options {
     /// Log filter, tracing-subscriber syntax (e.g. info, waitingroom=debug). (default: info)
     #[arg(long, env = "WAITINGROOM_LOG_LEVEL", value_name = "FILTER")]
     pub log_level: Option<String>,
-    /// Waiting page: title and heading. (default: "You are in the queue")
+    /// Waiting page: title and heading, in every language. (default: "You are in the queue",
+    /// in the visitor's language)
     #[arg(long, env = "WAITINGROOM_PAGE_TITLE", value_name = "TEXT")]
     pub page_title: Option<String>,
-    /// Waiting page: the explanation under the heading. (default: a short explanation)
+    /// Waiting page: the explanation under the heading, in every language. (default: a short
+    /// explanation, in the visitor's language)
     #[arg(long, env = "WAITINGROOM_PAGE_TEXT", value_name = "TEXT")]
     pub page_text: Option<String>,
     /// Waiting page: background colour (CSS colour). (default: #f7f7f2)
@@ -308,6 +311,10 @@ pub struct Options {
     /// Waiting page: accent colour for the position and the progress bar. (default: #0b5cad)
     #[arg(long, env = "WAITINGROOM_PAGE_ACCENT", value_name = "COLOUR")]
     pub page_accent: Option<String>,
+    /// Waiting page language: en, de, fr or es for every visitor; auto: each visitor's
+    /// Accept-Language (English when it names none of them). (default: auto)
+    #[arg(long, env = "WAITINGROOM_PAGE_LANGUAGE", value_name = "LANG")]
+    pub page_language: Option<String>,
     /// A whole HTML template for the waiting page, with {{placeholders}} (see the README).
     /// (default: the built-in page)
     #[arg(long, env = "WAITINGROOM_PAGE_TEMPLATE", value_name = "PATH")]
@@ -385,10 +392,12 @@ pub enum ConfigError {
 /// Visitor-facing look of the waiting page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Branding {
-    /// Title and heading.
-    pub title: String,
-    /// Explanation.
-    pub text: String,
+    /// Title and heading (None: the page language's own).
+    pub title: Option<String>,
+    /// Explanation (None: the page language's own).
+    pub text: Option<String>,
+    /// One language for every visitor (None: each visitor's `Accept-Language`).
+    pub language: Option<Lang>,
     /// Background colour.
     pub background: String,
     /// Text colour.
@@ -593,6 +602,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         page_background,
         page_foreground,
         page_accent,
+        page_language,
         page_template,
     ))
 }
@@ -992,16 +1002,17 @@ impl Options {
             })?),
             None => None,
         };
+        let language =
+            match self.page_language.as_deref().map(str::trim) {
+                None | Some("auto") => None,
+                Some(tag) => Some(Lang::from_tag(tag).filter(|l| l.tag() == tag).ok_or_else(
+                    || SettingsError::new("page_language", "must be en, de, fr, es or auto"),
+                )?),
+            };
         Ok(Branding {
-            title: self
-                .page_title
-                .clone()
-                .unwrap_or_else(|| "You are in the queue".to_owned()),
-            text: self.page_text.clone().unwrap_or_else(|| {
-                "The site is busy right now. Keep this page open: you keep your place in line \
-                 and will be taken to the site automatically when it is your turn."
-                    .to_owned()
-            }),
+            title: self.page_title.clone(),
+            text: self.page_text.clone(),
+            language,
             background: colour(
                 "page_background",
                 self.page_background.as_deref(),

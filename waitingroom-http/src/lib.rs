@@ -39,6 +39,7 @@ pub mod driver;
 pub mod errors;
 pub mod fairness;
 pub mod gate;
+pub mod i18n;
 pub mod leaves;
 pub mod metrics;
 pub mod origin;

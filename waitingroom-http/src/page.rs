@@ -12,21 +12,26 @@
 //! off on 503 and 429.
 //!
 //! Templates use `{{placeholder}}` substitution; every value is HTML-escaped. Placeholders:
-//! `title`, `text`, `position`, `eta`, `status` (`new`, `queued`, `starting` or `error`),
+//! `title`, `text`, `position`, `eta`, `status` (`new`, `queued`, `starting`, `closed` or
+//! `error`),
 //! `refresh_seconds`, `refresh_ms`, `reload_seconds` (the `<meta refresh>`: the refresh
 //! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
 //! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
-//! `accent`.
+//! `accent`; and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
+//! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
+//! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
+//! `taking_place`, `closed`, `closed_title`.
 
 use std::collections::HashMap;
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::config::Branding;
 use crate::errors::{ApiError, LoggedError};
+use crate::i18n::{Lang, Strings};
 use crate::wire::VisitorAnswer;
 
 const DEFAULT_TEMPLATE: &str = include_str!("../assets/waiting.html");
@@ -50,20 +55,35 @@ impl Page {
         }
     }
 
+    /// The language to answer `headers` in: the configured one, else the request's choice.
+    pub fn lang(&self, headers: &HeaderMap) -> Lang {
+        self.branding
+            .language
+            .unwrap_or_else(|| Lang::negotiate(headers))
+    }
+
     /// Renders the page. A page in the `new` state does not reload itself (its `reload_seconds`
     /// is an hour): it waits for the visitor's button, or its script joins. `nonce` marks the
     /// page's own script and style for the Content-Security-Policy.
     pub fn render(&self, view: &View<'_>, nonce: &str) -> String {
         let refresh_ms = view.refresh_ms.max(500);
+        let refresh_seconds = refresh_ms.div_ceil(1000).to_string();
         let reload_seconds = if view.status == "new" {
             3_600
         } else {
             refresh_ms.div_ceil(1000)
         };
         let b = &self.branding;
-        let values: HashMap<&str, String> = HashMap::from([
-            ("title", b.title.clone()),
-            ("text", b.text.clone()),
+        let s = view.lang.strings();
+        // A closed room's page is not a queue's, whatever the operator calls the queue.
+        let title = match (view.status, b.title.as_deref()) {
+            ("closed", _) => s.closed_title,
+            (_, Some(title)) => title,
+            (_, None) => s.title,
+        };
+        let mut values: HashMap<&str, String> = HashMap::from([
+            ("title", title.to_owned()),
+            ("text", b.text.as_deref().unwrap_or(s.text).to_owned()),
             ("background", b.background.clone()),
             ("foreground", b.foreground.clone()),
             ("accent", b.accent.clone()),
@@ -71,10 +91,26 @@ impl Page {
             ("eta", view.eta.to_owned()),
             ("status", view.status.to_owned()),
             ("refresh_ms", refresh_ms.to_string()),
-            ("refresh_seconds", refresh_ms.div_ceil(1000).to_string()),
             ("reload_seconds", reload_seconds.to_string()),
             ("nonce", nonce.to_owned()),
+            ("lang", view.lang.tag().to_owned()),
+            ("note", s.note.replace("{s}", &refresh_seconds)),
+            ("refresh_seconds", refresh_seconds),
         ]);
+        for (name, text) in [
+            ("place", s.place),
+            ("join_button", s.join_button),
+            ("eta_unknown", s.eta_unknown),
+            ("eta_seconds", s.eta_seconds),
+            ("eta_minute", s.eta_minute),
+            ("eta_minutes", s.eta_minutes),
+            ("eta_hours", s.eta_hours),
+            ("taking_place", s.taking_place),
+            ("closed", s.closed),
+            ("closed_title", s.closed_title),
+        ] {
+            values.insert(name, text.to_owned());
+        }
         substitute(&self.template, &values)
     }
 
@@ -100,6 +136,12 @@ impl Page {
                 .to_owned()
         };
         let mut resp = html_response(status, cookies, html);
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_LANGUAGE,
+            HeaderValue::from_static(view.lang.tag()),
+        );
+        h.insert(header::VARY, HeaderValue::from_static("accept-language"));
         if let Ok(v) = HeaderValue::from_str(&csp) {
             resp.headers_mut()
                 .insert(header::CONTENT_SECURITY_POLICY, v);
@@ -108,12 +150,19 @@ impl Page {
     }
 
     /// The page of a visitor waiting in line; sets `ticket_cookie` (their refreshed ticket).
-    pub fn queued(&self, a: &VisitorAnswer, ticket_cookie: HeaderValue) -> Response {
+    pub fn queued(
+        &self,
+        headers: &HeaderMap,
+        a: &VisitorAnswer,
+        ticket_cookie: HeaderValue,
+    ) -> Response {
+        let lang = self.lang(headers);
         let view = View {
             position: &a.position.to_string(),
-            eta: &eta_text(a.eta_seconds),
+            eta: &lang.strings().eta(a.eta_seconds),
             status: "queued",
             refresh_ms: a.refresh_after_ms,
+            lang,
         };
         self.respond(StatusCode::OK, vec![ticket_cookie], &view)
     }
@@ -121,25 +170,29 @@ impl Page {
     /// The page of a visitor who has no place yet (no ticket, or one that can no longer be
     /// used): the page takes one with its own POST — at once with JavaScript, with its button
     /// without — then checks in every `refresh_ms`.
-    pub fn fresh(&self, refresh_ms: u64) -> Response {
+    pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64) -> Response {
+        let lang = self.lang(headers);
         let view = View {
             position: "…",
-            eta: "Take your place in line with the button below.",
+            eta: lang.strings().take_place,
             status: "new",
             refresh_ms,
+            lang,
         };
         self.respond(StatusCode::OK, Vec::new(), &view)
     }
 
     /// The page of a visitor who could not be served: why, with `e`'s status; the page retries
     /// by itself. The response carries `e` for the request log.
-    pub fn error(&self, e: &ApiError) -> Response {
-        let (status, text) = error_text(e);
+    pub fn error(&self, headers: &HeaderMap, e: &ApiError) -> Response {
+        let lang = self.lang(headers);
+        let (status, text) = error_text(lang.strings(), e);
         let view = View {
             position: "…",
             eta: &text,
             status,
             refresh_ms: 2_000,
+            lang,
         };
         let mut resp = self.respond(e.status, Vec::new(), &view);
         resp.extensions_mut().insert(LoggedError {
@@ -162,40 +215,26 @@ pub struct View<'a> {
     pub status: &'a str,
     /// Refresh interval, ms.
     pub refresh_ms: u64,
+    /// The language.
+    pub lang: Lang,
 }
 
-/// The state and the sentence of an error page.
-fn error_text(e: &ApiError) -> (&'static str, String) {
-    if e.code == "owner_unavailable" || e.code == "overloaded" {
-        (
-            "starting",
-            "The waiting room is busy. You keep your place; this page retries by itself."
-                .to_owned(),
-        )
+/// The state and the sentence of an error page, in the language of `s`.
+fn error_text(s: &Strings, e: &ApiError) -> (&'static str, String) {
+    let (status, text) = if e.code == "rejected" {
+        ("closed", s.closed)
+    } else if e.code == "owner_unavailable" || e.code == "overloaded" {
+        ("starting", s.busy)
     } else if e.status == StatusCode::SERVICE_UNAVAILABLE {
-        (
-            "starting",
-            "The waiting room is getting ready. This page retries by itself.".to_owned(),
-        )
+        ("starting", s.starting)
     } else if e.code == "cross_site" {
-        (
-            "error",
-            "This page was opened from another site. Open the waiting room directly.".to_owned(),
-        )
+        ("error", s.cross_site)
     } else if e.status == StatusCode::TOO_MANY_REQUESTS {
-        (
-            "error",
-            "Too many visits from your address; this page retries by itself.".to_owned(),
-        )
+        ("error", s.too_many)
     } else {
-        (
-            "error",
-            format!(
-                "Something went wrong ({}); this page retries by itself.",
-                e.message
-            ),
-        )
-    }
+        return ("error", s.failed.replace("{e}", &e.message));
+    };
+    (status, text.to_owned())
 }
 
 /// Replaces `{{name}}` by the escaped value of `name`; unknown placeholders stay as they are.
@@ -233,25 +272,6 @@ fn escape_into(out: &mut String, v: &str) {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
-        }
-    }
-}
-
-/// The wait as a sentence (the page script says the same).
-pub fn eta_text(eta_seconds: Option<u64>) -> String {
-    match eta_seconds {
-        None => "Estimated wait: being measured".to_owned(),
-        Some(s) if s < 60 => "Estimated wait: less than a minute".to_owned(),
-        Some(s) => {
-            let m = (s + 30) / 60;
-            if m < 60 {
-                format!(
-                    "Estimated wait: about {m} minute{}",
-                    if m == 1 { "" } else { "s" }
-                )
-            } else {
-                format!("Estimated wait: about {} h {} min", m / 60, m % 60)
-            }
         }
     }
 }
@@ -309,38 +329,76 @@ mod tests {
     #[test]
     fn default_page_has_no_leftover_placeholders() {
         let b = Branding {
-            title: "T <1>".into(),
-            text: "x".into(),
+            title: Some("T <1>".into()),
+            text: None,
+            language: None,
             background: "#fff".into(),
             foreground: "#000".into(),
             accent: "navy".into(),
             template: None,
         };
-        let eta = eta_text(Some(125));
-        let view = View {
-            position: "7",
-            eta: &eta,
-            status: "queued",
-            refresh_ms: 2000,
-        };
-        let html = Page::new(&b).render(&view, "n0nce");
-        assert!(!html.contains("{{"), "{html}");
-        assert!(html.contains("<html lang=\"en\">"));
-        assert!(html.contains("aria-live=\"polite\""));
-        assert!(html.contains("T &lt;1&gt;"));
-        assert!(html.contains(">7</p>"));
-        assert!(html.contains("about 2 minutes"));
-        assert!(html.contains("content=\"2\""));
-        assert!(
-            html.contains("<script nonce=\"n0nce\">") && html.contains("<style nonce=\"n0nce\">")
-        );
+        for lang in Lang::ALL {
+            let eta = lang.strings().eta(Some(125));
+            let view = View {
+                position: "7",
+                eta: &eta,
+                status: "queued",
+                refresh_ms: 2000,
+                lang,
+            };
+            let html = Page::new(&b).render(&view, "n0nce");
+            assert!(!html.contains("{{"), "{html}");
+            assert!(html.contains(&format!("<html lang=\"{}\">", lang.tag())));
+            assert!(html.contains("aria-live=\"polite\""));
+            assert!(html.contains("T &lt;1&gt;"));
+            assert!(html.contains(">7</p>"));
+            assert!(html.contains("content=\"2\""));
+            assert!(html.contains(&escaped(lang.strings().text)), "{lang:?}");
+            assert!(
+                html.contains("<script nonce=\"n0nce\">")
+                    && html.contains("<style nonce=\"n0nce\">")
+            );
+        }
+    }
+
+    fn escaped(text: &str) -> String {
+        let mut out = String::new();
+        escape_into(&mut out, text);
+        out
     }
 
     #[test]
-    fn eta_sentences() {
-        assert!(eta_text(None).contains("measured"));
-        assert!(eta_text(Some(5)).contains("less than a minute"));
-        assert!(eta_text(Some(60)).contains("about 1 minute"));
-        assert!(eta_text(Some(7300)).contains("2 h 2 min"));
+    fn the_page_speaks_the_visitors_language() {
+        let b = Branding {
+            title: None,
+            text: None,
+            language: None,
+            background: "#fff".into(),
+            foreground: "#000".into(),
+            accent: "navy".into(),
+            template: None,
+        };
+        let page = Page::new(&b);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT_LANGUAGE,
+            HeaderValue::from_static("de-CH, de;q=0.9, en;q=0.5"),
+        );
+        let resp = page.fresh(&headers, 2_000);
+        assert_eq!(resp.headers()[header::CONTENT_LANGUAGE], "de");
+        let fixed = Page::new(&Branding {
+            language: Some(Lang::Fr),
+            ..b
+        });
+        assert_eq!(fixed.lang(&headers), Lang::Fr);
+        assert_eq!(page.lang(&HeaderMap::new()), Lang::En);
+    }
+
+    #[test]
+    fn a_closed_room_says_so() {
+        let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "rejected", "closed");
+        let (status, text) = error_text(Lang::Es.strings(), &e);
+        assert_eq!(status, "closed");
+        assert!(text.contains("no admite"));
     }
 }

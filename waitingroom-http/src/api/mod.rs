@@ -296,7 +296,7 @@ async fn shed(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
         app.metrics.count_shed("overloaded");
         let e = ApiError::overloaded();
         if req.method() == Method::GET && page::wants_html(req.headers()) {
-            return app.page.error(&e);
+            return app.page.error(req.headers(), &e);
         }
         return e.into_response();
     };

@@ -54,7 +54,9 @@ pub(super) async fn waiting_page(
         return page::redirect(&app.cfg.origin_url, Vec::new());
     }
     let Some(ticket) = cookies::get(&headers, cookies::TICKET) else {
-        return app.page.fresh(app.cfg.settings.refresh_interval_ms);
+        return app
+            .page
+            .fresh(&headers, app.cfg.settings.refresh_interval_ms);
     };
     let key = leave_key(&headers);
     match app.check_in(ticket).await {
@@ -62,21 +64,23 @@ pub(super) async fn waiting_page(
         // was lost (same leave key, within the minute passes are kept); else a new visit.
         Err(e) if e.code == "already_left" => match app.leave(ticket, Some(key)).await {
             Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p)),
-            Err(_) => app.page.fresh(app.cfg.settings.refresh_interval_ms),
+            Err(_) => app
+                .page
+                .fresh(&headers, app.cfg.settings.refresh_interval_ms),
         },
         // A ticket that can no longer be used (expired, forged): a new visit, which the page's
         // own POST starts.
-        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
-            app.page.fresh(app.cfg.settings.refresh_interval_ms)
-        }
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => app
+            .page
+            .fresh(&headers, app.cfg.settings.refresh_interval_ms),
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket, Some(key)).await {
             Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p)),
-            Err(e) => error_page(&app, &e),
+            Err(e) => error_page(&app, &headers, &e),
         },
         Ok(a) => app
             .page
-            .queued(&a, cookies::for_ticket(&app.cfg, &a.ticket)),
-        Err(e) => error_page(&app, &e),
+            .queued(&headers, &a, cookies::for_ticket(&app.cfg, &a.ticket)),
+        Err(e) => error_page(&app, &headers, &e),
     }
 }
 
@@ -98,7 +102,7 @@ pub(super) async fn join_form(
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
     match joined {
         Ok(a) => page::redirect("/", vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
-        Err(e) => error_page(&app, &e),
+        Err(e) => error_page(&app, &headers, &e),
     }
 }
 
@@ -110,7 +114,7 @@ fn leave_key(headers: &HeaderMap) -> &str {
         .unwrap_or("waiting-page")
 }
 
-fn error_page(app: &App, e: &ApiError) -> Response {
+fn error_page(app: &App, headers: &HeaderMap, e: &ApiError) -> Response {
     tracing::info!(code = %e.code, error = %e.message, "waiting page could not serve the visitor");
-    app.page.error(e)
+    app.page.error(headers, e)
 }

@@ -17,7 +17,8 @@
 //! `refresh_seconds`, `refresh_ms`, `reload_seconds` (the `<meta refresh>`: the refresh
 //! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
 //! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
-//! `accent`; and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
+//! `accent`, `join_action` (where the no-JavaScript button posts: `/`, with the page's
+//! `return_to`); and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
 //! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
 //! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
 //! `taking_place`, `closed`, `closed_title`.
@@ -93,6 +94,7 @@ impl Page {
             ("refresh_ms", refresh_ms.to_string()),
             ("reload_seconds", reload_seconds.to_string()),
             ("nonce", nonce.to_owned()),
+            ("join_action", view.join_action.to_owned()),
             ("lang", view.lang.tag().to_owned()),
             ("note", s.note.replace("{s}", &refresh_seconds)),
             ("refresh_seconds", refresh_seconds),
@@ -163,6 +165,7 @@ impl Page {
             status: "queued",
             refresh_ms: a.refresh_after_ms,
             lang,
+            join_action: "/",
         };
         self.respond(StatusCode::OK, vec![ticket_cookie], &view)
     }
@@ -170,14 +173,20 @@ impl Page {
     /// The page of a visitor who has no place yet (no ticket, or one that can no longer be
     /// used): the page takes one with its own POST — at once with JavaScript, with its button
     /// without — then checks in every `refresh_ms`.
-    pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64) -> Response {
+    ///
+    /// `return_to` (a checked path) goes with the button's POST, so the visitor still lands on
+    /// the page they asked for.
+    pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64, return_to: Option<&str>) -> Response {
         let lang = self.lang(headers);
+        let join_action =
+            return_to.map_or_else(|| "/".to_owned(), |p| format!("/?{}", return_query(p)));
         let view = View {
             position: "…",
             eta: lang.strings().take_place,
             status: "new",
             refresh_ms,
             lang,
+            join_action: &join_action,
         };
         self.respond(StatusCode::OK, Vec::new(), &view)
     }
@@ -193,6 +202,7 @@ impl Page {
             status,
             refresh_ms: 2_000,
             lang,
+            join_action: "/",
         };
         let mut resp = self.respond(e.status, Vec::new(), &view);
         resp.extensions_mut().insert(LoggedError {
@@ -217,6 +227,8 @@ pub struct View<'a> {
     pub refresh_ms: u64,
     /// The language.
     pub lang: Lang,
+    /// Where the no-JavaScript button posts (`/`, with the `return_to` the page came with).
+    pub join_action: &'a str,
 }
 
 /// The state and the sentence of an error page, in the language of `s`.
@@ -304,6 +316,13 @@ pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String
     resp
 }
 
+/// The query string that carries `path` back to the page as its `return_to`.
+pub fn return_query(path: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("return_to", path)
+        .finish()
+}
+
 /// A 303 to `to` (the origin, for an admitted visitor), with `cookies` set.
 pub fn redirect(to: &str, cookies: Vec<HeaderValue>) -> Response {
     let mut resp = html_response(StatusCode::SEE_OTHER, cookies, String::new());
@@ -345,6 +364,7 @@ mod tests {
                 status: "queued",
                 refresh_ms: 2000,
                 lang,
+                join_action: "/",
             };
             let html = Page::new(&b).render(&view, "n0nce");
             assert!(!html.contains("{{"), "{html}");
@@ -384,7 +404,7 @@ mod tests {
             header::ACCEPT_LANGUAGE,
             HeaderValue::from_static("de-CH, de;q=0.9, en;q=0.5"),
         );
-        let resp = page.fresh(&headers, 2_000);
+        let resp = page.fresh(&headers, 2_000, None);
         assert_eq!(resp.headers()[header::CONTENT_LANGUAGE], "de");
         let fixed = Page::new(&Branding {
             language: Some(Lang::Fr),

@@ -503,3 +503,64 @@ async fn cookies_are_secure_when_the_public_url_is_https() {
         );
     }
 }
+
+/// The visitor lands back on the page they asked for (the origin's gate sends them with
+/// `return_to`): a path on the origin only; another host (`//host`, `/\host`, a URL) is ignored
+/// and the visitor goes to `origin_url`. The no-JavaScript button keeps it.
+#[tokio::test]
+async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_only() {
+    let n = TestNode::start(
+        Options {
+            origin_url: Some("https://shop.example/start".into()),
+            ..options()
+        },
+        true,
+    );
+    let (_, pass) = n.ticket_and_pass().await;
+    let page_at = |query: &str| {
+        let mut req = bodiless(
+            Request::get(format!("/?{query}")),
+            header::ACCEPT,
+            "text/html",
+        );
+        let cookie = format!("wr_pass={pass}");
+        req.headers_mut()
+            .insert(header::COOKIE, cookie.parse().expect("header value"));
+        req
+    };
+    for (query, to) in [
+        (
+            "return_to=%2Fshop%2Fcart%3Fitem%3D3",
+            "https://shop.example/shop/cart?item=3",
+        ),
+        (
+            "return_to=%2F%2Fevil.example%2Fx",
+            "https://shop.example/start",
+        ),
+        ("return_to=%2F%5Cevil.example", "https://shop.example/start"),
+        (
+            "return_to=https%3A%2F%2Fevil.example%2F",
+            "https://shop.example/start",
+        ),
+        ("return_to=%2Fa%20b", "https://shop.example/start"),
+        ("other=1", "https://shop.example/start"),
+    ] {
+        let r = n.send(page_at(query)).await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{query}");
+        assert_eq!(r.headers[header::LOCATION], to, "{query}");
+    }
+    let form = Request::post("/?return_to=%2Fshop%2Fcart")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::empty())
+        .expect("request");
+    let r = n.send(form).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.headers[header::LOCATION], "/?return_to=%2Fshop%2Fcart");
+    let fresh = bodiless(
+        Request::get("/?return_to=%2Fshop"),
+        header::ACCEPT,
+        "text/html",
+    );
+    let html = String::from_utf8_lossy(&n.send(fresh).await.body).into_owned();
+    assert!(html.contains("action=\"/?return_to=%2Fshop\""), "{html}");
+}

@@ -370,7 +370,7 @@ async fn fallback(
         && page::wants_html(&headers)
         && !is_internal_path(uri.path());
     if page {
-        return page::waiting_page(State(app), method, headers).await;
+        return page::waiting_page(State(app), method, uri, headers).await;
     }
     ApiError::not_found().into_response()
 }

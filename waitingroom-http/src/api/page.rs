@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::Response;
 
 use super::body::RawBody;
@@ -42,39 +42,48 @@ pub(super) fn wants_html(headers: &HeaderMap) -> bool {
 pub(super) async fn waiting_page(
     State(app): State<Arc<App>>,
     method: Method,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     if method == Method::HEAD {
         // A monitor's HEAD must not make a visitor.
         return page::html_response(StatusCode::OK, Vec::new(), String::new());
     }
+    let back = return_to(&uri);
+    let onward = onward(&app.cfg.origin_url, back.as_deref());
     if let Some(pass) = cookies::get(&headers, cookies::PASS)
         && app.verify_pass(pass).is_ok()
     {
-        return page::redirect(&app.cfg.origin_url, Vec::new());
+        return page::redirect(&onward, Vec::new());
     }
     let Some(ticket) = cookies::get(&headers, cookies::TICKET) else {
-        return app
-            .page
-            .fresh(&headers, app.cfg.settings.refresh_interval_ms);
+        return app.page.fresh(
+            &headers,
+            app.cfg.settings.refresh_interval_ms,
+            back.as_deref(),
+        );
     };
     let key = leave_key(&headers);
     match app.check_in(ticket).await {
         // Exchanged already: the same pass again if this is the page asking after its answer
         // was lost (same leave key, within the minute passes are kept); else a new visit.
         Err(e) if e.code == "already_left" => match app.leave(ticket, Some(key)).await {
-            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p)),
-            Err(_) => app
-                .page
-                .fresh(&headers, app.cfg.settings.refresh_interval_ms),
+            Ok(p) => page::redirect(&onward, cookies::after_leave(&app.cfg, &p)),
+            Err(_) => app.page.fresh(
+                &headers,
+                app.cfg.settings.refresh_interval_ms,
+                back.as_deref(),
+            ),
         },
         // A ticket that can no longer be used (expired, forged): a new visit, which the page's
         // own POST starts.
-        Err(e) if e.status == StatusCode::UNAUTHORIZED => app
-            .page
-            .fresh(&headers, app.cfg.settings.refresh_interval_ms),
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => app.page.fresh(
+            &headers,
+            app.cfg.settings.refresh_interval_ms,
+            back.as_deref(),
+        ),
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket, Some(key)).await {
-            Ok(p) => page::redirect(&app.cfg.origin_url, cookies::after_leave(&app.cfg, &p)),
+            Ok(p) => page::redirect(&onward, cookies::after_leave(&app.cfg, &p)),
             Err(e) => error_page(&app, &headers, &e),
         },
         Ok(a) => app
@@ -96,13 +105,46 @@ pub(super) async fn waiting_page(
 pub(super) async fn join_form(
     State(app): State<Arc<App>>,
     client: ClientAddr,
+    uri: Uri,
     headers: HeaderMap,
     _form: RawBody,
 ) -> Response {
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
+    // Back to the page, keeping where the visitor is to go once let in.
+    let page = match return_to(&uri) {
+        Some(path) => format!("/?{}", page::return_query(&path)),
+        None => "/".to_owned(),
+    };
     match joined {
-        Ok(a) => page::redirect("/", vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
+        Ok(a) => page::redirect(&page, vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),
+    }
+}
+
+/// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds
+/// (`crate::gate`), if it is a path on the origin: it starts with one `/` (not `//` or `/\\`,
+/// which browsers read as another host), and holds only visible ASCII, at most 1 KiB.
+/// Anything else is ignored: the visitor goes to `origin_url`.
+pub(super) fn return_to(uri: &Uri) -> Option<String> {
+    let query = uri.query()?;
+    let (_, path) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "return_to")?;
+    let safe = path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.starts_with("/\\")
+        && path.len() <= 1024
+        && path.bytes().all(|b| b.is_ascii_graphic());
+    safe.then(|| path.into_owned())
+}
+
+/// Where an admitted visitor goes: `path` on the origin of `origin_url` (or on this host when
+/// `origin_url` is a bare `/`), else `origin_url` itself.
+pub(super) fn onward(origin_url: &str, path: Option<&str>) -> String {
+    let Some(path) = path else {
+        return origin_url.to_owned();
+    };
+    match crate::config::web_origin(origin_url) {
+        Some(origin) => format!("{origin}{path}"),
+        None => path.to_owned(),
     }
 }
 

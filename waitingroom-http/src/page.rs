@@ -345,17 +345,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn default_page_has_no_leftover_placeholders() {
-        let b = Branding {
-            title: Some("T <1>".into()),
+    /// The built-in page's branding, with `title`.
+    fn branding(title: Option<&str>) -> Branding {
+        Branding {
+            title: title.map(str::to_owned),
             text: None,
             language: None,
             background: "#fff".into(),
             foreground: "#000".into(),
             accent: "navy".into(),
             template: None,
-        };
+        }
+    }
+
+    #[test]
+    fn default_page_has_no_leftover_placeholders() {
+        let b = branding(Some("T <1>"));
         for lang in Lang::ALL {
             let eta = lang.strings().eta(Some(125));
             let view = View {
@@ -389,15 +394,7 @@ mod tests {
 
     #[test]
     fn the_page_speaks_the_visitors_language() {
-        let b = Branding {
-            title: None,
-            text: None,
-            language: None,
-            background: "#fff".into(),
-            foreground: "#000".into(),
-            accent: "navy".into(),
-            template: None,
-        };
+        let b = branding(None);
         let page = Page::new(&b);
         let mut headers = HeaderMap::new();
         headers.insert(

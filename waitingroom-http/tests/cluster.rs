@@ -1383,7 +1383,7 @@ async fn admin(cl: &Cluster, i: usize, token: &str, change: Option<Value>) -> Va
 /// Node `i`'s view of the cluster.
 async fn status(cl: &Cluster, i: usize) -> Value {
     let url = format!("{}/api/cluster", cl.nodes[i].internal_url());
-    client()
+    cl.client
         .get(url)
         .send()
         .await
@@ -1560,15 +1560,7 @@ async fn internal_listeners_take_only_mutual_tls() {
     let cl = Cluster::start_tls("mtls", 3, &[]).await;
     let internal = cl.nodes[0].internal_url().to_owned();
     assert!(internal.starts_with("https://127.0.0.1:"), "{internal}");
-    let status: Value = cl
-        .client
-        .get(format!("{internal}/api/cluster"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = status(&cl, 0).await;
     let members = status["members"].as_array().unwrap();
     assert!(
         members

@@ -448,6 +448,66 @@ async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
         .assert_error(StatusCode::FORBIDDEN, "pass_lifetime_over");
 }
 
+/// Sessions renewed by activity (README, "Live settings"): a pass checked at the gate past
+/// half its life comes back renewed as a cookie; before half its life, or once its longest life
+/// is reached, it does not (and it stays valid until it expires).
+#[tokio::test]
+async fn a_pass_in_use_is_renewed_at_the_gate_past_half_its_life() {
+    let n = TestNode::start(
+        Options {
+            pass_expiry_ms: Some(1_000),
+            pass_max_lifetime_ms: Some(2_500),
+            ..options()
+        },
+        true,
+    );
+    let (_, pass) = n.ticket_and_pass().await;
+    let r = n.verify(&pass).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert!(
+        r.headers.get(header::SET_COOKIE).is_none(),
+        "renewed too early"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let r = n.verify(&pass).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let cookie = r.headers[header::SET_COOKIE].to_str().expect("ASCII");
+    let renewed = cookie
+        .strip_prefix("wr_pass=")
+        .and_then(|c| c.split(';').next())
+        .expect("a pass cookie")
+        .to_owned();
+    let (old, new) = (
+        n.app
+            .crypto
+            .verify_pass(&pass, now_ms())
+            .expect("still valid"),
+        n.app.crypto.verify_pass(&renewed, now_ms()).expect("valid"),
+    );
+    assert!(new.expires_at > old.expires_at, "{new:?} vs {old:?}");
+    // Used all along, the session ends at the longest life (2.5 s from creation): renewals
+    // stop, and none reaches past it.
+    let mut current = renewed;
+    let mut stopped = false;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let r = n.verify(&current).await;
+        let Some(c) = r.headers.get(header::SET_COOKIE) else {
+            stopped = true;
+            break;
+        };
+        let c = c.to_str().expect("ASCII");
+        current = c["wr_pass=".len()..]
+            .split(';')
+            .next()
+            .expect("pass")
+            .to_owned();
+        let p = n.app.crypto.verify_pass(&current, now_ms()).expect("valid");
+        assert!(p.expires_at <= p.created_at + 2_500, "{p:?}");
+    }
+    assert!(stopped, "renewed past the longest life");
+}
+
 #[tokio::test]
 async fn ticket_presented_as_pass_is_refused() {
     let n = TestNode::start(options(), true);

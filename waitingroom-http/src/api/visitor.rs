@@ -13,6 +13,7 @@ use super::body::{self, RawBody};
 use super::openapi::TicketRefusals;
 use crate::app::App;
 use crate::client_addr::ClientAddr;
+use crate::clock::now_ms;
 use crate::cookies;
 use crate::errors::ApiError;
 use crate::errors::ErrorBody;
@@ -198,7 +199,8 @@ pub(super) async fn refresh_pass(
 #[utoipa::path(get, path = "/api/pass/verify", tag = "pass",
     summary = "Check a pass (for origin gates)",
     description = "The pass from `Authorization: Bearer` or the `wr_pass` cookie. For nginx \
-        `auth_request`, Caddy `forward_auth`, Traefik `forwardAuth`.",
+        `auth_request`, Caddy `forward_auth`, Traefik `forwardAuth`. A pass past half its life \
+        comes back renewed in `Set-Cookie` (a session renewed by activity).",
     responses(
         (status = 204, description = "Valid; `x-waitingroom-ticket-id` names the visitor"),
         (status = 401, description = "`missing_token`, `invalid_token`, `expired`", body = ErrorBody),
@@ -222,7 +224,25 @@ pub(super) async fn verify_pass(
         // Lets the gate pass the visitor's id on to the origin (auth_request_set).
         resp.headers_mut().insert("x-waitingroom-ticket-id", v);
     }
+    if let Some(renewed) = renew(&app, token, &pass) {
+        resp.headers_mut().insert(header::SET_COOKIE, renewed);
+    }
     Ok(resp)
+}
+
+/// A session renewed by activity: a pass used past half its life gets a new one (as
+/// `/api/pass/refresh` would give), as a cookie the gate passes on to the browser (nginx:
+/// `auth_request_set $renewed $upstream_http_set_cookie; add_header Set-Cookie $renewed;`). A
+/// visitor on the site who keeps using it keeps their place, up to the pass's longest life;
+/// one who stops loses it after the pass expiry. When it cannot be renewed (a paused node, the
+/// longest life reached), the pass is still valid until it expires.
+fn renew(app: &App, token: &str, pass: &waitingroom_core::Pass) -> Option<HeaderValue> {
+    let half = pass.issued_at + pass.expires_at.saturating_sub(pass.issued_at) / 2;
+    if now_ms() < half {
+        return None;
+    }
+    let renewed = app.refresh_pass(token).ok()?;
+    Some(cookies::for_pass(&app.cfg, &renewed))
 }
 
 /// The same check under `/api/pass/verify/…`, whatever the method: Envoy's `ext_authz` asks

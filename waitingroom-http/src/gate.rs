@@ -15,17 +15,20 @@
 //! per interval, not one per request.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq as _;
 use thiserror::Error;
 use waitingroom_core::{Pass, Time, TokenError};
 
+use crate::client_addr::Cidr;
 use crate::clock::now_ms;
 use crate::cookies;
 use crate::crypto::{KeyError, PassVerifier};
@@ -44,16 +47,59 @@ pub struct GateConfig {
     pub waiting_room_url: String,
     /// Least time between two JWKS fetches caused by unknown key ids.
     pub refetch_interval: Duration,
+    /// Requests that skip the room altogether.
+    pub bypass: Bypass,
 }
 
 impl GateConfig {
-    /// The usual settings: refetch at most every 30 s.
+    /// The usual settings: refetch at most every 30 s, nothing bypasses the room.
     pub fn new(jwks_url: impl Into<String>, waiting_room_url: impl Into<String>) -> Self {
         GateConfig {
             jwks_url: jwks_url.into(),
             waiting_room_url: waiting_room_url.into(),
             refetch_interval: Duration::from_secs(30),
+            bypass: Bypass::default(),
         }
+    }
+}
+
+/// Requests the gate lets through without a pass (and without counting them against the
+/// target): health checks and static files by path, monitoring and staff networks, and
+/// trusted callers that present a secret header. Such a request carries no [`Pass`].
+#[derive(Debug, Clone, Default)]
+pub struct Bypass {
+    /// Path prefixes, e.g. `/healthz`, `/static/` (compared with the request's path as is).
+    pub path_prefixes: Vec<String>,
+    /// Client networks (the TCP peer, `ConnectInfo<SocketAddr>`; behind a proxy, the proxy's
+    /// address: list the networks the proxy itself is told to pass).
+    pub networks: Vec<Cidr>,
+    /// A header and its secret value, compared in constant time.
+    pub header: Option<(HeaderName, String)>,
+}
+
+impl Bypass {
+    /// Whether `req` skips the room.
+    pub fn matches(&self, req: &Request) -> bool {
+        let path = req.uri().path();
+        if self
+            .path_prefixes
+            .iter()
+            .any(|p| path.starts_with(p.as_str()))
+        {
+            return true;
+        }
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        if peer.is_some_and(|ip| self.networks.iter().any(|n| n.contains(ip))) {
+            return true;
+        }
+        self.header.as_ref().is_some_and(|(name, secret)| {
+            req.headers()
+                .get(name)
+                .is_some_and(|v| bool::from(v.as_bytes().ct_eq(secret.as_bytes())))
+        })
     }
 }
 
@@ -279,6 +325,9 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
         Box::pin(async move {
+            if gate.cfg.bypass.matches(&req) {
+                return inner.call(req).await;
+            }
             match gate.check(req.headers(), now_ms()).await {
                 Ok(pass) => {
                     req.extensions_mut().insert(pass);
@@ -365,6 +414,57 @@ mod tests {
             }))
             .layer(gate.layer());
         (gate, origin)
+    }
+
+    /// Bypass rules (issue 14, item 8): health checks and static files by path, a staff
+    /// network, a caller with the secret header reach the origin without a pass (and without
+    /// one in their extensions); everything else still goes to the room.
+    #[tokio::test]
+    async fn bypass_rules_let_requests_through_without_a_pass() {
+        let room = Arc::new(Room::default());
+        *room.jwks.lock().unwrap() = Crypto::generate().jwks().to_string();
+        let url = serve_room(room.clone()).await;
+        let mut cfg = GateConfig::new(url, "https://room.example/");
+        cfg.bypass = Bypass {
+            path_prefixes: vec!["/healthz".into(), "/static/".into()],
+            networks: vec![Cidr::parse("10.1.0.0/16").unwrap()],
+            header: Some((HeaderName::from_static("x-bypass"), "s3cret-value".into())),
+        };
+        let client = crate::tls::client_builder().build().unwrap();
+        let gate = Gate::connect(cfg, client, Duration::ZERO).await.unwrap();
+        let origin = Router::new()
+            .fallback(get(|p: Option<Extension<Pass>>| async move {
+                if p.is_some() { "pass" } else { "bypassed" }
+            }))
+            .layer(gate.layer());
+        let call = |uri: &str, from: [u8; 4], header: Option<&str>| {
+            let mut req = axum::http::Request::get(uri);
+            if let Some(secret) = header {
+                req = req.header("x-bypass", secret);
+            }
+            let mut req = req.body(Body::empty()).unwrap();
+            req.extensions_mut()
+                .insert(ConnectInfo(SocketAddr::from((from, 4000))));
+            origin.clone().oneshot(req)
+        };
+        let outside = [192, 0, 2, 7];
+        for (uri, from, header, through) in [
+            ("/healthz", outside, None, true),
+            ("/static/app.js", outside, None, true),
+            ("/shop", outside, None, false),
+            ("/shop", [10, 1, 2, 3], None, true),
+            ("/shop", [10, 2, 0, 1], None, false),
+            ("/shop", outside, Some("s3cret-value"), true),
+            ("/shop", outside, Some("s3cret-valuX"), false),
+        ] {
+            let resp = call(uri, from, header).await.unwrap();
+            let want = if through {
+                StatusCode::OK
+            } else {
+                StatusCode::FOUND
+            };
+            assert_eq!(resp.status(), want, "{uri} from {from:?} with {header:?}");
+        }
     }
 
     async fn send(origin: &Router, uri: &str, header: Option<(&str, String)>) -> Response {

@@ -121,19 +121,14 @@ pub(super) async fn join_form(
     }
 }
 
-/// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds
-/// (`crate::gate`), if it is a path on the origin: it starts with one `/` (not `//` or `/\\`,
-/// which browsers read as another host), and holds only visible ASCII, at most 1 KiB.
-/// Anything else is ignored: the visitor goes to `origin_url`.
+/// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds,
+/// if it is a safe path on the origin ([`crate::gate::safe_return_path`], the gate's own rule:
+/// one leading `/`, no `\\`, visible ASCII only, at most 2 KiB). Anything else is ignored: the
+/// visitor goes to `origin_url`.
 pub(super) fn return_to(uri: &Uri) -> Option<String> {
     let query = uri.query()?;
     let (_, path) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "return_to")?;
-    let safe = path.starts_with('/')
-        && !path.starts_with("//")
-        && !path.starts_with("/\\")
-        && path.len() <= 1024
-        && path.bytes().all(|b| b.is_ascii_graphic());
-    safe.then(|| path.into_owned())
+    crate::gate::safe_return_path(&path).map(str::to_owned)
 }
 
 /// Where an admitted visitor goes: `path` on the origin of `origin_url` (or on this host when

@@ -75,17 +75,19 @@ impl Node {
             incarnation: cfg.incarnation,
             addr: cfg.addr.as_str().into(),
         };
+        let tag = Tag::new(&cfg);
+        let pause = (!tag.unlimited()).then_some(Pause::NoGrant);
         Ok(Node {
             cluster: Cluster::new(me, cfg.max_tree_degree, cfg.join_timeout_ms),
             local: Local::new(room),
             qpid: Qpid::new(cfg.admission, 10 * cfg.retransmit_ms),
-            tag: Tag::new(&cfg),
+            tag,
             swim: Swim::new(cfg.seed, cfg.suspect_rounds, cfg.indirect_probes),
             channels: Channels::default(),
             forgets: BTreeMap::new(),
             future: Vec::new(),
             timers: TimerTable::default(),
-            pause: (!cfg.live().apply_to(&cfg.settings).is_unlimited()).then_some(Pause::NoGrant),
+            pause,
             out: VecDeque::new(),
             events: VecDeque::new(),
             cfg,
@@ -526,7 +528,7 @@ impl Node {
         if self.is_member() {
             self.tag.pause(now)
         } else {
-            (!self.tag.settings().is_unlimited()).then_some(Pause::NoGrant)
+            (!self.tag.unlimited()).then_some(Pause::NoGrant)
         }
     }
 

@@ -60,6 +60,9 @@ pub(crate) struct Tag {
     file: Settings,
     /// The newest live settings this node knows (`live.rs`).
     live: LiveSettings,
+    /// The longest pass expiry in force since this node started: passes issued before an
+    /// operator shortened it live that long, and departed places are counted for it.
+    longest_pass_expiry: Time,
     /// How the root lets visitors out once a count has decided how many.
     mode: AdmissionMode,
     /// Range admission: most keys per count reply, and so most admitted per round.
@@ -140,6 +143,7 @@ impl Tag {
             settings: cfg.live().apply_to(&cfg.settings),
             file: cfg.settings.clone(),
             live: cfg.live(),
+            longest_pass_expiry: cfg.live().apply_to(&cfg.settings).pass_expiry_ms,
             mode: cfg.admission,
             select_limit: cfg.select_limit,
             watchdog_rounds: cfg.watchdog_rounds,
@@ -185,6 +189,7 @@ impl Tag {
         self.live = other.clone();
         other.validate(&self.file)?;
         self.settings = other.apply_to(&self.file);
+        self.longest_pass_expiry = self.longest_pass_expiry.max(self.settings.pass_expiry_ms);
         Ok(())
     }
 
@@ -202,7 +207,7 @@ impl Tag {
 
     /// Whether nothing limits admission: no target, and no rate cap (or passthrough). Then
     /// nobody needs a place to let a visitor through, and no majority is needed.
-    fn unlimited(&self) -> bool {
+    pub(crate) fn unlimited(&self) -> bool {
         self.settings.is_unlimited()
             && (self.live.new_users_per_minute.is_none() || self.live.mode == Mode::Passthrough)
     }
@@ -659,15 +664,17 @@ impl Tag {
     /// spend its grant until that expires (a grant's life after its last count, which came
     /// before the departure); a visitor it let out then holds the place for a ticket's life
     /// until they get a pass, which lasts a pass's life (passes are extended only under a live
-    /// grant). Plus 1% for the rate at which its clock and ours may drift apart (quartz clocks
-    /// drift by well under 0.01%) and an interval to spare.
+    /// grant; the longest pass expiry in force since this node started, as an operator may have
+    /// shortened it after those passes were issued). Plus 1% for the rate at which its clock
+    /// and ours may drift apart (quartz clocks drift by well under 0.01%) and an interval to
+    /// spare.
     fn departed_for(&self) -> Time {
         let s = &self.settings;
         let life = self
             .lease
             .life()
             .saturating_add(s.ticket_expiry_ms)
-            .saturating_add(s.pass_expiry_ms);
+            .saturating_add(self.longest_pass_expiry);
         life.saturating_add(life / 100)
             .saturating_add(s.eviction_interval_ms)
     }
@@ -1104,5 +1111,33 @@ mod tests {
             assert!(v >= last);
             last = v;
         }
+    }
+
+    /// README, "Live settings": passes issued before an operator shortened the pass expiry
+    /// still live the old expiry, so a departed member's places stay counted for it; a longer
+    /// one counts at once.
+    #[test]
+    fn departed_places_count_the_longest_pass_expiry_in_force() {
+        let settings = Settings {
+            target_on_site: 10,
+            pass_expiry_ms: 10_000,
+            pass_max_lifetime_ms: 60_000,
+            ..testing::queued_settings()
+        };
+        let mut tag = Tag::new(&testing::config(1, 1, settings));
+        let before = tag.departed_for();
+        let shorter = SettingsPatch {
+            pass_expiry_ms: Some(1_000),
+            ..SettingsPatch::default()
+        };
+        tag.change_settings(&shorter, NodeId(1)).unwrap();
+        assert_eq!(tag.settings().pass_expiry_ms, 1_000);
+        assert_eq!(tag.departed_for(), before);
+        let longer = SettingsPatch {
+            pass_expiry_ms: Some(20_000),
+            ..SettingsPatch::default()
+        };
+        tag.change_settings(&longer, NodeId(1)).unwrap();
+        assert!(tag.departed_for() > before);
     }
 }

@@ -490,7 +490,18 @@ pub struct ServerConfig {
     /// Page look.
     pub branding: Branding,
     /// The admin API's bearer token (`None`: the admin API is off).
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
+}
+
+/// A secret read from a file: never shown by `Debug` (a configuration printed in a log or a
+/// panic message must not carry it).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
 }
 
 /// Where to find peers in DNS (`--peers-dns`).
@@ -964,7 +975,7 @@ impl Options {
 
     /// The admin API's bearer token, read from its file now (a missing or short token is an
     /// error at start, not a locked-out operator later).
-    fn admin_token(&self) -> Result<Option<String>, SettingsError> {
+    fn admin_token(&self) -> Result<Option<Secret>, SettingsError> {
         let Some(path) = &self.admin_token_file else {
             return Ok(None);
         };
@@ -978,7 +989,7 @@ impl Options {
                 path.display()
             )));
         }
-        Ok(Some(token.to_owned()))
+        Ok(Some(Secret(token.to_owned())))
     }
 
     /// The log filter, checked now so a typo is not silently ignored at start.
@@ -1139,6 +1150,12 @@ mod tests {
             key_file: Some("k.pem".into()),
             ..Options::default()
         }
+    }
+
+    #[test]
+    fn a_secret_never_shows_in_debug_output() {
+        let shown = format!("{:?}", Some(Secret("hunter2-0123456789".into())));
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(super) async fn require_token(
     req: Request,
     next: Next,
 ) -> Response {
-    let Some(token) = app.cfg.admin_token.as_deref() else {
+    let Some(token) = app.cfg.admin_token.as_ref().map(|t| t.0.as_str()) else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
             "admin_off",

@@ -391,11 +391,10 @@ impl Node {
         if let ChannelMsg::Forget { ticket } = msg {
             // Only touches this node's own records: honoured in any phase, from anyone on a
             // link. The visitor is queued elsewhere now, or their pass is counted elsewhere.
-            let room = self.local.room_mut();
-            if room.forget_queued(ticket) {
+            if self.local.room_mut().forget_queued(ticket) {
                 self.local_queue_changed(now);
             } else {
-                room.uncount_pass(ticket);
+                self.tag.pass_counted_elsewhere(ticket, &mut self.local);
             }
             return Ok(());
         }

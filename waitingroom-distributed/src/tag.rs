@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, Time, WaitingRoom};
+use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
@@ -40,6 +40,9 @@ const RANGES_KEPT: usize = 8;
 /// Ranges passed on with each result.
 const RANGES_SENT: usize = 3;
 
+/// Passes refreshed elsewhere that wait to be uncounted, at most.
+const UNCOUNT_KEPT: usize = 65_536;
+
 /// What TAG needs to know of the rest of the node for one call.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ctx<'a> {
@@ -63,6 +66,14 @@ pub(crate) struct Tag {
     /// The longest pass expiry in force since this node started: passes issued before an
     /// operator shortened it live that long, and departed places are counted for it.
     longest_pass_expiry: Time,
+    /// Passes refreshed on another node since this node last counted itself in: it counts
+    /// them once more, then stops (`uncount_next`) at its count after that. The other node may
+    /// have been counted before the refresh in the same round: counted nowhere, the visitor's
+    /// place would be given away again.
+    uncount_later: Vec<TicketId>,
+    /// Passes counted once more since they were refreshed elsewhere: uncounted at this node's
+    /// next count.
+    uncount_next: Vec<TicketId>,
     /// How the root lets visitors out once a count has decided how many.
     mode: AdmissionMode,
     /// Range admission: most keys per count reply, and so most admitted per round.
@@ -144,6 +155,8 @@ impl Tag {
             file: cfg.settings.clone(),
             live: cfg.live(),
             longest_pass_expiry: cfg.live().apply_to(&cfg.settings).pass_expiry_ms,
+            uncount_later: Vec::new(),
+            uncount_next: Vec::new(),
             mode: cfg.admission,
             select_limit: cfg.select_limit,
             watchdog_rounds: cfg.watchdog_rounds,
@@ -265,7 +278,7 @@ impl Tag {
         &mut self,
         (now, reference_now): (Time, Time),
         ctx: Ctx<'_>,
-        local: &Local,
+        local: &mut Local,
         out: &mut Outbox,
     ) -> Option<Round> {
         let interval = self.settings.eviction_interval_ms;
@@ -295,10 +308,14 @@ impl Tag {
         (stamp, bounds, select): (Stamp, Vec<Time>, u32),
         reply_to: Option<NodeId>,
         ctx: Ctx<'_>,
-        local: &Local,
+        local: &mut Local,
         out: &mut Outbox,
     ) -> Option<Round> {
+        for ticket in std::mem::take(&mut self.uncount_next) {
+            local.room_mut().uncount_pass(ticket);
+        }
         let acc = self.own_counts(ctx.me, &bounds, select, local);
+        self.uncount_next = std::mem::take(&mut self.uncount_later);
         self.lease.ask(stamp, now);
         if self.own_below.len() >= 4 {
             self.own_below.remove(0);
@@ -386,7 +403,7 @@ impl Tag {
         from: NodeId,
         r: CountRequest,
         ctx: Ctx<'_>,
-        local: &Local,
+        local: &mut Local,
         out: &mut Outbox,
     ) -> Option<Round> {
         self.start_round(
@@ -523,6 +540,18 @@ impl Tag {
             summary,
             range,
             batch,
+        }
+    }
+
+    /// A pass this node counts was refreshed on another node, which counts it from now on:
+    /// this node stops counting it after one more count of its own (see `uncount_later`). A
+    /// node that is not counted for long keeps counting such passes, erring towards a fuller
+    /// site; past [`UNCOUNT_KEPT`] waiting, they are uncounted at once.
+    pub(crate) fn pass_counted_elsewhere(&mut self, ticket: TicketId, local: &mut Local) {
+        if self.uncount_later.len() + self.uncount_next.len() >= UNCOUNT_KEPT {
+            local.room_mut().uncount_pass(ticket);
+        } else {
+            self.uncount_later.push(ticket);
         }
     }
 

@@ -173,7 +173,7 @@ impl LiveSettings {
         author: NodeId,
         file: &Settings,
     ) -> Result<LiveSettings, SettingsError> {
-        let p = patch.clone();
+        let p = patch;
         let next = LiveSettings {
             version: self.version.saturating_add(1),
             author,

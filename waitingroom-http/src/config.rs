@@ -836,7 +836,7 @@ impl Options {
             ));
         }
         Ok(Some(Discovery {
-            scheme: if tls { "https" } else { "http" },
+            scheme: crate::tls::scheme(tls),
             name: name.to_owned(),
             port,
             server: self.dns_server,

@@ -230,11 +230,7 @@ impl Gate {
             .and_then(safe_return_path);
         if let Some(path) = back {
             location.push(if location.contains('?') { '&' } else { '?' });
-            location.push_str(
-                &form_urlencoded::Serializer::new(String::new())
-                    .append_pair("return_to", path)
-                    .finish(),
-            );
+            location.push_str(&return_query(path));
         }
         let mut resp = StatusCode::FOUND.into_response();
         let headers = resp.headers_mut();
@@ -246,6 +242,14 @@ impl Gate {
         }
         resp
     }
+}
+
+/// `return_to=PATH`, form-encoded: how the path a visitor asked for rides in the room's query
+/// string (the gate adds it, the waiting page keeps it).
+pub fn return_query(path: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("return_to", path)
+        .finish()
 }
 
 /// `raw` if it is a path on this site that is safe to send a browser back to: it starts with

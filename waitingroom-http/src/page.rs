@@ -178,8 +178,7 @@ impl Page {
     /// the page they asked for.
     pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64, return_to: Option<&str>) -> Response {
         let lang = self.lang(headers);
-        let join_action =
-            return_to.map_or_else(|| "/".to_owned(), |p| format!("/?{}", return_query(p)));
+        let join_action = room_page(return_to);
         let view = View {
             position: "…",
             eta: lang.strings().take_place,
@@ -316,11 +315,12 @@ pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String
     resp
 }
 
-/// The query string that carries `path` back to the page as its `return_to`.
-pub fn return_query(path: &str) -> String {
-    form_urlencoded::Serializer::new(String::new())
-        .append_pair("return_to", path)
-        .finish()
+/// The waiting page's own URL, keeping the checked `return_to` path it came with.
+pub fn room_page(return_to: Option<&str>) -> String {
+    return_to.map_or_else(
+        || "/".to_owned(),
+        |p| format!("/?{}", crate::gate::return_query(p)),
+    )
 }
 
 /// A 303 to `to` (the origin, for an admitted visitor), with `cookies` set.

@@ -80,7 +80,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         .map(InternalTls::load)
         .transpose()?;
     let peer_addr = internal.as_ref().map_or(public.1, |(_, addr)| *addr);
-    let scheme = if tls.is_some() { "https" } else { "http" };
+    let scheme = crate::tls::scheme(tls.is_some());
     let advertise = cfg
         .advertise
         .clone()
@@ -153,7 +153,7 @@ fn serve_all(
     println!("listening on http://{}", public.1);
     if let Some((listener, addr)) = internal {
         let routes = crate::api::internal_router(app.clone());
-        let scheme = if tls.is_some() { "https" } else { "http" };
+        let scheme = crate::tls::scheme(tls.is_some());
         servers.push(tokio::spawn(serve_tls(
             listener,
             routes,

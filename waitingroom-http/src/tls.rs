@@ -30,6 +30,11 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
+/// The scheme of internal URLs: `https` with mutual TLS on the internal listener, else `http`.
+pub fn scheme(mutual_tls: bool) -> &'static str {
+    if mutual_tls { "https" } else { "http" }
+}
+
 /// The TLS configuration of a peer client without mutual TLS: peers are then `http://` (an
 /// `https://` one is refused at start), so it trusts nothing. Given to reqwest so that it does
 /// not look for the system's CA certificates, which a `FROM scratch` image does not have.

@@ -111,12 +111,9 @@ pub(super) async fn join_form(
 ) -> Response {
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
     // Back to the page, keeping where the visitor is to go once let in.
-    let page = match return_to(&uri) {
-        Some(path) => format!("/?{}", page::return_query(&path)),
-        None => "/".to_owned(),
-    };
+    let back = page::room_page(return_to(&uri).as_deref());
     match joined {
-        Ok(a) => page::redirect(&page, vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
+        Ok(a) => page::redirect(&back, vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),
     }
 }

@@ -13,6 +13,8 @@
 #   D - joins last; its page is screenshot to docs/waiting-page.png;
 #   F - asks for German (Accept-Language): its page must be in German, <html lang="de">
 #       (screenshot docs/waiting-page-de.png);
+#   H - comes after an event was scheduled (admin API): pre-queued, its page must count down
+#       to the start (screenshot docs/waiting-page-prequeue.png);
 #   G - comes after the room was closed to new visitors (mode reject, set through the admin
 #       API): its page must say so (screenshot docs/waiting-page-closed.png).
 # Each browser is then watched through the DevTools HTTP endpoint (/json/list: the page title
@@ -211,6 +213,28 @@ echo "C's position on the way:$SEEN_C"
 first=$(echo "$SEEN_C" | awk '{print $1}')
 last=$(echo "$SEEN_C" | awk '{print $NF}')
 [ -n "$first" ] && [ "$first" -gt "$last" ] || fail "C's position never moved on by itself:$SEEN_C"
+
+# An event is scheduled (admin API at node 1): pre-queue open now, start in ten minutes. A new
+# visitor (H) is pre-queued: the page counts down to the start.
+NOW_MS=$(($(date +%s%3N)))
+curl -fsS -X POST -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
+    -H 'content-type: application/json' \
+    -d "{\"name\": \"launch\", \"prequeue_start_ms\": $NOW_MS, \"start_ms\": $((NOW_MS + 600000)), \"end_ms\": $((NOW_MS + 3600000)), \"shuffle_at_start\": true}" \
+    "${INTERNAL[0]}/admin/events" >/dev/null || fail "the admin API refused the event"
+sleep 1.5 # two rounds: every node has the event
+mkdir -p "$WORK/profile-H"
+# shellcheck disable=SC2046
+DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-H") --virtual-time-budget=5000 \
+    --dump-dom "${NODES[2]}/" 2>/dev/null) || fail "dump-dom (prequeue) failed"
+grep -q 'data-status="prequeue"' <<<"$DOM" || fail "the pre-queued page does not say so: ${DOM:0:300}"
+grep -Eq 'id="position">(10:00|9:[0-5][0-9])<' <<<"$DOM" || fail "no countdown on the pre-queued page"
+# shellcheck disable=SC2046
+timeout 30 chromium $(chrome_flags "$WORK/profile-H") --hide-scrollbars --virtual-time-budget=5000 \
+    --screenshot="$ROOT/docs/waiting-page-prequeue.png" "${NODES[2]}/" >/dev/null 2>&1 \
+    || fail "screenshot (prequeue) failed"
+echo "H's page counts down to the event's start; screenshot: docs/waiting-page-prequeue.png"
+curl -fsS -X DELETE -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
+    "${INTERNAL[0]}/admin/events/launch" >/dev/null || fail "the admin API refused to delete the event"
 
 # The room closes to new visitors (mode reject, through the admin API at node 3): a new visitor's
 # page says so (its join is answered 503 "rejected").

@@ -53,6 +53,9 @@ pub struct CheckIn {
     /// Estimated wait in milliseconds, from the measured admission rate; `None` until one has
     /// been measured or once admitted.
     pub eta_ms: Option<u64>,
+    /// Set while the visitor is pre-queued for a scheduled event: how long until it starts
+    /// and visitors are let out (a cluster node sets it; the engine alone never does).
+    pub starts_in_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -546,6 +549,7 @@ impl WaitingRoom {
             status,
             ticket,
             eta_ms,
+            starts_in_ms: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 
-use crate::live::{LiveSettings, Mode};
+use crate::live::{LiveSettings, Mode, QueueingMethod};
 
 /// How the root lets visitors out once a count has decided how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -83,6 +83,8 @@ pub struct NodeConfig {
     pub mode: Mode,
     /// Most visitors let out per minute, cluster-wide, at start (a live setting; None: no cap).
     pub new_users_per_minute: Option<u64>,
+    /// In which order visitors are let out, at start (a live setting).
+    pub queueing_method: QueueingMethod,
     /// How visitors are let out.
     pub admission: AdmissionMode,
     /// SWIM: how often one member is probed.
@@ -122,6 +124,7 @@ impl NodeConfig {
             settings,
             mode: Mode::Normal,
             new_users_per_minute: None,
+            queueing_method: QueueingMethod::Fifo,
             admission: AdmissionMode::default(),
             probe_interval_ms: 500,
             probe_timeout_ms: 200,
@@ -139,7 +142,10 @@ impl NodeConfig {
 
     /// The live settings this configuration starts with.
     pub fn live(&self) -> LiveSettings {
-        LiveSettings::from_file(&self.settings, self.mode, self.new_users_per_minute)
+        LiveSettings {
+            queueing_method: self.queueing_method,
+            ..LiveSettings::from_file(&self.settings, self.mode, self.new_users_per_minute)
+        }
     }
 
     /// Checks the configuration, naming the offending setting.

@@ -11,6 +11,7 @@
 mod channel;
 mod cluster;
 pub mod config;
+pub mod events;
 mod ignored;
 pub mod lease;
 pub mod live;
@@ -35,6 +36,7 @@ mod fuzz_regressions;
 
 pub use cluster::Phase;
 pub use config::{AdmissionMode, NodeConfig};
+pub use events::{EventPhase, EventSettings, ScheduledEvent};
 pub use ignored::Ignored;
 pub use lease::Pause;
 pub use live::{LiveSettings, Mode, QueueingMethod, SettingsPatch};

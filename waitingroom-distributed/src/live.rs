@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 
+use crate::events::{EventPhase, MAX_EVENTS, ScheduledEvent};
+
 /// What the room does with visitors, besides the limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -79,6 +81,25 @@ pub enum QueueingMethod {
     /// First in, first out: the product's promise.
     #[default]
     Fifo,
+    /// A lottery: every visitor who joins while it is in force is stamped the same join time
+    /// (`LiveSettings::lottery_since`), so the queue orders them by their ticket ids, drawn at
+    /// random by the node they joined (each node's seeded ChaCha20: a simulated run replays).
+    /// Whoever is let out is a uniformly random pick among those waiting, late joiners
+    /// included; visitors who joined before it was switched on keep their places ahead.
+    Random,
+}
+
+impl QueueingMethod {
+    /// Every method.
+    pub const ALL: [QueueingMethod; 2] = [QueueingMethod::Fifo, QueueingMethod::Random];
+
+    /// The method's name, as the admin API and the metrics spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueingMethod::Fifo => "fifo",
+            QueueingMethod::Random => "random",
+        }
+    }
 }
 
 /// The settings an operator may change while the cluster runs, with their version.
@@ -100,6 +121,13 @@ pub struct LiveSettings {
     pub pass_expiry_ms: Time,
     /// The longest one admission lasts, refreshes included (the pass's maximum lifetime).
     pub session_duration_ms: Time,
+    /// When random queueing was last switched on (reference clock): the join time its
+    /// visitors are stamped (see [`QueueingMethod::Random`]).
+    #[serde(default)]
+    pub lottery_since: Time,
+    /// Scheduled events, in start order (`events.rs`).
+    #[serde(default)]
+    pub events: Vec<ScheduledEvent>,
 }
 
 /// Version 0 of the default settings: what a count from a node that sends none stands for
@@ -122,6 +150,8 @@ impl LiveSettings {
             queueing_method: QueueingMethod::Fifo,
             pass_expiry_ms: s.pass_expiry_ms,
             session_duration_ms: s.pass_max_lifetime_ms,
+            lottery_since: 0,
+            events: Vec::new(),
         }
     }
 
@@ -165,27 +195,163 @@ impl LiveSettings {
         })
     }
 
-    /// The next version, written by `author`: these with `patch` applied, checked against the
-    /// file's other settings.
+    /// The next version, written by `author` at `now` (reference clock): these with `patch`
+    /// applied, checked against the file's other settings.
     pub fn patched(
         &self,
         patch: &SettingsPatch,
-        author: NodeId,
+        (author, now): (NodeId, Time),
         file: &Settings,
     ) -> Result<LiveSettings, SettingsError> {
         let p = patch;
+        let method = p.queueing_method.unwrap_or(self.queueing_method);
+        let lottery_opens = method == QueueingMethod::Random && self.queueing_method != method;
         let next = LiveSettings {
             version: self.version.saturating_add(1),
             author,
             target_on_site: p.target_on_site.unwrap_or(self.target_on_site),
             new_users_per_minute: p.new_users_per_minute.unwrap_or(self.new_users_per_minute),
             mode: p.mode.unwrap_or(self.mode),
-            queueing_method: p.queueing_method.unwrap_or(self.queueing_method),
+            queueing_method: method,
             pass_expiry_ms: p.pass_expiry_ms.unwrap_or(self.pass_expiry_ms),
             session_duration_ms: p.session_duration_ms.unwrap_or(self.session_duration_ms),
+            lottery_since: if lottery_opens {
+                now
+            } else {
+                self.lottery_since
+            },
+            events: self.events.clone(),
         };
         next.validate(file)?;
         Ok(next)
+    }
+
+    /// The next version with `event` added, written by `author` at `now`. Events that have
+    /// ended are dropped; one whose time overlaps another's, or whose name is taken, is refused.
+    pub fn with_event(
+        &self,
+        event: ScheduledEvent,
+        (author, now): (NodeId, Time),
+        file: &Settings,
+    ) -> Result<LiveSettings, SettingsError> {
+        if event.end_ms <= now {
+            return Err(SettingsError::new("end_ms", "is already past"));
+        }
+        let mut events: Vec<ScheduledEvent> = self
+            .events
+            .iter()
+            .filter(|e| e.end_ms > now)
+            .cloned()
+            .collect();
+        if let Some(e) = events
+            .iter()
+            .find(|e| e.name == event.name || e.overlaps(&event))
+        {
+            let why = if e.name == event.name {
+                "an event of that name is scheduled; delete it first".to_owned()
+            } else {
+                format!("overlaps event `{}`", e.name)
+            };
+            return Err(SettingsError::new("name", why));
+        }
+        if events.len() >= MAX_EVENTS {
+            return Err(SettingsError::new(
+                "name",
+                format!("{MAX_EVENTS} events are scheduled already; delete one first"),
+            ));
+        }
+        events.push(event);
+        events.sort_by_key(|e| e.start_ms);
+        let next = LiveSettings {
+            version: self.version.saturating_add(1),
+            author,
+            events,
+            ..self.clone()
+        };
+        for e in &next.events {
+            next.in_force_at(e.start_ms).validate(file)?;
+        }
+        Ok(next)
+    }
+
+    /// The next version without the event `name`, written by `author`.
+    pub fn without_event(&self, name: &str, author: NodeId) -> Option<LiveSettings> {
+        let events: Vec<ScheduledEvent> = self
+            .events
+            .iter()
+            .filter(|e| e.name != name)
+            .cloned()
+            .collect();
+        (events.len() < self.events.len()).then(|| LiveSettings {
+            version: self.version.saturating_add(1),
+            author,
+            events,
+            ..self.clone()
+        })
+    }
+
+    /// The event on at `t` (reference clock), and where it stands.
+    pub fn event_at(&self, t: Time) -> Option<EventPhase<'_>> {
+        self.events.iter().find_map(|e| e.phase_at(t))
+    }
+
+    /// The settings in force at `t`: these, with the settings of an event that is on. A
+    /// pre-queue lets nobody out (queue-all), unless the room is closed (reject).
+    pub fn in_force_at(&self, t: Time) -> LiveSettings {
+        let mut now = LiveSettings {
+            events: Vec::new(),
+            ..self.clone()
+        };
+        let Some(phase) = self.event_at(t) else {
+            return now;
+        };
+        let (EventPhase::Prequeue(e) | EventPhase::Running(e)) = phase;
+        let s = &e.settings;
+        now.target_on_site = s.target_on_site.unwrap_or(now.target_on_site);
+        now.new_users_per_minute = s.new_users_per_minute.or(now.new_users_per_minute);
+        now.mode = s.mode.unwrap_or(now.mode);
+        now.queueing_method = s.queueing_method.unwrap_or(now.queueing_method);
+        if matches!(phase, EventPhase::Prequeue(_)) && now.mode != Mode::Reject {
+            now.mode = Mode::QueueAll;
+        }
+        now
+    }
+
+    /// The join time a visitor who joins at `t` (reference clock) is stamped: `t`, except in
+    /// a shuffled pre-queue (the pre-queue's opening: `events.rs`) and under random queueing
+    /// (the lottery's opening, or the start of the latest event that has begun if later, so
+    /// that a lottery never jumps an event's pre-queue). Never 0, so that a visitor whose
+    /// admission was decided can be re-queued just before the lottery
+    /// (`Tag::decided_join_time`).
+    pub fn join_stamp(&self, t: Time) -> Time {
+        match self.event_at(t) {
+            Some(EventPhase::Prequeue(e)) if e.shuffle_at_start => e.prequeue_start_ms,
+            Some(EventPhase::Prequeue(_)) => t,
+            _ if self.in_force_at(t).queueing_method == QueueingMethod::Random => {
+                let begun = self.events.iter().map(|e| e.start_ms).filter(|&s| s <= t);
+                begun.fold(self.lottery_since.max(1), Time::max)
+            }
+            _ => t,
+        }
+    }
+
+    /// When the pre-queue on at `t` opens its doors, if one is on.
+    pub fn prequeue_until(&self, t: Time) -> Option<Time> {
+        match self.event_at(t) {
+            Some(EventPhase::Prequeue(e)) => Some(e.start_ms),
+            _ => None,
+        }
+    }
+
+    /// The first time after `t` at which an event changes what is in force (`Time::MAX`:
+    /// none scheduled).
+    pub fn next_edge_after(&self, t: Time) -> Time {
+        self.events
+            .iter()
+            .flat_map(ScheduledEvent::edges)
+            .filter(|&edge| edge > t)
+            .min()
+            .unwrap_or(Time::MAX)
     }
 
     /// Most visitors a round at interval boundary `boundary` may let out under the rate cap
@@ -197,6 +363,105 @@ impl LiveSettings {
         let due = |t: Time| per_minute * u128::from(t) / 60_000;
         let allowance = due(boundary) - due(boundary.saturating_sub(interval));
         Some(u64::try_from(allowance).unwrap_or(u64::MAX))
+    }
+}
+
+/// The settings a node goes by: the newest live version it knows, and what of it is in force
+/// at the reference time it last looked (events switch settings on and off by the clock).
+#[derive(Debug, Clone)]
+pub(crate) struct InForce {
+    /// The file's room settings, which the live settings apply to.
+    file: Settings,
+    /// The newest live settings this node knows.
+    live: LiveSettings,
+    /// What of them is in force at the time last looked at (`LiveSettings::in_force_at`).
+    current: LiveSettings,
+    /// The room settings in force: the file's, with `current` applied.
+    settings: Settings,
+    /// The reference time last looked at, and the times between which `current` holds.
+    clock: Time,
+    window: (Time, Time),
+    /// The longest pass expiry in force since this node started: passes issued before an
+    /// operator shortened it live that long, and departed places are counted for it.
+    longest_pass_expiry: Time,
+}
+
+impl InForce {
+    /// A node's settings at start: its file's.
+    pub(crate) fn new(file: &Settings, live: LiveSettings) -> InForce {
+        let settings = live.apply_to(file);
+        InForce {
+            file: file.clone(),
+            longest_pass_expiry: settings.pass_expiry_ms,
+            current: live.clone(),
+            live,
+            settings,
+            clock: 0,
+            window: (0, Time::MAX),
+        }
+    }
+
+    /// The newest live settings known.
+    pub(crate) fn live(&self) -> &LiveSettings {
+        &self.live
+    }
+
+    /// The live settings in force now (an event's applied).
+    pub(crate) fn current(&self) -> &LiveSettings {
+        &self.current
+    }
+
+    /// The room settings in force now.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The file's room settings.
+    pub(crate) fn file(&self) -> &Settings {
+        &self.file
+    }
+
+    /// The longest pass expiry in force since the node started.
+    pub(crate) fn longest_pass_expiry(&self) -> Time {
+        self.longest_pass_expiry
+    }
+
+    /// Adopts `other` if it is a newer version than the one known. A version that does not
+    /// fit the file settings (another file configuration) is kept and passed on, but the room
+    /// settings stay as they were; the error says why.
+    pub(crate) fn adopt(&mut self, other: &LiveSettings) -> Result<(), SettingsError> {
+        if !self.live.is_older_than(other) {
+            return Ok(());
+        }
+        self.live = other.clone();
+        let current = other.in_force_at(self.clock);
+        current.validate(&self.file)?;
+        self.take(current, self.clock);
+        Ok(())
+    }
+
+    /// Looks at the reference clock: whether what is in force changed (an event's edge passed).
+    pub(crate) fn at(&mut self, t: Time) -> bool {
+        let (from, until) = self.window;
+        if (from..until).contains(&t) {
+            return false;
+        }
+        let current = self.live.in_force_at(t);
+        let changed = current != self.current;
+        if current.validate(&self.file).is_ok() {
+            self.take(current, t);
+        }
+        changed
+    }
+
+    fn take(&mut self, current: LiveSettings, t: Time) {
+        self.clock = t;
+        let last_edge = self.live.events.iter().flat_map(ScheduledEvent::edges);
+        let from = last_edge.filter(|&e| e <= t).max().unwrap_or(0);
+        self.window = (from, self.live.next_edge_after(t));
+        self.settings = current.apply_to(&self.file);
+        self.current = current;
+        self.longest_pass_expiry = self.longest_pass_expiry.max(self.settings.pass_expiry_ms);
     }
 }
 
@@ -284,18 +549,24 @@ fn target(v: &Value) -> Result<u64, SettingsError> {
     }
 }
 
-fn queueing_method(v: &Value) -> Result<QueueingMethod, SettingsError> {
-    match text("queueing_method", v)? {
-        "fifo" => Ok(QueueingMethod::Fifo),
-        "random" => Err(SettingsError::new(
-            "queueing_method",
-            "random queueing is not built yet; fifo is the only method",
-        )),
-        other => Err(SettingsError::new(
-            "queueing_method",
-            format!("unknown method `{other}` (fifo)"),
-        )),
+impl std::str::FromStr for QueueingMethod {
+    type Err = SettingsError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        QueueingMethod::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                SettingsError::new(
+                    "queueing_method",
+                    format!("unknown method `{s}` (fifo or random)"),
+                )
+            })
     }
+}
+
+fn queueing_method(v: &Value) -> Result<QueueingMethod, SettingsError> {
+    text("queueing_method", v)?.parse()
 }
 
 #[cfg(test)]
@@ -322,12 +593,20 @@ mod tests {
         assert_eq!(err(json!({"target_on_site": "lots"})), "target_on_site");
         assert_eq!(err(json!({"target_on_site": -1})), "target_on_site");
         assert_eq!(err(json!({"mode": "closed"})), "mode");
-        assert_eq!(err(json!({"queueing_method": "random"})), "queueing_method");
+        assert_eq!(
+            err(json!({"queueing_method": "lottery"})),
+            "queueing_method"
+        );
         assert_eq!(err(json!({"pass_expiry_ms": 1.5})), "pass_expiry_ms");
         assert_eq!(err(json!({"version": 7})), "version");
         assert_eq!(err(json!({"colour": "red"})), "body");
         assert_eq!(err(json!([1])), "body");
-        let bad = |p: SettingsPatch| live().patched(&p, NodeId(2), &file()).unwrap_err().field;
+        let bad = |p: SettingsPatch| {
+            live()
+                .patched(&p, (NodeId(2), 0), &file())
+                .unwrap_err()
+                .field
+        };
         let zero = SettingsPatch {
             target_on_site: Some(0),
             ..SettingsPatch::default()
@@ -352,7 +631,7 @@ mod tests {
         }))
         .unwrap();
         let old = live();
-        let new = old.patched(&p, NodeId(3), &file()).unwrap();
+        let new = old.patched(&p, (NodeId(3), 0), &file()).unwrap();
         assert_eq!(new.version, 1);
         assert_eq!(new.author, NodeId(3));
         assert_eq!(new.target_on_site, Settings::UNLIMITED);
@@ -361,10 +640,10 @@ mod tests {
         assert_eq!(new.pass_expiry_ms, old.pass_expiry_ms);
         assert!(old.is_older_than(&new));
         let cleared = SettingsPatch::from_json(&json!({"new_users_per_minute": null})).unwrap();
-        let newer = new.patched(&cleared, NodeId(1), &file()).unwrap();
+        let newer = new.patched(&cleared, (NodeId(1), 0), &file()).unwrap();
         assert_eq!(newer.new_users_per_minute, None);
         // Two changes made at once: the higher author wins, everywhere.
-        let other = old.patched(&cleared, NodeId(1), &file()).unwrap();
+        let other = old.patched(&cleared, (NodeId(1), 0), &file()).unwrap();
         assert!(other.is_older_than(&new) && !new.is_older_than(&other));
         // The file configuration never replaces another node's.
         let mut elsewhere = live();
@@ -400,5 +679,88 @@ mod tests {
         // Half a visitor per one-second round: every other round lets one out.
         assert_eq!(l.round_allowance(1_000, 1_000), Some(0));
         assert_eq!(l.round_allowance(2_000, 1_000), Some(1));
+    }
+
+    fn event(v: Value) -> ScheduledEvent {
+        ScheduledEvent::from_json(&v).unwrap()
+    }
+
+    #[test]
+    fn a_lottery_stamps_everyone_the_time_it_opened() {
+        let random = SettingsPatch::from_json(&json!({"queueing_method": "random"})).unwrap();
+        let l = live()
+            .patched(&random, (NodeId(1), 5_000), &file())
+            .unwrap();
+        assert_eq!(
+            (l.queueing_method, l.lottery_since),
+            (QueueingMethod::Random, 5_000)
+        );
+        assert_eq!(l.join_stamp(9_000), 5_000);
+        // Changing something else keeps the lottery's opening.
+        let other = SettingsPatch::from_json(&json!({"target_on_site": 7})).unwrap();
+        let l = l.patched(&other, (NodeId(1), 8_000), &file()).unwrap();
+        assert_eq!(l.join_stamp(9_000), 5_000);
+        let fifo = SettingsPatch::from_json(&json!({"queueing_method": "fifo"})).unwrap();
+        let l = l.patched(&fifo, (NodeId(1), 10_000), &file()).unwrap();
+        assert_eq!(l.join_stamp(11_000), 11_000);
+    }
+
+    #[test]
+    fn an_event_prequeues_then_applies_its_settings_then_ends() {
+        let e = event(
+            json!({"name": "sale", "prequeue_start_ms": 1_000, "start_ms": 2_000,
+            "end_ms": 3_000, "shuffle_at_start": true, "settings": {"target_on_site": 5}}),
+        );
+        let l = live()
+            .with_event(e.clone(), (NodeId(2), 0), &file())
+            .unwrap();
+        assert_eq!(l.version, 1);
+        assert_eq!(l.in_force_at(999).mode, Mode::Normal);
+        assert_eq!(l.in_force_at(999).target_on_site, 100);
+        let pre = l.in_force_at(1_500);
+        assert_eq!((pre.mode, pre.target_on_site), (Mode::QueueAll, 5));
+        assert_eq!(l.prequeue_until(1_500), Some(2_000));
+        // Pre-queued visitors share the pre-queue's opening: their ticket ids draw the order.
+        assert_eq!(l.join_stamp(1_500), 1_000);
+        let on = l.in_force_at(2_500);
+        assert_eq!((on.mode, on.target_on_site), (Mode::Normal, 5));
+        assert_eq!(l.join_stamp(2_500), 2_500);
+        assert_eq!(l.in_force_at(3_000).target_on_site, 100);
+        assert_eq!(l.next_edge_after(0), 1_000);
+        assert_eq!(l.next_edge_after(2_000), 3_000);
+        assert_eq!(l.next_edge_after(3_000), Time::MAX);
+        // Taken names, overlaps, past events and bad settings are refused.
+        let again = l.with_event(e.clone(), (NodeId(2), 0), &file());
+        assert_eq!(again.unwrap_err().field, "name");
+        let past = live().with_event(e.clone(), (NodeId(2), 3_000), &file());
+        assert_eq!(past.unwrap_err().field, "end_ms");
+        let mut zero = e.clone();
+        zero.settings.target_on_site = Some(0);
+        let zero = live().with_event(zero, (NodeId(2), 0), &file());
+        assert_eq!(zero.unwrap_err().field, "target_on_site");
+        // Deleting it makes a newer version without it.
+        let gone = l.without_event("sale", NodeId(1)).unwrap();
+        assert!(gone.events.is_empty() && l.is_older_than(&gone));
+        assert_eq!(l.without_event("other", NodeId(1)), None);
+    }
+
+    #[test]
+    fn a_lottery_never_jumps_an_events_prequeue() {
+        let random = SettingsPatch::from_json(&json!({"queueing_method": "random"})).unwrap();
+        let l = live().patched(&random, (NodeId(1), 500), &file()).unwrap();
+        let e = event(
+            json!({"name": "sale", "prequeue_start_ms": 1_000, "start_ms": 2_000,
+            "end_ms": 3_000}),
+        );
+        let l = l.with_event(e, (NodeId(1), 600), &file()).unwrap();
+        assert_eq!(l.join_stamp(700), 500);
+        // Without a shuffle, pre-queued visitors keep their join order.
+        assert_eq!(l.join_stamp(1_500), 1_500);
+        assert_eq!(l.join_stamp(2_500), 2_000);
+        assert_eq!(l.join_stamp(3_500), 2_000);
+        // A closed room stays closed through a pre-queue.
+        let mut closed = l.clone();
+        closed.mode = Mode::Reject;
+        assert_eq!(closed.in_force_at(1_500).mode, Mode::Reject);
     }
 }

@@ -242,6 +242,13 @@ pub struct AdmitRange {
     pub decided_at: Time,
 }
 
+impl AdmitRange {
+    /// Whether this range lets out `key`.
+    pub fn covers(&self, key: &QueueKey) -> bool {
+        key.join_time < self.cutoff && self.max_key.is_none_or(|m| *key <= m)
+    }
+}
+
 /// What a subtree reports in a count.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Counts {

@@ -23,6 +23,7 @@ use waitingroom_core::{NodeId, SettingsError, TicketId, Time, WaitingRoom};
 use crate::channel::Channels;
 use crate::cluster::{Cluster, Phase};
 use crate::config::NodeConfig;
+use crate::events::ScheduledEvent;
 use crate::ignored::Ignored;
 use crate::lease::Pause;
 use crate::live::{LiveSettings, SettingsPatch};
@@ -149,11 +150,21 @@ impl Node {
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.look_at_clock(now);
         while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, timer);
         }
         self.note_pause(now);
         self.flush();
+    }
+
+    /// Scheduled events switch settings on and off by the reference clock (`events.rs`): looked
+    /// at on every timer and visitor operation.
+    fn look_at_clock(&mut self, now: Time) {
+        let reference_now = self.reference_time(now);
+        if self.tag.settings_at(reference_now) {
+            self.apply_settings();
+        }
     }
 
     /// Tells the driver when this node stops or starts letting visitors out (README,
@@ -547,11 +558,48 @@ impl Node {
     /// setting at fault and changes nothing.
     pub fn change_settings(
         &mut self,
+        now: Time,
         patch: &SettingsPatch,
     ) -> Result<LiveSettings, SettingsError> {
-        let next = self.tag.change_settings(patch, self.id())?;
+        let me = (self.id(), self.reference_time(now));
+        let next = self
+            .tag
+            .change_settings(|live, file| live.patched(patch, me, file))?;
         self.apply_settings();
         Ok(next)
+    }
+
+    /// An operator schedules an event at this node (README, "Scheduled events"): the next
+    /// version of the live settings, carried to every member like any other change. An error
+    /// names the field at fault (a taken name, an overlap, a time past) and changes nothing.
+    pub fn add_event(
+        &mut self,
+        now: Time,
+        event: ScheduledEvent,
+    ) -> Result<LiveSettings, SettingsError> {
+        let me = (self.id(), self.reference_time(now));
+        let next = self
+            .tag
+            .change_settings(|live, file| live.with_event(event, me, file))?;
+        self.look_at_clock(now);
+        self.apply_settings();
+        Ok(next)
+    }
+
+    /// An operator deletes the event `name` at this node: the next version without it; None
+    /// when no event has that name.
+    pub fn remove_event(&mut self, now: Time, name: &str) -> Option<LiveSettings> {
+        let me = self.id();
+        let next = self
+            .tag
+            .change_settings(|live, _| {
+                live.without_event(name, me)
+                    .ok_or_else(|| SettingsError::new("name", "no such event"))
+            })
+            .ok()?;
+        self.look_at_clock(now);
+        self.apply_settings();
+        Some(next)
     }
 
     /// Whether the latest round's result carried live settings at least as new as `version`:

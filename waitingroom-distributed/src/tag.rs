@@ -19,7 +19,7 @@ use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
 use crate::lease::{GRANT_INTERVALS, Lease, Pause};
-use crate::live::{LiveSettings, Mode, SettingsPatch};
+use crate::live::{InForce, LiveSettings, Mode, QueueingMethod};
 use crate::local::Local;
 use crate::messages::{
     Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
@@ -57,15 +57,8 @@ pub(crate) struct Ctx<'a> {
 /// TAG state of one node.
 #[derive(Debug, Clone)]
 pub(crate) struct Tag {
-    /// The room settings in force: the file's, with the live settings applied.
-    settings: Settings,
-    /// The file's room settings, which the live settings apply to.
-    file: Settings,
-    /// The newest live settings this node knows (`live.rs`).
-    live: LiveSettings,
-    /// The longest pass expiry in force since this node started: passes issued before an
-    /// operator shortened it live that long, and departed places are counted for it.
-    longest_pass_expiry: Time,
+    /// The live settings known, and what of them is in force (`live.rs`, `events.rs`).
+    in_force: InForce,
     /// Passes refreshed on another node since this node last counted itself in: it counts
     /// them once more, then stops (`uncount_next`) at its count after that. The other node may
     /// have been counted before the refresh in the same round: counted nowhere, the visitor's
@@ -151,10 +144,7 @@ impl Tag {
     /// TAG of a node configured by `cfg`.
     pub(crate) fn new(cfg: &NodeConfig) -> Tag {
         Tag {
-            settings: cfg.live().apply_to(&cfg.settings),
-            file: cfg.settings.clone(),
-            live: cfg.live(),
-            longest_pass_expiry: cfg.live().apply_to(&cfg.settings).pass_expiry_ms,
+            in_force: InForce::new(&cfg.settings, cfg.live()),
             uncount_later: Vec::new(),
             uncount_next: Vec::new(),
             mode: cfg.admission,
@@ -184,45 +174,48 @@ impl Tag {
 
     /// The room settings in force.
     pub(crate) fn settings(&self) -> &Settings {
-        &self.settings
+        self.in_force.settings()
     }
 
     /// The newest live settings this node knows.
     pub(crate) fn live(&self) -> &LiveSettings {
-        &self.live
+        self.in_force.live()
     }
 
-    /// Adopts `other` if it is a newer version than the live settings known here. A version
-    /// that does not fit this node's file settings (another file configuration) is kept and
-    /// passed on, but the room settings stay as they were; the error says why.
+    /// The live settings in force (an event's applied).
+    pub(crate) fn current(&self) -> &LiveSettings {
+        self.in_force.current()
+    }
+
+    /// Looks at the reference clock; whether the settings in force changed (an event's edge).
+    pub(crate) fn settings_at(&mut self, reference_now: Time) -> bool {
+        self.in_force.at(reference_now)
+    }
+
+    /// Adopts `other` if it is a newer version than the live settings known here (see
+    /// [`InForce::adopt`]).
     pub(crate) fn adopt_settings(&mut self, other: &LiveSettings) -> Result<(), SettingsError> {
-        if !self.live.is_older_than(other) {
-            return Ok(());
-        }
-        self.live = other.clone();
-        other.validate(&self.file)?;
-        self.settings = other.apply_to(&self.file);
-        self.longest_pass_expiry = self.longest_pass_expiry.max(self.settings.pass_expiry_ms);
-        Ok(())
+        self.in_force.adopt(other)
     }
 
-    /// An operator's change made at this node (`me`): the next version, in force here at once
-    /// and carried to the others by the next round.
+    /// An operator's change made at this node: the next version, in force here at once and
+    /// carried to the others by the next round. `change` makes it from the newest version
+    /// known, the file settings and `(me, reference_now)`.
     pub(crate) fn change_settings(
         &mut self,
-        patch: &SettingsPatch,
-        me: NodeId,
+        change: impl FnOnce(&LiveSettings, &Settings) -> Result<LiveSettings, SettingsError>,
     ) -> Result<LiveSettings, SettingsError> {
-        let next = self.live.patched(patch, me, &self.file)?;
-        self.adopt_settings(&next)?;
+        let next = change(self.in_force.live(), self.in_force.file())?;
+        self.in_force.adopt(&next)?;
         Ok(next)
     }
 
     /// Whether nothing limits admission: no target, and no rate cap (or passthrough). Then
     /// nobody needs a place to let a visitor through, and no majority is needed.
     pub(crate) fn unlimited(&self) -> bool {
-        self.settings.is_unlimited()
-            && (self.live.new_users_per_minute.is_none() || self.live.mode == Mode::Passthrough)
+        let now = self.in_force.current();
+        self.settings().is_unlimited()
+            && (now.new_users_per_minute.is_none() || now.mode == Mode::Passthrough)
     }
 
     /// The node's clock starts: the watchdog counts from here.
@@ -255,7 +248,7 @@ impl Tag {
     /// and no count has come by for `watchdog_rounds` intervals. Then the pointers must be
     /// tangled, and rebuilding the tree makes every node re-pick its parent.
     pub(crate) fn watchdog(&mut self, now: Time, queued: u64, members: usize) -> bool {
-        let interval = self.settings.eviction_interval_ms;
+        let interval = self.settings().eviction_interval_ms;
         let stale =
             now.saturating_sub(self.last_round_seen) > interval * u64::from(self.watchdog_rounds);
         if stale && queued > 0 && members > 1 {
@@ -281,7 +274,7 @@ impl Tag {
         local: &mut Local,
         out: &mut Outbox,
     ) -> Option<Round> {
-        let interval = self.settings.eviction_interval_ms;
+        let interval = self.settings().eviction_interval_ms;
         let boundary = reference_now / interval * interval;
         let stamp = Stamp {
             time: boundary,
@@ -291,7 +284,7 @@ impl Tag {
         let select = match self.mode {
             AdmissionMode::Range if !self.unlimited() => self
                 .select_limit
-                .min(u32::try_from(self.settings.target_on_site).unwrap_or(u32::MAX)),
+                .min(u32::try_from(self.settings().target_on_site).unwrap_or(u32::MAX)),
             _ => 0,
         };
         self.last_round_seen = now;
@@ -368,7 +361,7 @@ impl Tag {
             per_node: vec![own],
             departed: self.departed.clone(),
             voters: self.voters.clone(),
-            settings: self.live.clone(),
+            settings: self.live().clone(),
         }
     }
 
@@ -493,12 +486,14 @@ impl Tag {
         let _ = self.adopt_settings(&counts.settings);
         let majority = self.vote(&counts);
         let on_site = self.on_site_with_departed(now, &counts);
+        let in_force = self.live().in_force_at(cutoff);
         let free = if majority {
-            self.free_places(on_site, cutoff)
+            self.free_places(&in_force, on_site, cutoff)
         } else {
             0
         };
-        let (admit, max_key) = self.how_many(&counts, free);
+        let lottery = in_force.queueing_method == QueueingMethod::Random;
+        let (admit, max_key) = self.how_many(&counts, free, lottery);
         let rate = self.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= admit;
         let straight = if everyone_in { free - admit } else { 0 };
@@ -520,7 +515,7 @@ impl Tag {
             places: grants.places,
             grants: majority.then_some(grants.grants),
             voters: self.voters.clone(),
-            settings: self.live.clone(),
+            settings: self.live().clone(),
             departed: self.departed.clone(),
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
@@ -557,20 +552,20 @@ impl Tag {
 
     /// Places a round at `boundary` may fill, with `on_site` taken: the target's room, at most
     /// the rate cap's allowance for the round; none in queue-all mode (README, "Live settings").
-    fn free_places(&self, on_site: u64, boundary: Time) -> u64 {
-        let live = &self.live;
+    fn free_places(&self, live: &LiveSettings, on_site: u64, boundary: Time) -> u64 {
         if live.mode == Mode::QueueAll {
             return 0;
         }
-        let room = if self.settings.is_unlimited() {
+        let settings = live.apply_to(self.in_force.file());
+        let room = if settings.is_unlimited() {
             u64::MAX
         } else {
-            self.settings.target_on_site.saturating_sub(on_site)
+            settings.target_on_site.saturating_sub(on_site)
         };
         if live.mode == Mode::Passthrough {
             return room;
         }
-        let interval = self.settings.eviction_interval_ms;
+        let interval = settings.eviction_interval_ms;
         live.round_allowance(boundary, interval)
             .map_or(room, |cap| room.min(cap))
     }
@@ -604,10 +599,16 @@ impl Tag {
     /// How many of the eligible visitors the `free` places let out, and in range admission the
     /// largest key among them (the admit-th smallest; a round admits at most as many as were
     /// reported).
-    fn how_many(&self, counts: &Counts, free: u64) -> (u64, Option<QueueKey>) {
+    ///
+    /// Under random queueing with a limit the range is always cut by key, even when it lets
+    /// everyone counted out: the lottery's visitors all share one join time, earlier than the
+    /// cutoff, so a range cut by time alone would also cover everyone who joins after the count
+    /// (without a limit everyone is let out anyway).
+    fn how_many(&self, counts: &Counts, free: u64, lottery: bool) -> (u64, Option<QueueKey>) {
         let eligible = counts.below.last().copied().unwrap_or(0);
         let admit = eligible.min(free);
-        if self.mode != AdmissionMode::Range || admit >= eligible || admit == 0 {
+        let everyone = admit >= eligible && (!lottery || self.unlimited());
+        if self.mode != AdmissionMode::Range || everyone || admit == 0 {
             return (admit, None);
         }
         let admit = admit.min(counts.smallest.len() as u64);
@@ -698,12 +699,12 @@ impl Tag {
     /// and ours may drift apart (quartz clocks drift by well under 0.01%) and an interval to
     /// spare.
     fn departed_for(&self) -> Time {
-        let s = &self.settings;
+        let s = self.settings();
         let life = self
             .lease
             .life()
             .saturating_add(s.ticket_expiry_ms)
-            .saturating_add(self.longest_pass_expiry);
+            .saturating_add(self.in_force.longest_pass_expiry());
         life.saturating_add(life / 100)
             .saturating_add(s.eviction_interval_ms)
     }
@@ -742,6 +743,21 @@ impl Tag {
         self.ranges.drain(..excess);
     }
 
+    /// The join time to re-queue a visitor under whose `key` a round decided to let out (their
+    /// node died, or they were away): before the latest range's largest key, so they are let
+    /// out with it, or among the first of the next round if no grant is left here. Under FIFO
+    /// that is their own join time (or a ms less); under random queueing the lottery's ranges
+    /// are not ordered, and without it a visitor whose node died before they could leave would
+    /// lose their admission and draw again (README, "Random queueing").
+    pub(crate) fn decided_join_time(&self, key: &QueueKey) -> Option<Time> {
+        let latest = self.ranges.last()?;
+        if !self.ranges.iter().any(|r| r.covers(key)) {
+            return None;
+        }
+        let bound = latest.max_key.map_or(latest.cutoff, |m| m.join_time);
+        Some(bound.saturating_sub(1).min(key.join_time))
+    }
+
     /// Lets out every local visitor whose key falls in a decided range, attributed to the round
     /// that decided it: this node's share of the latest round, and anyone re-queued here (their
     /// node died) or cut off from a result that the cluster had already decided to let in.
@@ -752,7 +768,7 @@ impl Tag {
         let unlimited = self.unlimited();
         for range in &self.ranges {
             while let Some(k) = local.room().head() {
-                if k.join_time >= range.cutoff || range.max_key.is_some_and(|m| k > m) {
+                if !range.covers(&k) {
                     break;
                 }
                 if !unlimited && !self.lease.take(now) {
@@ -772,10 +788,10 @@ impl Tag {
             .summary
             .as_ref()
             .is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
-        if self.live.mode == Mode::Passthrough {
+        if self.current().mode == Mode::Passthrough {
             return true;
         }
-        if !self.settings.admit_straight_through || queued_here > 0 || !everyone_in {
+        if !self.settings().admit_straight_through || queued_here > 0 || !everyone_in {
             return false;
         }
         self.unlimited() || self.lease.take(now)
@@ -921,6 +937,7 @@ fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use crate::live::SettingsPatch;
     use crate::membership::Membership;
     use crate::messages::Body;
     use crate::node::Node;
@@ -1159,14 +1176,16 @@ mod tests {
             pass_expiry_ms: Some(1_000),
             ..SettingsPatch::default()
         };
-        tag.change_settings(&shorter, NodeId(1)).unwrap();
+        tag.change_settings(|l, f| l.patched(&shorter, (NodeId(1), 0), f))
+            .unwrap();
         assert_eq!(tag.settings().pass_expiry_ms, 1_000);
         assert_eq!(tag.departed_for(), before);
         let longer = SettingsPatch {
             pass_expiry_ms: Some(20_000),
             ..SettingsPatch::default()
         };
-        tag.change_settings(&longer, NodeId(1)).unwrap();
+        tag.change_settings(|l, f| l.patched(&longer, (NodeId(1), 0), f))
+            .unwrap();
         assert!(tag.departed_for() > before);
     }
 }

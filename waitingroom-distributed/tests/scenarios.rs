@@ -3,7 +3,8 @@
 use waitingroom_core::{CheckInStatus, NodeId, Settings};
 use waitingroom_distributed::testing::{Crowd, Faults, Net, queued_settings};
 use waitingroom_distributed::{
-    AdmissionMode, Event, LiveSettings, Pause, SettingsPatch, VisitorError, invariants,
+    AdmissionMode, Event, LiveSettings, Pause, ScheduledEvent, SettingsPatch, VisitorError,
+    invariants,
 };
 
 #[test]
@@ -602,7 +603,7 @@ fn straight_through_admission_only_while_nobody_waits() {
 /// Changes node `id`'s live settings as an operator would (README, "Live settings").
 fn change(net: &mut Net, id: u64, patch: serde_json::Value) -> LiveSettings {
     let patch = SettingsPatch::from_json(&patch).expect("a valid patch");
-    net.with(NodeId(id), |n, _| n.change_settings(&patch))
+    net.with(NodeId(id), |n, now| n.change_settings(now, &patch))
         .expect("valid settings")
 }
 
@@ -722,4 +723,151 @@ fn the_rate_cap_holds_while_the_root_dies() {
     }
     let elapsed = net.now - start;
     assert!(times.len() as u64 <= 2 * elapsed / 1_000 + 2);
+}
+
+/// Where each visitor's ticket id comes in the order of ticket ids: the lottery's order when
+/// every visitor shares one join time, indexed by join order.
+fn ranks_by_ticket(crowd: &Crowd) -> Vec<usize> {
+    let mut ids: Vec<_> = crowd.tickets.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    crowd
+        .tickets
+        .iter()
+        .map(|t| ids.binary_search(&t.id).unwrap())
+        .collect()
+}
+
+/// README, "Random queueing": visitors who join while random queueing is on are let out in
+/// the order of their ticket ids (drawn at random by their nodes), not in join order, across
+/// nodes and a dying root; those who joined before it was switched on go first.
+#[test]
+fn random_queueing_lets_visitors_out_in_lottery_order() {
+    let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 11);
+    net.run_for(2_000);
+    change(
+        &mut net,
+        1,
+        serde_json::json!({"new_users_per_minute": 240}),
+    );
+    // Every node has the cap before the next change (two changes at once: one is lost).
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..5 {
+        crowd.join(&mut net, NodeId(1 + i % 3));
+        net.run_for(7);
+    }
+    let random = change(
+        &mut net,
+        2,
+        serde_json::json!({"queueing_method": "random"}),
+    );
+    assert_eq!(random.new_users_per_minute, Some(240));
+    assert_eq!(random.lottery_since, net.now);
+    // In force on every node within two rounds; those who join meanwhile at another node
+    // still queue in join order (behind the lottery).
+    net.run_for(2_000);
+    for i in 0..45 {
+        crowd.join(&mut net, NodeId(1 + i % 3));
+        net.run_for(7);
+    }
+    crowd.run(&mut net, 3_000);
+    let root = net.live().iter().find(|n| n.is_root()).unwrap().id();
+    net.kill(root);
+    crowd.run(&mut net, 30_000);
+    let alive: Vec<usize> = (0..crowd.tickets.len())
+        .filter(|&i| crowd.tickets[i].node != root || crowd.admitted[i])
+        .collect();
+    assert!(
+        alive.iter().all(|&i| crowd.admitted[i]),
+        "everyone gets in: {:?}",
+        alive
+            .iter()
+            .filter(|&&i| !crowd.admitted[i])
+            .map(|&i| (i, crowd.tickets[i].join_time, crowd.tickets[i].node))
+            .collect::<Vec<_>>()
+    );
+    let order = net.admission_order();
+    let first: Vec<_> = crowd.tickets[..5].iter().map(|t| t.id).collect();
+    assert_eq!(
+        order[..5],
+        first[..],
+        "the queue before the lottery goes first"
+    );
+    // The lottery's visitors all share its join time: their order is their ticket ids.
+    let lottery = &crowd.tickets[5..];
+    assert!(lottery.iter().all(|t| t.join_time == random.lottery_since));
+    let mut by_id: Vec<_> = lottery.iter().map(|t| t.id).collect();
+    by_id.sort_unstable();
+    let admitted: Vec<_> = order[5..].iter().filter(|id| by_id.contains(id)).collect();
+    let expected: Vec<_> = by_id.iter().filter(|id| admitted.contains(id)).collect();
+    assert_eq!(admitted, expected, "let out in the lottery's order");
+    let ranks = ranks_by_ticket(&crowd);
+    let tau = waitingroom_core::kendall_tau_permutation(&ranks[5..]);
+    assert!((0.3..0.7).contains(&tau), "against join order: {tau}");
+}
+
+/// README, "Scheduled events": visitors who join in a pre-queue wait (nobody is let out, even
+/// with places free) and at the start are let out in a random order, all ahead of anyone
+/// who joined later; the event, scheduled at one node, holds on every node and through the
+/// root's death, and its settings apply until its end.
+#[test]
+fn a_prequeue_is_shuffled_at_the_start_ahead_of_later_joiners() {
+    let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 13);
+    net.run_for(2_000);
+    let now = net.now;
+    let event = ScheduledEvent::from_json(&serde_json::json!({"name": "sale",
+        "prequeue_start_ms": now + 1_000, "start_ms": now + 6_000, "end_ms": now + 60_000,
+        "shuffle_at_start": true, "settings": {"new_users_per_minute": 300}}))
+    .unwrap();
+    let added = net
+        .with(NodeId(3), |n, at| n.add_event(at, event))
+        .expect("a valid event");
+    assert_eq!(added.events.len(), 1);
+    net.run_for(1_500);
+    let mut crowd = Crowd::default();
+    for i in 0..40 {
+        crowd.join(&mut net, NodeId(1 + i % 3));
+        net.run_for(20);
+    }
+    let prequeued = net.with(NodeId(1), |n, at| n.check_in(at, &crowd.tickets[0].clone()));
+    let left = prequeued.unwrap().starts_in_ms.expect("pre-queued");
+    assert!(left > 2_000 && left <= 3_700, "{left}");
+    let root = net.live().iter().find(|n| n.is_root()).unwrap().id();
+    net.kill(root);
+    crowd.run(&mut net, 2_000);
+    assert!(
+        crowd.admitted.iter().all(|a| !a),
+        "nobody is let out before the start"
+    );
+    while net.now < now + 6_000 {
+        crowd.run(&mut net, 50);
+    }
+    for i in 0..10 {
+        crowd.join(&mut net, NodeId(1 + i % 3));
+        net.run_for(20);
+    }
+    crowd.run(&mut net, 30_000);
+    for n in net.live() {
+        assert_eq!(n.live_settings().events, added.events, "node {}", n.id());
+    }
+    let gone = |i: usize| crowd.tickets[i].node == root;
+    assert!(
+        (0..50).all(|i| crowd.admitted[i] || gone(i)),
+        "everyone gets in"
+    );
+    let order = net.admission_order();
+    let later: Vec<_> = crowd.tickets[40..].iter().map(|t| t.id).collect();
+    let first_later = order.iter().position(|id| later.contains(id)).unwrap();
+    let prequeued_in = order[..first_later].len();
+    let kept = (0..40).filter(|&i| !gone(i) || crowd.admitted[i]).count();
+    assert_eq!(prequeued_in, kept, "the pre-queue goes first");
+    let ranks = ranks_by_ticket(&crowd);
+    let tau = waitingroom_core::kendall_tau_permutation(&ranks[..40]);
+    assert!((0.3..0.7).contains(&tau), "against join order: {tau}");
+    // The cap of 300 a minute is 5 per 1-s round.
+    let times = admission_times(&net);
+    for (i, &t) in times.iter().enumerate() {
+        let inside = times[i..].iter().take_while(|&&u| u < t + 1_000).count();
+        assert!(inside <= 5 + 5, "{inside} admitted in 1 s from {t}");
+    }
 }

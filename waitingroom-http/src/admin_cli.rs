@@ -1,6 +1,8 @@
-//! `waitingroom-node admin`: the admin API (README, "Live settings") from a shell.
+//! `waitingroom-node admin`: the admin API (README, "Live settings", "Scheduled events") from
+//! a shell.
 
 use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -32,11 +34,52 @@ enum Action {
     /// Change settings: KEY=VALUE... e.g. `set target_on_site=500 mode=queue_all`,
     /// `set target_on_site=unlimited`, `set new_users_per_minute=null`. Keys: target_on_site,
     /// new_users_per_minute, mode (normal, queue_all, passthrough, reject), queueing_method
-    /// (fifo), pass_expiry_ms, session_duration_ms. Prints the settings after the change.
+    /// (fifo, random), pass_expiry_ms, session_duration_ms. Prints the settings after the
+    /// change.
     Set {
         /// KEY=VALUE pairs.
         #[arg(value_name = "KEY=VALUE", required = true)]
         changes: Vec<String>,
+    },
+    /// Scheduled events: list, add or delete.
+    Events {
+        #[command(subcommand)]
+        action: EventAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EventAction {
+    /// Print the events (JSON), each with its phase now.
+    List,
+    /// Schedule an event. Times are ms since the epoch, or from now: `+90s`, `+15m`, `+2h`.
+    /// Before --start visitors who join are pre-queued (from --prequeue-start); at the start
+    /// they are let out first, in a random order with --shuffle. KEY=VALUE settings
+    /// (target_on_site, new_users_per_minute, mode, queueing_method) apply from the
+    /// pre-queue to --end.
+    Add {
+        /// The event's name (letters, digits, `-`, `_`).
+        name: String,
+        /// When visitors start to be let out.
+        #[arg(long, value_name = "TIME")]
+        start: String,
+        /// When the event's settings stop applying.
+        #[arg(long, value_name = "TIME")]
+        end: String,
+        /// When the pre-queue opens (default: the start, no pre-queue).
+        #[arg(long, value_name = "TIME")]
+        prequeue_start: Option<String>,
+        /// Let pre-queued visitors out in a random order.
+        #[arg(long)]
+        shuffle: bool,
+        /// Settings that apply during the event.
+        #[arg(value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+    },
+    /// Delete an event.
+    Delete {
+        /// The event's name.
+        name: String,
     },
 }
 
@@ -44,7 +87,7 @@ enum Action {
 pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
     let token = std::fs::read_to_string(&args.token_file)
         .with_context(|| format!("cannot read {}", args.token_file.display()))?;
-    let url = format!("{}/admin/settings", args.url.trim_end_matches('/'));
+    let base = args.url.trim_end_matches('/');
     let client = match args.tls.as_deref() {
         Some([cert, key, ca]) => {
             let files = TlsFiles {
@@ -59,9 +102,19 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
         }
         _ => waitingroom_http::tls::client_builder().build()?,
     };
-    let req = match &args.action {
-        Action::Get => client.get(&url),
-        Action::Set { changes } => client.patch(&url).json(&patch(changes)?),
+    let settings = format!("{base}/admin/settings");
+    let events = format!("{base}/admin/events");
+    let (req, url) = match &args.action {
+        Action::Get => (client.get(&settings), settings),
+        Action::Set { changes } => (client.patch(&settings).json(&patch(changes)?), settings),
+        Action::Events { action } => match action {
+            EventAction::List => (client.get(&events), events),
+            EventAction::Delete { name } => {
+                let url = format!("{events}/{name}");
+                (client.delete(&url), url)
+            }
+            add => (client.post(&events).json(&event(add, now_ms())?), events),
+        },
     };
     let resp = req
         .bearer_auth(token.trim())
@@ -82,6 +135,55 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The JSON body of `events add`, with times relative to `now`.
+fn event(add: &EventAction, now: u64) -> anyhow::Result<Value> {
+    let EventAction::Add {
+        name,
+        start,
+        end,
+        prequeue_start,
+        shuffle,
+        settings,
+    } = add
+    else {
+        bail!("not an event to add");
+    };
+    let mut body = serde_json::json!({
+        "name": name,
+        "start_ms": time(start, now)?,
+        "end_ms": time(end, now)?,
+        "shuffle_at_start": shuffle,
+        "settings": patch(settings)?,
+    });
+    if let Some(t) = prequeue_start {
+        body["prequeue_start_ms"] = time(t, now)?.into();
+    }
+    Ok(body)
+}
+
+/// A time: ms since the epoch, or `+N` with `s`, `m` or `h` from `now`.
+fn time(text: &str, now: u64) -> anyhow::Result<u64> {
+    let bad = || anyhow::anyhow!("`{text}`: expected ms since the epoch or +N[s|m|h]");
+    let Some(rel) = text.strip_prefix('+') else {
+        return text.parse().map_err(|_| bad());
+    };
+    let (n, unit) = rel.split_at(rel.len().saturating_sub(1));
+    let ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    Ok(now + n * ms)
 }
 
 /// The JSON object of `KEY=VALUE` pairs: numbers and null as JSON, anything else a string.
@@ -122,5 +224,28 @@ mod tests {
             })
         );
         assert!(patch(&["mode".into()]).is_err());
+    }
+
+    #[test]
+    fn event_times_may_be_relative() {
+        assert_eq!(time("1700000000000", 5).unwrap(), 1_700_000_000_000);
+        assert_eq!(time("+90s", 1_000).unwrap(), 91_000);
+        assert_eq!(time("+2m", 0).unwrap(), 120_000);
+        assert_eq!(time("+1h", 0).unwrap(), 3_600_000);
+        assert!(time("+5d", 0).is_err() && time("soon", 0).is_err() && time("+s", 0).is_err());
+        let add = EventAction::Add {
+            name: "sale".into(),
+            start: "+1m".into(),
+            end: "+1h".into(),
+            prequeue_start: Some("+10s".into()),
+            shuffle: true,
+            settings: vec!["target_on_site=50".into()],
+        };
+        assert_eq!(
+            event(&add, 0).unwrap(),
+            serde_json::json!({"name": "sale", "start_ms": 60_000, "end_ms": 3_600_000,
+                "prequeue_start_ms": 10_000, "shuffle_at_start": true,
+                "settings": {"target_on_site": 50}})
+        );
     }
 }

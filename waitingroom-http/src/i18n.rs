@@ -108,6 +108,12 @@ pub struct Strings {
     pub closed_title: &'static str,
     /// The room is closed to new visitors (mode `reject`).
     pub closed: &'static str,
+    /// The title of a pre-queue's page (a scheduled event has not started).
+    pub prequeue_title: &'static str,
+    /// Heading over a pre-queue's countdown.
+    pub starts_in: &'static str,
+    /// Under a pre-queue's countdown.
+    pub prequeue: &'static str,
     /// The room is busy (a node holding the place is slow, or overloaded).
     pub busy: &'static str,
     /// The room is starting (or paused).
@@ -137,6 +143,10 @@ static EN: Strings = Strings {
     eta_hours: "Estimated wait: about {h} h {m} min",
     closed_title: "The waiting room is closed",
     closed: "The waiting room is closed to new visitors right now. This page will look again.",
+    prequeue_title: "Not started yet: you are in the pre-queue",
+    starts_in: "Starts in",
+    prequeue: "Everyone who arrives before the start goes ahead of those who come later. Keep \
+               this page open: it takes you to the site when it is your turn.",
     busy: "The waiting room is busy. You keep your place; this page retries by itself.",
     starting: "The waiting room is getting ready. This page retries by itself.",
     cross_site: "This page was opened from another site. Open the waiting room directly.",
@@ -162,6 +172,10 @@ static DE: Strings = Strings {
     closed_title: "Der Warteraum ist geschlossen",
     closed: "Der Warteraum nimmt gerade keine neuen Besucher auf. Diese Seite versucht es \
              erneut.",
+    prequeue_title: "Noch nicht gestartet: Sie sind in der Vorwarteschlange",
+    starts_in: "Beginnt in",
+    prequeue: "Wer vor dem Start da ist, kommt vor allen, die später kommen. Lassen Sie diese \
+               Seite geöffnet: Sie leitet Sie weiter, sobald Sie an der Reihe sind.",
     busy: "Der Warteraum ist ausgelastet. Sie behalten Ihren Platz; diese Seite versucht es \
            selbst erneut.",
     starting: "Der Warteraum wird vorbereitet. Diese Seite versucht es selbst erneut.",
@@ -189,6 +203,10 @@ static FR: Strings = Strings {
     closed_title: "La salle d’attente est fermée",
     closed: "La salle d’attente n’accepte pas de nouveaux visiteurs pour le moment. Cette page \
              réessaiera.",
+    prequeue_title: "Pas encore commencé : vous êtes dans la pré-file",
+    starts_in: "Commence dans",
+    prequeue: "Toute personne arrivée avant le début passe avant celles qui arrivent plus tard. \
+               Gardez cette page ouverte : elle vous emmène sur le site quand ce sera votre tour.",
     busy: "La salle d’attente est chargée. Vous gardez votre place ; cette page réessaie toute \
            seule.",
     starting: "La salle d’attente se prépare. Cette page réessaie toute seule.",
@@ -216,6 +234,10 @@ static ES: Strings = Strings {
     closed_title: "La sala de espera está cerrada",
     closed: "La sala de espera no admite nuevos visitantes en este momento. Esta página lo \
              volverá a intentar.",
+    prequeue_title: "Aún no ha empezado: está en la precola",
+    starts_in: "Empieza en",
+    prequeue: "Quien llega antes del inicio pasa antes que quienes lleguen después. Mantenga \
+               esta página abierta: le llevará al sitio cuando sea su turno.",
     busy: "La sala de espera está ocupada. Conserva su lugar; esta página reintenta sola.",
     starting: "La sala de espera se está preparando. Esta página reintenta sola.",
     cross_site: "Esta página se abrió desde otro sitio. Abra la sala de espera directamente.",

@@ -12,8 +12,9 @@
 //! off on 503 and 429.
 //!
 //! Templates use `{{placeholder}}` substitution; every value is HTML-escaped. Placeholders:
-//! `title`, `text`, `position`, `eta`, `status` (`new`, `queued`, `starting`, `closed` or
-//! `error`),
+//! `title`, `text`, `position` (in a pre-queue: the countdown to the start), `eta`, `status`
+//! (`new`, `queued`, `prequeue`, `starting`, `closed` or `error`), `starts_in_ms` (a
+//! pre-queue's countdown, for the script; 0 otherwise),
 //! `refresh_seconds`, `refresh_ms`, `reload_seconds` (the `<meta refresh>`: the refresh
 //! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
 //! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
@@ -22,6 +23,10 @@
 //! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
 //! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
 //! `taking_place`, `closed`, `closed_title`.
+//!
+//! A pre-queued visitor's page (README, "Scheduled events") has the title `prequeue_title`,
+//! the heading `starts_in` over a countdown, and the `prequeue` sentence; its script counts
+//! down each second and checks in at the start.
 
 use std::collections::HashMap;
 
@@ -76,11 +81,18 @@ impl Page {
         };
         let b = &self.branding;
         let s = view.lang.strings();
-        // A closed room's page is not a queue's, whatever the operator calls the queue.
+        // A closed room's page is not a queue's, whatever the operator calls the queue; nor is
+        // a pre-queue's.
         let title = match (view.status, b.title.as_deref()) {
             ("closed", _) => s.closed_title,
+            ("prequeue", _) => s.prequeue_title,
             (_, Some(title)) => title,
             (_, None) => s.title,
+        };
+        let place = if view.status == "prequeue" {
+            s.starts_in
+        } else {
+            s.place
         };
         let mut values: HashMap<&str, String> = HashMap::from([
             ("title", title.to_owned()),
@@ -96,11 +108,12 @@ impl Page {
             ("nonce", nonce.to_owned()),
             ("join_action", view.join_action.to_owned()),
             ("lang", view.lang.tag().to_owned()),
+            ("place", place.to_owned()),
+            ("starts_in_ms", view.starts_in_ms.unwrap_or(0).to_string()),
             ("note", s.note.replace("{s}", &refresh_seconds)),
             ("refresh_seconds", refresh_seconds),
         ]);
         for (name, text) in [
-            ("place", s.place),
             ("join_button", s.join_button),
             ("eta_unknown", s.eta_unknown),
             ("eta_seconds", s.eta_seconds),
@@ -110,6 +123,9 @@ impl Page {
             ("taking_place", s.taking_place),
             ("closed", s.closed),
             ("closed_title", s.closed_title),
+            ("prequeue_title", s.prequeue_title),
+            ("starts_in", s.starts_in),
+            ("prequeue", s.prequeue),
         ] {
             values.insert(name, text.to_owned());
         }
@@ -159,13 +175,26 @@ impl Page {
         ticket_cookie: HeaderValue,
     ) -> Response {
         let lang = self.lang(headers);
-        let view = View {
-            position: &a.position.to_string(),
-            eta: &lang.strings().eta(a.eta_seconds),
-            status: "queued",
-            refresh_ms: a.refresh_after_ms,
-            lang,
-            join_action: "/",
+        let s = lang.strings();
+        let view = match a.starts_in_ms {
+            Some(ms) => View {
+                position: &countdown(ms),
+                eta: s.prequeue,
+                status: "prequeue",
+                refresh_ms: a.refresh_after_ms,
+                lang,
+                join_action: "/",
+                starts_in_ms: Some(ms),
+            },
+            None => View {
+                position: &a.position.to_string(),
+                eta: &s.eta(a.eta_seconds),
+                status: "queued",
+                refresh_ms: a.refresh_after_ms,
+                lang,
+                join_action: "/",
+                starts_in_ms: None,
+            },
         };
         self.respond(StatusCode::OK, vec![ticket_cookie], &view)
     }
@@ -186,6 +215,7 @@ impl Page {
             refresh_ms,
             lang,
             join_action: &join_action,
+            starts_in_ms: None,
         };
         self.respond(StatusCode::OK, Vec::new(), &view)
     }
@@ -202,6 +232,7 @@ impl Page {
             refresh_ms: 2_000,
             lang,
             join_action: "/",
+            starts_in_ms: None,
         };
         let mut resp = self.respond(e.status, Vec::new(), &view);
         resp.extensions_mut().insert(LoggedError {
@@ -228,6 +259,20 @@ pub struct View<'a> {
     pub lang: Lang,
     /// Where the no-JavaScript button posts (`/`, with the `return_to` the page came with).
     pub join_action: &'a str,
+    /// In a pre-queue: how long until the start.
+    pub starts_in_ms: Option<u64>,
+}
+
+/// A countdown as the page shows it: `m:ss`, or `h:mm:ss` from an hour (the page's script
+/// counts the same way).
+fn countdown(ms: u64) -> String {
+    let left = ms.div_ceil(1000);
+    let (h, m, s) = (left / 3600, left % 3600 / 60, left % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
 }
 
 /// The state and the sentence of an error page, in the language of `s`.
@@ -370,6 +415,7 @@ mod tests {
                 refresh_ms: 2000,
                 lang,
                 join_action: "/",
+                starts_in_ms: None,
             };
             let html = Page::new(&b).render(&view, "n0nce");
             assert!(!html.contains("{{"), "{html}");
@@ -409,6 +455,28 @@ mod tests {
         });
         assert_eq!(fixed.lang(&headers), Lang::Fr);
         assert_eq!(page.lang(&HeaderMap::new()), Lang::En);
+    }
+
+    #[test]
+    fn a_prequeue_counts_down_to_the_start() {
+        assert_eq!(countdown(0), "0:00");
+        assert_eq!(countdown(59_001), "1:00");
+        assert_eq!(countdown(3_723_000), "1:02:03");
+        let b = branding(None);
+        let view = View {
+            position: &countdown(90_000),
+            eta: Lang::De.strings().prequeue,
+            status: "prequeue",
+            refresh_ms: 2000,
+            lang: Lang::De,
+            join_action: "/",
+            starts_in_ms: Some(90_000),
+        };
+        let html = Page::new(&b).render(&view, "n");
+        assert!(html.contains(">1:30</p>"), "{html}");
+        assert!(html.contains(&escaped(Lang::De.strings().prequeue_title)));
+        assert!(html.contains(&escaped(Lang::De.strings().starts_in)));
+        assert!(html.contains("data-starts-in-ms=\"90000\""));
     }
 
     #[test]

@@ -32,6 +32,9 @@ impl App {
     fn answer(&self, c: CheckIn) -> VisitorAnswer {
         let now = now_ms();
         let (status, position) = match c.status {
+            CheckInStatus::Queued { position } if c.starts_in_ms.is_some() => {
+                ("prequeue", position)
+            }
             CheckInStatus::Queued { position } => ("queued", position),
             CheckInStatus::Admitted => ("admitted", 0),
         };
@@ -47,6 +50,7 @@ impl App {
                 CheckInStatus::Queued { .. } => c.ticket.next_refresh.saturating_sub(now),
             },
             ticket: self.crypto.sign_ticket(&c.ticket),
+            starts_in_ms: c.starts_in_ms,
         }
     }
 

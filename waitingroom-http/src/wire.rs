@@ -8,7 +8,8 @@ use waitingroom_core::Ticket;
 /// The answer to a join or a check-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VisitorAnswer {
-    /// `queued` or `admitted`.
+    /// `queued`, `prequeue` (queued for a scheduled event that has not started: see
+    /// `starts_in_ms`) or `admitted`.
     pub status: String,
     /// The refreshed ticket, to be used from now on.
     pub ticket: String,
@@ -18,6 +19,9 @@ pub struct VisitorAnswer {
     pub eta_seconds: Option<u64>,
     /// When to check in next, in milliseconds from now.
     pub refresh_after_ms: u64,
+    /// In a pre-queue: milliseconds until the event starts and visitors are let out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_in_ms: Option<u64>,
 }
 
 impl VisitorAnswer {

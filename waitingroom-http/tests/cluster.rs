@@ -1645,3 +1645,135 @@ fn rustls_client_without_cert(cl: &Cluster) -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// The scheduled events of node `i` (GET), or the answer to scheduling `event` there (POST).
+async fn events(cl: &Cluster, i: usize, token: &str, event: Option<Value>) -> Value {
+    let url = format!("{}/admin/events", cl.nodes[i].internal_url());
+    let req = match event {
+        Some(event) => client().post(url).json(&event),
+        None => client().get(url),
+    };
+    let r = req.bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r.json().await.unwrap()
+}
+
+/// README, "Scheduled events", end to end: an event scheduled at node 3 pre-queues visitors
+/// on every node (`prequeue`, with the time to the start; nobody let out), and at the start
+/// lets them out at its own cap of 2 per 200-ms round, all before anyone who joined later, in
+/// an order about as far from join order as a random one (Kendall-Tau about 0.5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prequeue_is_let_out_first_in_a_random_order() {
+    let token = "events-test-token-0123456789abcdef";
+    let token_file = std::env::temp_dir().join(format!("wr-events-{}", std::process::id()));
+    std::fs::write(&token_file, token).unwrap();
+    let path = token_file.to_str().unwrap();
+    let cl = Cluster::start_with("events", 3, &["--admin-token-file", path], true).await;
+    let now = events(&cl, 0, token, None).await["now_ms"]
+        .as_u64()
+        .unwrap();
+    let event = json!({"name": "sale", "prequeue_start_ms": now, "start_ms": now + 4_000,
+        "end_ms": now + 120_000, "shuffle_at_start": true,
+        "settings": {"new_users_per_minute": 600}});
+    let v = events(&cl, 2, token, Some(event)).await;
+    assert_eq!(v["events"][0]["phase"], "prequeue", "{v}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while events(&cl, 0, token, None).await["events"][0]["phase"] != "prequeue" {
+        assert!(Instant::now() < deadline, "node 1 never took the event");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let c = client();
+    let mut tickets = Vec::new();
+    for i in 0..30 {
+        let (s, v) = post(&c, &format!("{}/api/join", cl.url(i % 3)), json!({})).await;
+        assert_eq!(
+            (s, v["status"].clone()),
+            (StatusCode::OK, json!("prequeue")),
+            "{v}"
+        );
+        let left = v["starts_in_ms"].as_u64().unwrap();
+        assert!(left > 0 && left <= 4_000, "{v}");
+        tickets.push(v["ticket"].as_str().unwrap().to_owned());
+    }
+    // They keep checking in, as their pages do, and stay pre-queued until the start.
+    while events(&cl, 0, token, None).await["now_ms"]
+        .as_u64()
+        .unwrap()
+        < now + 3_800
+    {
+        assert_eq!(
+            let_out_by(&cl, &[0, 1, 2]).await,
+            0.0,
+            "let out before the start"
+        );
+        for (i, t) in tickets.iter_mut().enumerate() {
+            let url = format!("{}/api/checkin", cl.url((i + 1) % 3));
+            let (s, v) = post(&c, &url, json!({ "ticket": t })).await;
+            assert_eq!(
+                (s, v["status"].clone()),
+                (StatusCode::OK, json!("prequeue")),
+                "{v}"
+            );
+            *t = v["ticket"].as_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    while events(&cl, 0, token, None).await["now_ms"]
+        .as_u64()
+        .unwrap()
+        < now + 4_000
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..8 {
+        tickets.push(join(&c, cl.url(i % 3)).await);
+    }
+    let nodes: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    let (order, _, _) = admit_all(&c, &nodes, tickets, Duration::from_secs(40)).await;
+    let first_later = order.iter().position(|&i| i >= 30).unwrap();
+    assert_eq!(first_later, 30, "the pre-queue goes first: {order:?}");
+    let tau = waitingroom_core::kendall_tau_permutation(&order[..30]);
+    assert!((0.25..0.75).contains(&tau), "against join order: {tau}");
+    eprintln!("pre-queue let out with Kendall-Tau {tau:.3} against join order");
+    let _ = std::fs::remove_file(token_file);
+}
+
+/// README, "Random queueing", end to end: with `queueing_method: random` set at node 2 and a
+/// cap of 2 per 200-ms round, 30 visitors who joined one after another across 3 nodes are let
+/// out in an order about as far from join order as a random one (Kendall-Tau about 0.5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_queueing_lets_visitors_out_by_lottery() {
+    let token = "random-test-token-0123456789abcdef";
+    let token_file = std::env::temp_dir().join(format!("wr-random-{}", std::process::id()));
+    std::fs::write(&token_file, token).unwrap();
+    let path = token_file.to_str().unwrap();
+    let cl = Cluster::start_with("random", 3, &["--admin-token-file", path], true).await;
+    let change = json!({"queueing_method": "random", "new_users_per_minute": 600});
+    let v = admin(&cl, 1, token, Some(change)).await;
+    assert_eq!(v["queueing_method"], "random", "{v}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for i in [0, 2] {
+        while status(&cl, i).await["settings"]["queueing_method"] != "random" {
+            assert!(
+                Instant::now() < deadline,
+                "node {} never took the change",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let c = client();
+    let tickets = join_each(&c, 30, Duration::from_millis(5), |i| {
+        cl.url(i % 3).to_owned()
+    })
+    .await;
+    let nodes: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    let (order, _, _) = admit_all(&c, &nodes, tickets, Duration::from_secs(40)).await;
+    let tau = waitingroom_core::kendall_tau_permutation(&order);
+    assert!(
+        (0.25..0.75).contains(&tau),
+        "against join order: {tau} ({order:?})"
+    );
+    eprintln!("random queueing let 30 out with Kendall-Tau {tau:.3} against join order");
+    let _ = std::fs::remove_file(token_file);
+}

@@ -171,6 +171,64 @@ impl Ledger {
         most as u64
     }
 
+    /// Random queueing's unfairness: the pairs let out against the lottery's order while both
+    /// were waiting, over all pairs. A visitor's round is the one in progress when they were
+    /// let out (eviction-interval boundaries of `round_ms`, as [`Fairness::actual`]; a round
+    /// may let out under an earlier round's range too). A pair counts when one visitor's round
+    /// began after the other, with the smaller ticket id, had joined (so that other was
+    /// counted in it), and that other's round is later. Under a
+    /// lottery the order over the whole run follows arrival (nobody is let out before joining),
+    /// so plain Kendall-Tau against ticket order says nothing; this is 0 when every round let
+    /// out the smallest tickets waiting.
+    pub fn lottery_tau(&self, round_ms: Time) -> f64 {
+        let mut admitted: Vec<u32> = (0..self.decided_at.len() as u32)
+            .filter(|&v| self.decided_at[v as usize] != NEVER)
+            .collect();
+        let n = admitted.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let mut rank = vec![0usize; self.decided_at.len()];
+        admitted.sort_unstable_by_key(|&v| self.ticket[v as usize]);
+        for (r, &v) in admitted.iter().enumerate() {
+            rank[v as usize] = r;
+        }
+        let mut joins = admitted.clone();
+        joins.sort_unstable_by_key(|&v| self.join_time[v as usize]);
+        let round_ms = round_ms.max(1);
+        let round_of = |v: u32| self.at[v as usize] / round_ms * round_ms;
+        admitted.sort_unstable_by_key(|&v| round_of(v));
+        let (mut waiting, mut done) = (Fenwick::new(n), vec![false; n]);
+        let (mut inversions, mut next_join, mut i) = (0u128, 0, 0);
+        while i < n {
+            let t = round_of(admitted[i]);
+            let round = admitted[i..]
+                .iter()
+                .take_while(|&&v| round_of(v) == t)
+                .count();
+            while next_join < n && self.join_time[joins[next_join] as usize] <= t {
+                let r = rank[joins[next_join] as usize];
+                if !done[r] {
+                    waiting.add(r, 1);
+                }
+                next_join += 1;
+            }
+            let round = &admitted[i..i + round];
+            for &v in round {
+                let r = rank[v as usize];
+                if !done[r] && self.join_time[v as usize] <= t {
+                    waiting.add(r, -1);
+                }
+                done[r] = true;
+            }
+            for &v in round {
+                inversions += u128::from(waiting.before(rank[v as usize]));
+            }
+            i += round.len();
+        }
+        inversions as f64 / (n as f64 * (n as f64 - 1.0) / 2.0)
+    }
+
     /// Kendall-Tau distances (see [`Fairness`]); `round_ms` is the eviction interval, whose
     /// boundaries start the rounds.
     pub fn fairness(&self, round_ms: Time) -> Fairness {
@@ -204,6 +262,33 @@ impl Ledger {
             actual,
             thesis: kendall_tau(&thesis, Ties::CountAsDiscordant),
         }
+    }
+}
+
+/// Counts by rank, with prefix sums in O(log n) (a Fenwick tree).
+struct Fenwick(Vec<i64>);
+
+impl Fenwick {
+    fn new(n: usize) -> Self {
+        Fenwick(vec![0; n + 1])
+    }
+
+    fn add(&mut self, rank: usize, by: i64) {
+        let mut i = rank + 1;
+        while i < self.0.len() {
+            self.0[i] += by;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// How many are counted at ranks below `rank`.
+    fn before(&self, rank: usize) -> u64 {
+        let (mut i, mut sum) = (rank, 0);
+        while i > 0 {
+            sum += self.0[i];
+            i -= i & i.wrapping_neg();
+        }
+        sum.max(0) as u64
     }
 }
 
@@ -247,6 +332,13 @@ pub struct RunReport {
     pub kendall_tau: f64,
     /// Kendall-Tau by the round in which visitors were actually let out ([`Fairness::actual`]).
     pub kendall_tau_actual: f64,
+    /// How visitors were let out: `fifo`, or `random` (a lottery: `kendall_tau` is then
+    /// [`Ledger::lottery_tau`], the others are against arrival as always).
+    #[serde(default)]
+    pub queueing_method: String,
+    /// Strict Kendall-Tau against arrival order (the same as `kendall_tau` under fifo).
+    #[serde(default)]
+    pub kendall_tau_arrival: f64,
     /// The thesis' Kendall-Tau over (join ms, admission ms) with one-sided ties discordant.
     pub kendall_tau_thesis: f64,
     /// Visitors admitted at least once.
@@ -379,6 +471,33 @@ mod tests {
             by,
             ..Admission::at_once(v, t, tie_break)
         }
+    }
+
+    #[test]
+    fn a_lottery_is_judged_among_those_waiting_together() {
+        // Four wait together (tickets 40, 10, 30, 20), a fifth (ticket 5) comes after the
+        // first round. Rounds let out the smallest tickets waiting: fair, whatever the arrival.
+        let mut l = Ledger::new(5);
+        for (v, ticket) in [40, 10, 30, 20].into_iter().enumerate() {
+            l.joined(v as u32, v as u64, ticket);
+        }
+        l.joined(4, 1_500, 5);
+        l.admit(admission(1, 1_000, (0, 0), 1), |_| true);
+        l.admit(admission(3, 1_000, (0, 0), 1), |_| true);
+        l.admit(admission(4, 2_000, (0, 0), 1), |_| true);
+        l.admit(admission(2, 3_000, (0, 0), 1), |_| true);
+        l.admit(admission(0, 3_000, (0, 0), 1), |_| true);
+        assert_eq!(l.lottery_tau(1_000), 0.0);
+        // Ticket 30 let out in the first round while 20 waited: one pair of ten.
+        let mut l = Ledger::new(4);
+        for (v, ticket) in [40, 10, 30, 20].into_iter().enumerate() {
+            l.joined(v as u32, v as u64, ticket);
+        }
+        l.admit(admission(1, 1_000, (0, 0), 1), |_| true);
+        l.admit(admission(2, 1_000, (0, 0), 1), |_| true);
+        l.admit(admission(3, 2_000, (0, 0), 1), |_| true);
+        l.admit(admission(0, 2_000, (0, 0), 1), |_| true);
+        assert!((l.lottery_tau(1_000) - 1.0 / 6.0).abs() < 1e-12);
     }
 
     #[test]

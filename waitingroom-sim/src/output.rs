@@ -44,6 +44,10 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
             "kendall_tau_thesis",
             format!("{:.3e}", r.kendall_tau_thesis),
         ),
+        (
+            "kendall_tau_arrival",
+            format!("{:.3e} ({})", r.kendall_tau_arrival, r.queueing_method),
+        ),
         ("admitted", r.admitted.to_string()),
         ("lost", r.lost.to_string()),
         ("abandoned", r.abandoned.to_string()),

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
+use waitingroom_distributed::QueueingMethod;
 
 use crate::config::{RunConfig, Strategy};
 use crate::metrics::{Admission, Ledger, RunReport, peak_memory};
@@ -224,8 +225,21 @@ impl Ctx {
     /// Adds what the ledger and the visitors' phases measured to the report.
     fn measure(&self, report: &mut RunReport) {
         let ledger = &self.ledger;
-        let fairness = ledger.fairness(self.cfg.protocol.eviction_interval_ms);
-        report.kendall_tau = fairness.strict;
+        let interval = self.cfg.protocol.eviction_interval_ms;
+        // The baselines have their own orders; only the protocol runs the lottery.
+        let method = match self.cfg.strategy {
+            Strategy::Qpid => self.cfg.protocol.queueing_method,
+            _ => QueueingMethod::Fifo,
+        };
+        let lottery = method == QueueingMethod::Random;
+        let fairness = ledger.fairness(interval);
+        report.queueing_method = method.name().to_owned();
+        report.kendall_tau_arrival = fairness.strict;
+        report.kendall_tau = if lottery {
+            ledger.lottery_tau(interval)
+        } else {
+            fairness.strict
+        };
         report.kendall_tau_actual = fairness.actual;
         report.kendall_tau_thesis = fairness.thesis;
         (report.wait_ms_mean, report.wait_ms_max) = ledger.waits();

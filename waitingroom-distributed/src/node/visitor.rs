@@ -43,11 +43,14 @@ impl Node {
     /// A new visitor joins through this node.
     pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
         self.ready()?;
-        if self.tag.live().mode == Mode::Reject {
+        self.look_at_clock(now);
+        if self.tag.current().mode == Mode::Reject {
             return Err(VisitorError::Rejected);
         }
         let straight_through = self.tag.take_place(now, self.local.room().queued());
-        let stamp = self.reference_time(now);
+        // README, "Scheduled events" and "Random queueing": the join time a pre-queue or a
+        // lottery stamps.
+        let stamp = self.tag.live().join_stamp(self.reference_time(now));
         let answer = self
             .local
             .room_mut()
@@ -93,13 +96,18 @@ impl Node {
     /// be reached. The visitor is queued here under their original join time.
     pub fn check_in_here(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, VisitorError> {
         self.ready_for(ticket)?;
+        self.look_at_clock(now);
         let requeued = !self.local.room().knows(ticket.id);
         // Without the shown position, the engine's answer is the plain local rank.
         let shown = ticket.previous_position;
-        let unclamped = Ticket {
+        let mut unclamped = Ticket {
             previous_position: None,
             ..ticket.clone()
         };
+        if requeued && let Some(t) = self.tag.decided_join_time(&ticket.key_on(ticket.node)) {
+            // The cluster had let them out; they keep that admission (`Tag::decided_join_time`).
+            unclamped.join_time = t;
+        }
         let mut answer = self.local.room_mut().check_in(now, &unclamped)?;
         self.local_queue_changed(now);
         if requeued && ticket.node != self.id() {
@@ -227,8 +235,25 @@ impl Node {
             if let Some(soon) = self.refresh_soon(now, &answer.ticket, position) {
                 answer.ticket.next_refresh = answer.ticket.next_refresh.min(soon);
             }
+            answer.starts_in_ms = self.prequeue_left(now);
+            if let Some(left) = answer.starts_in_ms {
+                // Check in again just after the start, spread over half an interval by id.
+                let spread = self.tag.settings().eviction_interval_ms / 2 + 1;
+                let after_start = now + left + answer.ticket.id.0 % spread;
+                answer.ticket.next_refresh = answer.ticket.next_refresh.min(after_start);
+            }
         }
         answer
+    }
+
+    /// While a scheduled event's pre-queue is on: how long until its start (README,
+    /// "Scheduled events").
+    pub fn prequeue_left(&self, now: Time) -> Option<u64> {
+        let reference_now = self.reference_time(now);
+        self.tag
+            .live()
+            .prequeue_until(reference_now)
+            .map(|start| start - reference_now)
     }
 
     /// A visitor likely to be let out at the next eviction is told to check in right after it

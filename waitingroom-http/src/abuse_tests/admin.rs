@@ -94,7 +94,7 @@ async fn a_bad_setting_is_refused_with_its_name_and_changes_nothing() {
         (json!({"target_on_site": "many"}), "target_on_site"),
         (json!({"mode": "closed"}), "mode"),
         (json!({"new_users_per_minute": -5}), "new_users_per_minute"),
-        (json!({"queueing_method": "random"}), "queueing_method"),
+        (json!({"queueing_method": "lottery"}), "queueing_method"),
         (json!({"session_duration_ms": 5}), "session_duration_ms"),
         (json!({"eviction_interval_ms": 5}), "eviction_interval_ms"),
     ] {
@@ -182,4 +182,93 @@ async fn each_mode_does_what_it_says_and_switching_back_keeps_the_queue() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+fn event_request(
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Request<Body> {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+    req.header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .expect("request")
+}
+
+/// README, "Scheduled events": the events API takes only the token, names every bad field,
+/// refuses a taken name and an overlap, and a pre-queue answers `prequeue` with the time to the
+/// start; deleting the event ends it.
+#[tokio::test]
+async fn events_are_checked_scheduled_shown_and_deleted() {
+    let node = admin_node(options());
+    let post = |body: Value| event_request("POST", "/admin/events", Some(TOKEN), Some(body));
+    let r = node
+        .send(event_request(
+            "POST",
+            "/admin/events",
+            None,
+            Some(json!({})),
+        ))
+        .await;
+    r.assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    let now = now_ms();
+    let sale = json!({"name": "sale", "prequeue_start_ms": now, "start_ms": now + 60_000,
+        "end_ms": now + 120_000, "shuffle_at_start": true});
+    for (body, field) in [
+        (
+            json!({"name": "", "start_ms": now, "end_ms": now + 1}),
+            "name",
+        ),
+        (
+            json!({"name": "s", "start_ms": now, "end_ms": now}),
+            "end_ms",
+        ),
+        (json!({"name": "s", "start_ms": 5, "end_ms": 9}), "end_ms"),
+        (json!({"name": "s", "end_ms": 9}), "start_ms"),
+        (
+            json!({"name": "s", "start_ms": now, "end_ms": now + 9,
+            "settings": {"target_on_site": 0}}),
+            "target_on_site",
+        ),
+    ] {
+        let r = node.send(post(body.clone())).await;
+        r.assert_error(StatusCode::BAD_REQUEST, "invalid_setting");
+        let message = r.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains(field), "{body}: {message}");
+    }
+    let r = node.send(post(sale.clone())).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(r.json()["events"][0]["phase"], "prequeue", "{}", r.json());
+    let taken = node.send(post(sale)).await;
+    taken.assert_error(StatusCode::BAD_REQUEST, "invalid_setting");
+    let r = node.join_status().await;
+    assert_eq!(r.json()["status"], "prequeue", "{}", r.json());
+    let left = r.json()["starts_in_ms"].as_u64().expect("starts_in_ms");
+    assert!(left > 50_000 && left <= 60_000, "{left}");
+    let gone = node
+        .send(event_request(
+            "DELETE",
+            "/admin/events/other",
+            Some(TOKEN),
+            None,
+        ))
+        .await;
+    gone.assert_error(StatusCode::NOT_FOUND, "no_such_event");
+    let r = node
+        .send(event_request(
+            "DELETE",
+            "/admin/events/sale",
+            Some(TOKEN),
+            None,
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(r.json()["events"], json!([]));
+    let r = node.join_status().await;
+    assert_ne!(r.json()["status"], "prequeue", "{}", r.json());
 }

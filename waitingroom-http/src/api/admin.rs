@@ -1,5 +1,5 @@
 //! The operator's API (`/admin/...`, on the internal listener only): the live settings
-//! (README, "Live settings"). Every request must carry `Authorization: Bearer TOKEN`, the token
+//! (README, "Live settings") and scheduled events (README, "Scheduled events"). Every request must carry `Authorization: Bearer TOKEN`, the token
 //! of `--admin-token-file`, compared in constant time; anything else is 401. Without a token
 //! file the admin API is off (404).
 
@@ -7,17 +7,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq as _;
 use waitingroom_core::Settings;
-use waitingroom_distributed::{LiveSettings, SettingsPatch};
+use waitingroom_distributed::{EventPhase, LiveSettings, ScheduledEvent, SettingsPatch};
 
 use super::body::RawBody;
 use crate::app::App;
+use crate::clock::now_ms;
 use crate::errors::ApiError;
 
 /// Lets a request through only with the admin token (see the module's doc).
@@ -77,7 +78,7 @@ pub(super) async fn get_settings(State(app): State<Arc<App>>) -> Json<Value> {
     summary = "Change live settings (admin API, internal listener)",
     description = "A JSON object of the settings to change: `target_on_site` (number or \
         \"unlimited\"), `new_users_per_minute` (number or null), `mode` (normal, queue_all, \
-        passthrough, reject), `queueing_method` (fifo), `pass_expiry_ms`, \
+        passthrough, reject), `queueing_method` (fifo, random), `pass_expiry_ms`, \
         `session_duration_ms`. In force here at once and on every member after the next \
         round; the answer waits up to three eviction intervals for a round to carry it \
         (`confirmed`) and is the whole settings object.",
@@ -90,12 +91,10 @@ pub(super) async fn patch_settings(State(app): State<Arc<App>>, body: RawBody) -
         Ok(b) => b,
         Err(e) => return super::body::rejection(e).into_response(),
     };
-    let patch = serde_json::from_slice::<Value>(&body)
-        .map_err(|e| ApiError::bad_json(format!("invalid JSON body: {e}")))
-        .and_then(|v| SettingsPatch::from_json(&v).map_err(invalid));
+    let patch = json_body(&body).and_then(|v| SettingsPatch::from_json(&v).map_err(invalid));
     let changed = patch.and_then(|p| {
         app.driver
-            .with(|n, _| n.change_settings(&p))
+            .with(|n, now| n.change_settings(now, &p))
             .map_err(invalid)
     });
     let next = match changed {
@@ -110,6 +109,108 @@ pub(super) async fn patch_settings(State(app): State<Arc<App>>, body: RawBody) -
     let confirmed = wait_confirmed(&app, &next).await;
     let live = app.driver.read(|n| n.live_settings().clone());
     Json(view(&live, confirmed)).into_response()
+}
+
+fn json_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_json(format!("invalid JSON body: {e}")))
+}
+
+#[utoipa::path(get, path = "/admin/events", tag = "internal",
+    summary = "Scheduled events (admin API, internal listener)",
+    description = "Every event scheduled, in start order, with its `phase` now (`scheduled`, \
+        `prequeue`, `running`, `ended`).",
+    responses((status = 200, description = "The events", body = Object),
+        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+pub(super) async fn get_events(State(app): State<Arc<App>>) -> Json<Value> {
+    let (live, now) = app
+        .driver
+        .read(|n| (n.live_settings().clone(), n.reference_time(now_ms())));
+    Json(events_view(&live, now))
+}
+
+#[utoipa::path(post, path = "/admin/events", tag = "internal",
+    summary = "Schedule an event (admin API, internal listener)",
+    description = "`name`, `prequeue_start_ms` (default: `start_ms`), `start_ms`, `end_ms` \
+        (ms since the epoch), `shuffle_at_start` (default false) and `settings` (any of \
+        `target_on_site`, `new_users_per_minute`, `mode`, `queueing_method`, applied from the \
+        pre-queue to the end). Before the start visitors who join are pre-queued; at the start \
+        they are let out, in a random order with `shuffle_at_start`, ahead of anyone who joins \
+        later. Travels like a settings change; the answer waits for a round to carry it.",
+    request_body(content = Object, content_type = "application/json"),
+    responses((status = 200, description = "The events after the change", body = Object),
+        (status = 400, description = "`invalid_setting`: the message names the field (a taken \
+            name, an overlap, a time past)", body = crate::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+pub(super) async fn post_event(State(app): State<Arc<App>>, body: RawBody) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return super::body::rejection(e).into_response(),
+    };
+    let event = json_body(&body).and_then(|v| ScheduledEvent::from_json(&v).map_err(invalid));
+    let added = event.and_then(|e| {
+        let name = e.name.clone();
+        let next = app.driver.with(|n, now| n.add_event(now, e));
+        next.map(|next| (name, next)).map_err(invalid)
+    });
+    let (name, next) = match added {
+        Ok(added) => added,
+        Err(e) => return e.into_response(),
+    };
+    tracing::info!(version = next.version, event = %name, "admin: event scheduled");
+    events_answer(&app, &next).await
+}
+
+#[utoipa::path(delete, path = "/admin/events/{name}", tag = "internal",
+    summary = "Delete a scheduled event (admin API, internal listener)",
+    params(("name" = String, Path, description = "The event's name")),
+    responses((status = 200, description = "The events after the change", body = Object),
+        (status = 404, description = "`no_such_event`", body = crate::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+pub(super) async fn delete_event(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Response {
+    let Some(next) = app.driver.with(|n, now| n.remove_event(now, &name)) else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_such_event",
+            format!("no event is named `{name}`"),
+        )
+        .into_response();
+    };
+    tracing::info!(version = next.version, event = %name, "admin: event deleted");
+    events_answer(&app, &next).await
+}
+
+async fn events_answer(app: &App, next: &LiveSettings) -> Response {
+    let confirmed = wait_confirmed(app, next).await;
+    let (live, now) = app
+        .driver
+        .read(|n| (n.live_settings().clone(), n.reference_time(now_ms())));
+    let mut view = events_view(&live, now);
+    view["confirmed"] = json!(confirmed);
+    Json(view).into_response()
+}
+
+/// The events as the admin API shows them, with each one's phase at `now` (reference clock).
+fn events_view(live: &LiveSettings, now: u64) -> Value {
+    let events: Vec<Value> = live
+        .events
+        .iter()
+        .map(|e| {
+            let phase = match e.phase_at(now) {
+                Some(EventPhase::Prequeue(_)) => "prequeue",
+                Some(EventPhase::Running(_)) => "running",
+                None if now < e.prequeue_start_ms => "scheduled",
+                None => "ended",
+            };
+            let mut v = serde_json::to_value(e).unwrap_or_default();
+            v["phase"] = json!(phase);
+            v
+        })
+        .collect();
+    json!({"version": live.version, "now_ms": now, "events": events})
 }
 
 /// Waits until a round carried `next` (or a newer version), for at most three eviction
@@ -149,7 +250,9 @@ fn view(live: &LiveSettings, confirmed: bool) -> Value {
         },
         "new_users_per_minute": live.new_users_per_minute,
         "mode": live.mode.name(),
-        "queueing_method": live.queueing_method,
+        "queueing_method": live.queueing_method.name(),
+        "lottery_since_ms": live.lottery_since,
+        "events": live.events.len(),
         "pass_expiry_ms": live.pass_expiry_ms,
         "session_duration_ms": live.session_duration_ms,
         "confirmed": confirmed,

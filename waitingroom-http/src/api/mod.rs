@@ -33,7 +33,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, any, get, post};
+use axum::routing::{MethodRouter, any, delete, get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
@@ -209,10 +209,17 @@ fn internal_ops_table() -> Vec<Route> {
 }
 
 fn admin_table() -> Vec<Route> {
-    vec![(
-        "/admin/settings",
-        get(admin::get_settings).patch(admin::patch_settings),
-    )]
+    vec![
+        (
+            "/admin/settings",
+            get(admin::get_settings).patch(admin::patch_settings),
+        ),
+        (
+            "/admin/events",
+            get(admin::get_events).post(admin::post_event),
+        ),
+        ("/admin/events/{name}", delete(admin::delete_event)),
+    ]
 }
 
 fn admin_routes(app: &Arc<App>) -> Router<Arc<App>> {

@@ -21,7 +21,7 @@ use clap::{Args, FromArgMatches};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use waitingroom_core::{Settings, Time};
-use waitingroom_distributed::{AdmissionMode, NodeConfig};
+use waitingroom_distributed::{AdmissionMode, NodeConfig, QueueingMethod};
 
 pub use values::{Arrival, Disturbance, Latency, PartitionKind, Scripted, Strategy, Target};
 
@@ -188,6 +188,11 @@ pub struct ProtocolOptions {
     /// Most visitors let out per minute, cluster-wide (the live rate cap; none by default).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub new_users_per_minute: Option<u64>,
+    /// In which order the protocol (strategy qpid) lets visitors out: `fifo`, or `random` (a
+    /// lottery: fairness is then measured against the lottery's order, and
+    /// `kendall_tau_arrival` against arrival).
+    #[arg(long, default_value = "fifo", value_parser = queueing_method())]
+    pub queueing_method: QueueingMethod,
     /// SWIM probe interval.
     #[arg(long, alias = "probe-ms", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     pub probe_interval_ms: Time,
@@ -221,6 +226,12 @@ fn probability(s: &str) -> Result<f64, String> {
 fn admission_mode() -> impl TypedValueParser<Value = AdmissionMode> {
     PossibleValuesParser::new(AdmissionMode::ALL.map(AdmissionMode::name))
         .try_map(|name| name.parse::<AdmissionMode>())
+}
+
+/// `--queueing-method` takes the live setting's names ([`QueueingMethod::name`]).
+fn queueing_method() -> impl TypedValueParser<Value = QueueingMethod> {
+    PossibleValuesParser::new(QueueingMethod::ALL.map(QueueingMethod::name))
+        .try_map(|name| name.parse::<QueueingMethod>())
 }
 
 /// What a group of options holds when no flag is given: its command-line defaults, the one
@@ -271,6 +282,7 @@ impl ProtocolOptions {
     pub fn configure(&self, node: &mut NodeConfig) {
         node.admission = self.admission;
         node.new_users_per_minute = self.new_users_per_minute;
+        node.queueing_method = self.queueing_method;
         node.probe_interval_ms = self.probe_interval_ms;
         node.probe_timeout_ms = self.probe_timeout_ms;
     }
@@ -477,7 +489,8 @@ mod tests {
              --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \
              --admission batched --target-on-site unlimited --refresh-interval-ms 700 \
              --ticket-expiry-ms 12000 --pass-expiry-ms 5000 --eviction-interval-ms 900 \
-             --admit-straight-through --new-users-per-minute 90 --probe-interval-ms 400 \
+             --admit-straight-through --new-users-per-minute 90 --queueing-method random \
+             --probe-interval-ms 400 \
              --probe-timeout-ms 150 \
              --check-every 3 --max-time-ms 99000"
                 .split_whitespace(),

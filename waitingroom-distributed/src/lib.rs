@@ -23,6 +23,7 @@ pub mod messages;
 pub mod node;
 mod outputs;
 mod qpid;
+pub mod released;
 mod swim;
 mod tag;
 mod timer;

@@ -8,6 +8,7 @@ use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::live::LiveSettings;
 use crate::membership::{ClusterRank, Contact, Membership, View};
+use crate::released::{self, Release};
 use crate::voters::Voters;
 
 /// A message on the wire, with who sent it to whom.
@@ -276,6 +277,9 @@ pub struct Counts {
     /// The newest live settings any node of the subtree knows (`live.rs`).
     #[serde(default)]
     pub settings: LiveSettings,
+    /// Passes the subtree's nodes took back recently (`released.rs`).
+    #[serde(default)]
+    pub released: Vec<Release>,
 }
 
 /// One node's part of a count.
@@ -339,6 +343,7 @@ impl Counts {
         if self.settings.is_older_than(&other.settings) {
             self.settings = other.settings.clone();
         }
+        released::merge(&mut self.released, &other.released);
         for d in &other.departed {
             let same = |k: &&mut Departed| (k.node, k.version) == (d.node, d.version);
             if let Some(k) = self.departed.iter_mut().find(same) {
@@ -406,4 +411,7 @@ pub struct Summary {
     pub settings: LiveSettings,
     /// The departed members' places still counted, as the root knew them.
     pub departed: Vec<Departed>,
+    /// Passes given back recently, as the round's count carried them up (`released.rs`).
+    #[serde(default)]
+    pub released: Vec<Release>,
 }

@@ -26,6 +26,7 @@ use crate::messages::{
     Stamp, Summary,
 };
 use crate::outputs::{Event, Outbox};
+use crate::released::{Release, Released};
 use crate::voters::Voters;
 
 /// Histogram buckets reported per count, for position estimates.
@@ -37,6 +38,10 @@ const DEPARTED_KEPT: usize = 256;
 /// Ranges kept: a visitor re-queued after their node died is let out at once if their key falls
 /// in one of these (the cluster already decided to let them in).
 const RANGES_KEPT: usize = 8;
+
+/// For how many intervals a count carries a release up (a round that fails to finish loses
+/// none).
+const RELEASES_SENT_INTERVALS: Time = 3;
 /// Ranges passed on with each result.
 const RANGES_SENT: usize = 3;
 
@@ -91,6 +96,8 @@ pub(crate) struct Tag {
     ranges: Vec<AdmitRange>,
     /// Places departed members' visitors may still hold, counted until their passes expire.
     departed: Vec<Departed>,
+    /// Passes given back early (`released.rs`).
+    released: Released,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -159,6 +166,7 @@ impl Tag {
             rate: Rate::default(),
             ranges: Vec::new(),
             departed: Vec::new(),
+            released: Released::default(),
         }
     }
 
@@ -307,7 +315,9 @@ impl Tag {
         for ticket in std::mem::take(&mut self.uncount_next) {
             local.room_mut().uncount_pass(ticket);
         }
-        let acc = self.own_counts(ctx.me, &bounds, select, local);
+        let mut acc = self.own_counts(ctx.me, &bounds, select, local);
+        let window = RELEASES_SENT_INTERVALS * self.settings().eviction_interval_ms;
+        acc.released = self.released.recent(now, window);
         self.uncount_next = std::mem::take(&mut self.uncount_later);
         self.lease.ask(stamp, now);
         if self.own_below.len() >= 4 {
@@ -362,6 +372,7 @@ impl Tag {
             departed: self.departed.clone(),
             voters: self.voters.clone(),
             settings: self.live().clone(),
+            released: Vec::new(),
         }
     }
 
@@ -517,6 +528,7 @@ impl Tag {
             voters: self.voters.clone(),
             settings: self.live().clone(),
             departed: self.departed.clone(),
+            released: counts.released.clone(),
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
         let range = (by_range && admit > 0).then_some(AdmitRange {
@@ -535,6 +547,28 @@ impl Tag {
             summary,
             range,
             batch,
+        }
+    }
+
+    /// A visitor gives their pass back at this node at `now` (README, "Sessions"): refused here
+    /// from now on, and everywhere once a round has carried it; uncounted here at once if this
+    /// node counts it, else by the node that does when the round reaches it. False if it was
+    /// given back already.
+    pub(crate) fn release(&mut self, now: Time, r: Release, local: &mut Local) -> bool {
+        local.room_mut().uncount_pass(r.ticket);
+        self.released.release(now, r)
+    }
+
+    /// Whether the pass of `ticket` was given back.
+    pub(crate) fn is_released(&self, ticket: TicketId) -> bool {
+        self.released.contains(ticket)
+    }
+
+    /// Releases a round's result carries: refused from now on, uncounted if this node counts
+    /// them.
+    pub(crate) fn learn_released(&mut self, now: Time, list: &[Release], local: &mut Local) {
+        for ticket in self.released.learn(now, list) {
+            local.room_mut().uncount_pass(ticket);
         }
     }
 
@@ -992,6 +1026,7 @@ mod tests {
                 eligible: queued,
             }],
             departed: Vec::new(),
+            released: Vec::new(),
             voters: Voters::default(),
             settings: LiveSettings::default(),
         }
@@ -1113,6 +1148,7 @@ mod tests {
             },
             settings: node.live_settings().clone(),
             departed: Vec::new(),
+            released: Vec::new(),
         };
         let range = AdmitRange {
             cutoff: 1_000,

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use waitingroom_core::{CheckInStatus, NodeId, QueueKey, Settings, Ticket, TicketId, Time};
+use waitingroom_core::{CheckInStatus, NodeId, Pass, QueueKey, Settings, Ticket, TicketId, Time};
 
 use crate::invariants::{self, Violation};
 use crate::membership::Contact;
@@ -387,6 +387,8 @@ pub struct Crowd {
     pub tickets: Vec<Ticket>,
     /// Whether each visitor was let in.
     pub admitted: Vec<bool>,
+    /// The pass each visitor let in left with, by visitor.
+    pub passes: BTreeMap<usize, Pass>,
     next_refresh: Vec<Time>,
 }
 
@@ -439,8 +441,10 @@ impl Crowd {
                     self.tickets[i] = c.ticket;
                     if self.admitted[i] {
                         let t = self.tickets[i].clone();
-                        net.with(t.node, |n, now| n.leave(now, &t))
+                        let pass = net
+                            .with(t.node, |n, now| n.leave(now, &t))
                             .expect("an admitted visitor leaves");
+                        self.passes.insert(i, pass);
                     }
                 }
                 Err(VisitorError::NotReady) => {

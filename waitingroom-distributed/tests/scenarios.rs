@@ -871,3 +871,49 @@ fn a_prequeue_is_shuffled_at_the_start_ahead_of_later_joiners() {
         assert!(inside <= 5 + 5, "{inside} admitted in 1 s from {t}");
     }
 }
+
+/// README, "Sessions": a pass given back at another node than the one counting it frees its
+/// place within a round or two (the next visitor is let in while the other passes still last a
+/// minute), and every node refuses it from then on, for validation and refresh alike.
+#[test]
+fn a_pass_given_back_frees_its_place_and_is_refused_everywhere() {
+    let settings = Settings {
+        target_on_site: 2,
+        pass_expiry_ms: 60_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 17);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for _ in 0..3 {
+        crowd.join(&mut net, NodeId(1));
+        net.run_for(10);
+    }
+    crowd.run(&mut net, 5_000);
+    assert_eq!(crowd.admitted, vec![true, true, false], "the site is full");
+    let pass = crowd.passes[&0].clone();
+    assert_eq!(pass.node, NodeId(1));
+    net.with(NodeId(3), |n, now| n.release_pass(now, &pass))
+        .expect("a valid pass is given back");
+    net.with(NodeId(3), |n, now| n.release_pass(now, &pass))
+        .expect("twice is no error");
+    let refused = net.with(NodeId(3), |n, now| n.validate_pass(now, &pass));
+    assert_eq!(
+        refused,
+        Err(VisitorError::Released),
+        "at once where it was given back"
+    );
+    crowd.run(&mut net, 2_500);
+    assert!(crowd.admitted[2], "the place went to the next visitor");
+    for id in net.ids() {
+        let valid = net.with(id, |n, now| n.validate_pass(now, &pass));
+        assert_eq!(valid, Err(VisitorError::Released), "node {id}");
+        let refresh = net.with(id, |n, now| n.refresh_pass(now, &pass));
+        assert_eq!(refresh, Err(VisitorError::Released), "node {id}");
+    }
+    let other = crowd.passes[&1].clone();
+    assert_eq!(
+        net.with(NodeId(2), |n, now| n.validate_pass(now, &other)),
+        Ok(())
+    );
+}

@@ -59,7 +59,7 @@ impl App {
         cfg: Arc<ServerConfig>,
     ) -> Self {
         App {
-            page: Page::new(&cfg.branding),
+            page: Page::new(&cfg.branding, &cfg.cookies.leave_key),
             join_limit: RateLimiter::new(cfg.limits.join_rate_limit, cfg.limits.join_burst),
             pending: AtomicUsize::new(0),
             recent_leaves: RecentLeaves::default(),

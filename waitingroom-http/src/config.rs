@@ -17,6 +17,7 @@ use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig};
 
 use crate::client_addr::Cidr;
+use crate::cookies::{CookieOptions, SameSite};
 use crate::i18n::Lang;
 use crate::tls::{InternalTls, TlsFiles};
 
@@ -286,6 +287,19 @@ pub struct Options {
     /// is https. (default: false, or true with an https public_url)
     #[arg(long, env = "WAITINGROOM_COOKIE_SECURE", value_name = "BOOL")]
     pub cookie_secure: Option<bool>,
+    /// Cookie `Domain` (e.g. example.com: the ticket and pass cookies then reach every host
+    /// under it, say an origin on shop.example.com). (default: none, the room's host only)
+    #[arg(long, env = "WAITINGROOM_COOKIE_DOMAIN", value_name = "DOMAIN")]
+    pub cookie_domain: Option<String>,
+    /// Appended to every cookie's name (`wr_ticket_SUFFIX`, `wr_pass_SUFFIX`,
+    /// `wr_leave_key_SUFFIX`): two rooms on one domain keep their visitors apart. Letters,
+    /// digits, `-`, `_`; up to 32. (default: none)
+    #[arg(long, env = "WAITINGROOM_COOKIE_NAME_SUFFIX", value_name = "SUFFIX")]
+    pub cookie_name_suffix: Option<String>,
+    /// Cookie `SameSite`: lax, strict or none (none needs cookie_secure: a room embedded in
+    /// another site). (default: lax)
+    #[arg(long, env = "WAITINGROOM_COOKIE_SAMESITE", value_name = "MODE")]
+    pub cookie_samesite: Option<SameSite>,
 
     // ---- logs and page ----
     /// Log format: text or json. (default: text)
@@ -481,8 +495,8 @@ pub struct ServerConfig {
     pub protocol: NodeConfig,
     /// Limits.
     pub limits: Limits,
-    /// Secure cookies.
-    pub cookie_secure: bool,
+    /// The cookies' names and attributes.
+    pub cookies: CookieOptions,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -606,6 +620,9 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         trusted_proxies,
         max_pending_requests,
         cookie_secure,
+        cookie_domain,
+        cookie_name_suffix,
+        cookie_samesite,
         log_format,
         log_level,
         page_title,
@@ -646,18 +663,58 @@ impl Options {
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
-            // Secure whenever visitors reach the room over https.
-            cookie_secure: self.cookie_secure.unwrap_or(false)
-                || self
-                    .public_url
-                    .as_deref()
-                    .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://")),
+            cookies: self.cookies()?,
             listen,
             internal_listen,
             internal_tls,
             settings,
             protocol,
         })
+    }
+
+    /// The cookies' names and attributes. Secure whenever visitors reach the room over https.
+    fn cookies(&self) -> Result<CookieOptions, SettingsError> {
+        let https = self
+            .public_url
+            .as_deref()
+            .is_some_and(|u| u.trim().to_ascii_lowercase().starts_with("https://"));
+        let secure = self.cookie_secure.unwrap_or(false) || https;
+        let same_site = self.cookie_samesite.unwrap_or_default();
+        if same_site == SameSite::None && !secure {
+            return Err(SettingsError::new(
+                "cookie_samesite",
+                "none needs cookie_secure (browsers drop SameSite=None cookies that are not \
+                 Secure)",
+            ));
+        }
+        let domain = self.cookie_domain.as_deref().map(str::trim);
+        let host = |d: &str| {
+            !d.is_empty()
+                && d.len() <= 253
+                && d.trim_start_matches('.')
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        };
+        if domain.is_some_and(|d| !host(d)) {
+            return Err(SettingsError::new(
+                "cookie_domain",
+                "must be a host name, e.g. example.com",
+            ));
+        }
+        let suffix = self.cookie_name_suffix.as_deref().unwrap_or("").trim();
+        let fine = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if suffix.len() > 32 || !suffix.chars().all(fine) {
+            return Err(SettingsError::new(
+                "cookie_name_suffix",
+                "must be up to 32 letters, digits, `-` or `_`",
+            ));
+        }
+        Ok(CookieOptions::new(
+            secure,
+            domain.map(str::to_owned),
+            same_site,
+            suffix,
+        ))
     }
 
     /// The waiting room settings, defaults filled in (checked with the protocol's).
@@ -1428,12 +1485,52 @@ mod tests {
         let (url, origin) = c.public_url.unwrap();
         assert_eq!(url, "https://Queue.Example:443/waiting");
         assert_eq!(origin, "https://queue.example");
-        assert!(c.cookie_secure);
-        assert!(!base().resolve().unwrap().cookie_secure);
+        assert!(c.cookies.secure);
+        assert!(!base().resolve().unwrap().cookies.secure);
         assert_eq!(
             web_origin("http://a.example:8080/x?y").as_deref(),
             Some("http://a.example:8080")
         );
+    }
+
+    #[test]
+    fn cookie_options_are_checked_and_name_the_cookies() {
+        let c = Options {
+            cookie_domain: Some("example.com".into()),
+            cookie_name_suffix: Some("_shop".into()),
+            cookie_samesite: Some(SameSite::Strict),
+            ..base()
+        }
+        .resolve()
+        .unwrap()
+        .cookies;
+        assert_eq!(c.domain.as_deref(), Some("example.com"));
+        assert_eq!(
+            (c.pass.as_str(), c.same_site),
+            ("wr_pass_shop", SameSite::Strict)
+        );
+        let field = |o: Options| o.resolve().unwrap_err().to_string();
+        let none = Options {
+            cookie_samesite: Some(SameSite::None),
+            ..base()
+        };
+        assert!(field(none).contains("cookie_samesite"));
+        let secure_none = Options {
+            cookie_samesite: Some(SameSite::None),
+            cookie_secure: Some(true),
+            ..base()
+        };
+        assert!(secure_none.resolve().is_ok());
+        let domain = Options {
+            cookie_domain: Some("exa mple.com; x=1".into()),
+            ..base()
+        };
+        assert!(field(domain).contains("cookie_domain"));
+        let suffix = Options {
+            cookie_name_suffix: Some("a=b".into()),
+            ..base()
+        };
+        assert!(field(suffix).contains("cookie_name_suffix"));
     }
 
     #[test]

@@ -201,6 +201,11 @@ impl From<VisitorError> for ApiError {
                 "rejected",
                 "the waiting room is closed to new visitors",
             ),
+            VisitorError::Released => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "released",
+                "this pass was given back; join the waiting room again",
+            ),
         }
     }
 }

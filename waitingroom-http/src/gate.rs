@@ -49,6 +49,8 @@ pub struct GateConfig {
     pub refetch_interval: Duration,
     /// Requests that skip the room altogether.
     pub bypass: Bypass,
+    /// The pass cookie's name: `wr_pass`, with the room's `cookie_name_suffix` if it has one.
+    pub pass_cookie: String,
 }
 
 impl GateConfig {
@@ -59,6 +61,7 @@ impl GateConfig {
             waiting_room_url: waiting_room_url.into(),
             refetch_interval: Duration::from_secs(30),
             bypass: Bypass::default(),
+            pass_cookie: cookies::PASS.to_owned(),
         }
     }
 }
@@ -184,7 +187,7 @@ impl Gate {
     /// `/api/pass/verify` does).
     pub async fn check(&self, headers: &HeaderMap, now: Time) -> Result<Pass, Refusal> {
         let token = cookies::bearer(headers)
-            .or_else(|| cookies::get(headers, cookies::PASS))
+            .or_else(|| cookies::get(headers, &self.cfg.pass_cookie))
             .ok_or(Refusal::Missing)?;
         match self.keys().verify_pass(token, now) {
             Err(TokenError::UnknownKey) => {

@@ -106,6 +106,8 @@ pub struct Metrics {
     pub shed: Family<ReasonLabels, Counter>,
     /// Joins refused by the rate limit.
     pub rate_limited: Counter,
+    /// Passes given back early at this node (`POST /api/pass/release`).
+    pub passes_released: Counter,
     /// Admin API requests refused for a missing or wrong token.
     admin_refused: Counter,
     /// HTTP request latency by route.
@@ -183,6 +185,7 @@ impl Metrics {
             dns_peers: Gauge::default(),
             shed: Family::default(),
             rate_limited: Counter::default(),
+            passes_released: Counter::default(),
             admin_refused: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
             queued: Gauge::default(),
@@ -379,6 +382,11 @@ impl Metrics {
             "joins_rate_limited",
             "Joins refused by the per-client rate limit",
             self.rate_limited.clone(),
+        );
+        r.register(
+            "passes_released",
+            "Passes given back early at this node (POST /api/pass/release)",
+            self.passes_released.clone(),
         );
         r.register(
             "admin_requests_refused",

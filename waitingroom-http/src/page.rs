@@ -19,7 +19,7 @@
 //! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
 //! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
 //! `accent`, `join_action` (where the no-JavaScript button posts: `/`, with the page's
-//! `return_to`); and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
+//! `return_to`), `leave_cookie` (the name of the cookie its script keeps its leave key in); and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
 //! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
 //! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
 //! `taking_place`, `closed`, `closed_title`.
@@ -47,17 +47,21 @@ const DEFAULT_TEMPLATE: &str = include_str!("../assets/waiting.html");
 pub struct Page {
     template: String,
     branding: Branding,
+    /// The name of the cookie the page's script keeps its leave key in.
+    leave_cookie: String,
 }
 
 impl Page {
-    /// The configured template, or the built-in one.
-    pub fn new(branding: &Branding) -> Self {
+    /// The configured template, or the built-in one; its script keeps its leave key in the
+    /// cookie `leave_cookie` (`crate::cookies`).
+    pub fn new(branding: &Branding, leave_cookie: &str) -> Self {
         Page {
             template: branding
                 .template
                 .clone()
                 .unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned()),
             branding: branding.clone(),
+            leave_cookie: leave_cookie.to_owned(),
         }
     }
 
@@ -106,6 +110,7 @@ impl Page {
             ("refresh_ms", refresh_ms.to_string()),
             ("reload_seconds", reload_seconds.to_string()),
             ("nonce", nonce.to_owned()),
+            ("leave_cookie", self.leave_cookie.clone()),
             ("join_action", view.join_action.to_owned()),
             ("lang", view.lang.tag().to_owned()),
             ("place", place.to_owned()),
@@ -380,6 +385,7 @@ pub fn redirect(to: &str, cookies: Vec<HeaderValue>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cookies::LEAVE_KEY;
 
     #[test]
     fn substitutes_and_escapes() {
@@ -417,7 +423,7 @@ mod tests {
                 join_action: "/",
                 starts_in_ms: None,
             };
-            let html = Page::new(&b).render(&view, "n0nce");
+            let html = Page::new(&b, LEAVE_KEY).render(&view, "n0nce");
             assert!(!html.contains("{{"), "{html}");
             assert!(html.contains(&format!("<html lang=\"{}\">", lang.tag())));
             assert!(html.contains("aria-live=\"polite\""));
@@ -441,7 +447,7 @@ mod tests {
     #[test]
     fn the_page_speaks_the_visitors_language() {
         let b = branding(None);
-        let page = Page::new(&b);
+        let page = Page::new(&b, LEAVE_KEY);
         let mut headers = HeaderMap::new();
         headers.insert(
             header::ACCEPT_LANGUAGE,
@@ -449,10 +455,13 @@ mod tests {
         );
         let resp = page.fresh(&headers, 2_000, None);
         assert_eq!(resp.headers()[header::CONTENT_LANGUAGE], "de");
-        let fixed = Page::new(&Branding {
-            language: Some(Lang::Fr),
-            ..b
-        });
+        let fixed = Page::new(
+            &Branding {
+                language: Some(Lang::Fr),
+                ..b
+            },
+            LEAVE_KEY,
+        );
         assert_eq!(fixed.lang(&headers), Lang::Fr);
         assert_eq!(page.lang(&HeaderMap::new()), Lang::En);
     }
@@ -472,7 +481,7 @@ mod tests {
             join_action: "/",
             starts_in_ms: Some(90_000),
         };
-        let html = Page::new(&b).render(&view, "n");
+        let html = Page::new(&b, LEAVE_KEY).render(&view, "n");
         assert!(html.contains(">1:30</p>"), "{html}");
         assert!(html.contains(&escaped(Lang::De.strings().prequeue_title)));
         assert!(html.contains(&escaped(Lang::De.strings().starts_in)));

@@ -281,11 +281,33 @@ impl App {
             .map_err(ApiError::from)
     }
 
-    /// Checks a pass: signature and expiry only, so it never waits for the node.
+    /// Checks a pass: signature and expiry, and that it was not given back (a look-up in the
+    /// node's released passes: the node is held for that alone).
     pub fn verify_pass(&self, token: &str) -> Result<Pass, ApiError> {
-        self.crypto
+        let pass = self
+            .crypto
             .verify_pass(token, now_ms())
-            .map_err(|e| ApiError::token("pass", &e))
+            .map_err(|e| ApiError::token("pass", &e))?;
+        if self.driver.read(|n| n.is_released(pass.id)) {
+            return Err(VisitorError::Released.into());
+        }
+        Ok(pass)
+    }
+
+    /// A visitor gives their place back (README, "Sessions"): at this node, whichever node
+    /// counts the pass; every node refuses the pass once the next round has carried it.
+    pub fn release_pass(&self, token: &str) -> Result<(), ApiError> {
+        self.serving()?;
+        let pass = self
+            .crypto
+            .verify_pass(token, now_ms())
+            .map_err(|e| ApiError::token("pass", &e))?;
+        self.driver
+            .with(|node, now| node.release_pass(now, &pass))
+            .map_err(ApiError::from)?;
+        self.metrics.passes_released.inc();
+        tracing::debug!(ticket = %pass.id, "pass given back");
+        Ok(())
     }
 }
 

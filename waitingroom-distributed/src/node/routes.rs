@@ -195,6 +195,8 @@ impl Node {
     }
 
     pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
+        let released = &r.summary.released;
+        self.tag.learn_released(now, released, &mut self.local);
         let ranges = self.with_tag(now, |t, ctx, _, out| t.on_count_result(from, r, ctx, out));
         self.merge_ranges(now, ranges);
     }

@@ -15,9 +15,13 @@ use crate::live::Mode;
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
 use crate::outputs::Outbox;
+use crate::released::Release;
 
 /// Most re-queued visitors remembered for nodes that are away.
 const FORGETS_LIMIT: usize = 65_536;
+
+/// Longest a given-back pass is refused (passes live minutes, sessions hours).
+const RELEASE_KEPT_MS: Time = 24 * 3_600_000;
 
 /// Why a node refused a visitor operation.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -37,6 +41,9 @@ pub enum VisitorError {
     /// The room is closed to new visitors (mode `reject`, README "Live settings").
     #[error("the waiting room is closed to new visitors")]
     Rejected,
+    /// The pass was given back (README, "Sessions").
+    #[error("the pass was given back")]
+    Released,
 }
 
 impl Node {
@@ -140,6 +147,9 @@ impl Node {
     /// once. Until it hears, both count them: more than there are, never fewer.
     /// Refused while this node holds no live grant (README, "Admission leases").
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
+        if self.tag.is_released(pass.id) {
+            return Err(VisitorError::Released);
+        }
         if !self.tag.may_refresh(now) {
             let why = self.pause(now).unwrap_or(Pause::NoGrant);
             return Err(VisitorError::Paused(why));
@@ -151,9 +161,39 @@ impl Node {
         Ok(refreshed)
     }
 
-    /// Whether `pass` is valid at `now`.
+    /// Whether `pass` is valid at `now`: not expired, not given back.
     pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
-        Ok(self.local.room().validate_pass(now, pass)?)
+        self.local.room().validate_pass(now, pass)?;
+        if self.tag.is_released(pass.id) {
+            return Err(VisitorError::Released);
+        }
+        Ok(())
+    }
+
+    /// Whether the pass of `ticket` was given back (README, "Sessions").
+    pub fn is_released(&self, ticket: TicketId) -> bool {
+        self.tag.is_released(ticket)
+    }
+
+    /// A visitor gives their place back early (README, "Sessions"): the pass is refused here
+    /// from now on and on every node once the next round has carried the release; its place is
+    /// free here at once if this node counts it, else at the node that does when that round
+    /// reaches it. Giving it back twice is no error. Until when to refuse it: the longest the
+    /// pass could still be refreshed to (its session), at most a day.
+    pub fn release_pass(&mut self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
+        self.local.room().validate_pass(now, pass)?;
+        let session = self.tag.settings().pass_max_lifetime_ms;
+        let until = pass
+            .created_at
+            .saturating_add(session)
+            .min(now.saturating_add(RELEASE_KEPT_MS))
+            .max(pass.expires_at);
+        let release = Release {
+            ticket: pass.id,
+            until,
+        };
+        self.tag.release(now, release, &mut self.local);
+        Ok(())
     }
 
     /// Tells `node` (the visitor's previous node) to drop its entry: now if it is a member, or

@@ -564,3 +564,88 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
     let html = String::from_utf8_lossy(&n.send(fresh).await.body).into_owned();
     assert!(html.contains("action=\"/?return_to=%2Fshop\""), "{html}");
 }
+
+/// README, "Cookies": with a name suffix, a domain and `SameSite=Strict`, the room sets its
+/// cookies under those names and attributes, reads only those names (another room's cookies
+/// on the same domain are not its own), and the page's script uses the suffixed leave key.
+#[tokio::test]
+async fn cookie_options_name_and_shape_every_cookie() {
+    let n = TestNode::start(
+        Options {
+            cookie_name_suffix: Some("_shop".into()),
+            cookie_domain: Some("example.com".into()),
+            cookie_samesite: Some(crate::cookies::SameSite::Strict),
+            ..options()
+        },
+        true,
+    );
+    let r = n.post("/api/join", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let set = r.headers[header::SET_COOKIE].to_str().expect("ascii");
+    assert!(set.starts_with("wr_ticket_shop="), "{set}");
+    assert!(
+        set.contains("SameSite=Strict") && set.contains("Domain=example.com"),
+        "{set}"
+    );
+    let ticket = r.json()["ticket"].as_str().expect("ticket").to_owned();
+    let checkin_with = |cookie: String| {
+        let mut req = post("/api/checkin", json!({}));
+        req.headers_mut()
+            .insert(header::COOKIE, cookie.parse().expect("header value"));
+        req
+    };
+    let r = n
+        .send(checkin_with(format!("wr_ticket_shop={ticket}")))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let other_room = n.send(checkin_with(format!("wr_ticket={ticket}"))).await;
+    other_room.assert_error(StatusCode::BAD_REQUEST, "missing_token");
+    let page = n
+        .send(bodiless(Request::get("/"), header::ACCEPT, "text/html"))
+        .await;
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(
+        html.contains("\"wr_leave_key_shop\""),
+        "the page's leave key cookie"
+    );
+}
+
+/// README, "Sessions": a pass given back frees its place (the node's on-site count drops at
+/// once) and is refused from then on at verify and refresh; twice is no error; garbage, a
+/// missing pass and a cross-site request are refused with their codes.
+#[tokio::test]
+async fn a_pass_given_back_is_refused_and_its_place_freed() {
+    let n = TestNode::start(options(), true);
+    let (_, pass) = n.ticket_and_pass().await;
+    let on_site = || n.app.driver.read(|node| node.room().on_site());
+    assert_eq!(on_site(), 1);
+    let r = n.post("/api/pass/release", json!({ "pass": pass })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(r.json(), json!({"released": true}));
+    let set = r.headers[header::SET_COOKIE].to_str().expect("ascii");
+    assert!(
+        set.starts_with("wr_pass=;") && set.contains("Max-Age=0"),
+        "{set}"
+    );
+    assert_eq!(on_site(), 0, "the place is free at once");
+    n.assert_pass_refused(&pass, StatusCode::UNAUTHORIZED, "released")
+        .await;
+    let again = n.post("/api/pass/release", json!({ "pass": pass })).await;
+    assert_eq!(again.status, StatusCode::OK, "twice is no error");
+    n.post("/api/pass/release", json!({ "pass": "x.y.z" }))
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "invalid_token");
+    n.post("/api/pass/release", json!({}))
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "missing_token");
+    let (_, other) = n.ticket_and_pass().await;
+    let mut cross = post("/api/pass/release", json!({ "pass": other }));
+    cross.headers_mut().insert(
+        "sec-fetch-site",
+        "cross-site".parse().expect("header value"),
+    );
+    n.send(cross)
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "cross_site");
+    assert_eq!(n.verify(&other).await.status, StatusCode::NO_CONTENT);
+}

@@ -173,6 +173,7 @@ fn visitor_table() -> Vec<Route> {
         ("/api/checkin", post(visitor::checkin)),
         ("/api/leave", post(visitor::leave)),
         ("/api/pass/refresh", post(visitor::refresh_pass)),
+        ("/api/pass/release", post(visitor::release_pass)),
         ("/api/pass/verify", get(visitor::verify_pass)),
         // Envoy's ext_authz asks with the request's own method and its path appended.
         (VERIFY_ANY_PATH, any(visitor::verify_pass_any)),

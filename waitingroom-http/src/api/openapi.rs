@@ -28,6 +28,7 @@ use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
         visitor::checkin,
         visitor::leave,
         visitor::refresh_pass,
+        visitor::release_pass,
         visitor::verify_pass,
         visitor::verify_pass_any,
         ops::jwks,

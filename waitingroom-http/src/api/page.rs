@@ -51,19 +51,20 @@ pub(super) async fn waiting_page(
     }
     let back = return_to(&uri);
     let onward = onward(&app.cfg.origin_url, back.as_deref());
-    if let Some(pass) = cookies::get(&headers, cookies::PASS)
+    let names = &app.cfg.cookies;
+    if let Some(pass) = cookies::get(&headers, &names.pass)
         && app.verify_pass(pass).is_ok()
     {
         return page::redirect(&onward, Vec::new());
     }
-    let Some(ticket) = cookies::get(&headers, cookies::TICKET) else {
+    let Some(ticket) = cookies::get(&headers, &names.ticket) else {
         return app.page.fresh(
             &headers,
             app.cfg.settings.refresh_interval_ms,
             back.as_deref(),
         );
     };
-    let key = leave_key(&headers);
+    let key = leave_key(&headers, &names.leave_key);
     match app.check_in(ticket).await {
         // Exchanged already: the same pass again if this is the page asking after its answer
         // was lost (same leave key, within the minute passes are kept); else a new visit.
@@ -142,8 +143,8 @@ pub(super) fn onward(origin_url: &str, path: Option<&str>) -> String {
 
 /// The key the page's leave carries: the one its script chose (cookie), else one for pages
 /// without script. Either way a repeated page load gets the pass the first one got.
-fn leave_key(headers: &HeaderMap) -> &str {
-    cookies::get(headers, cookies::LEAVE_KEY)
+fn leave_key<'a>(headers: &'a HeaderMap, cookie: &str) -> &'a str {
+    cookies::get(headers, cookie)
         .filter(|k| leaves::valid_key(k))
         .unwrap_or("waiting-page")
 }

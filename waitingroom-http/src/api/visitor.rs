@@ -42,9 +42,9 @@ fn token_from<'a>(body: Option<&'a str>, headers: &'a HeaderMap, cookie: &str) -
 }
 
 /// The ticket of a check-in or leave: from the body, else the cookie.
-fn ticket(headers: &HeaderMap, body: RawBody) -> Result<String, ApiError> {
+fn ticket(app: &App, headers: &HeaderMap, body: RawBody) -> Result<String, ApiError> {
     let b: TicketBody = body::json(headers, body)?;
-    token_from(b.ticket.as_deref(), headers, cookies::TICKET)
+    token_from(b.ticket.as_deref(), headers, &app.cfg.cookies.ticket)
         .map(str::to_owned)
         .ok_or_else(|| ApiError::missing_token("ticket"))
 }
@@ -126,7 +126,7 @@ pub(super) async fn checkin(
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<Response, ApiError> {
-    let token = ticket(&headers, body)?;
+    let token = ticket(&app, &headers, body)?;
     Ok(ticket_response(&app, app.check_in(&token).await?))
 }
 
@@ -147,7 +147,7 @@ pub(super) async fn leave(
     headers: HeaderMap,
     body: RawBody,
 ) -> Result<Response, ApiError> {
-    let token = ticket(&headers, body)?;
+    let token = ticket(&app, &headers, body)?;
     let key = idempotency_key(&headers)?;
     let p = app.leave(&token, key).await?;
     let set = cookies::after_leave(&app.cfg, &p);
@@ -187,11 +187,46 @@ pub(super) async fn refresh_pass(
     body: RawBody,
 ) -> Result<Response, ApiError> {
     let b: PassBody = body::json(&headers, body)?;
-    let token = token_from(b.pass.as_deref(), &headers, cookies::PASS)
+    let token = token_from(b.pass.as_deref(), &headers, &app.cfg.cookies.pass)
         .ok_or_else(|| ApiError::missing_token("pass"))?;
     let p = app.refresh_pass(token)?;
     let cookie = cookies::for_pass(&app.cfg, &p);
     Ok(with_cookies(p, vec![cookie]))
+}
+
+/// `POST /api/pass/release`: the visitor is done and gives their place back.
+#[utoipa::path(post, path = "/api/pass/release", tag = "pass",
+    summary = "Give a place back early",
+    description = "The pass from the body, `Authorization: Bearer` or the `wr_pass` cookie. Its \
+        place is free at once (at the node counting it once the next round reaches it) and \
+        the pass is refused from then on (every node, once the next round has carried it; an \
+        origin gate that checks passes offline accepts it until it expires). Giving it back \
+        twice is no error. Refused from another site, as a join is; an origin's server may \
+        call it with the pass as a bearer token. The answer deletes the pass cookie.",
+    request_body(content = PassBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Given back: `{\"released\": true}`", body = Object),
+        (status = 400, description = "`bad_json`, `missing_token`", body = ErrorBody),
+        (status = 401, description = "`invalid_token`, `expired_token`", body = ErrorBody),
+        (status = 403, description = "`cross_site`", body = ErrorBody),
+    ))]
+pub(super) async fn release_pass(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Result<Response, ApiError> {
+    same_site(&app, &headers)?;
+    let b: PassBody = body::json(&headers, body)?;
+    let token = token_from(b.pass.as_deref(), &headers, &app.cfg.cookies.pass)
+        .or_else(|| cookies::bearer(&headers))
+        .ok_or_else(|| ApiError::missing_token("pass"))?;
+    app.release_pass(token)?;
+    let c = &app.cfg.cookies;
+    let gone = c.clear(&c.pass);
+    Ok(with_cookies(
+        serde_json::json!({"released": true}),
+        vec![gone],
+    ))
 }
 
 /// 204 for a valid pass (bearer token or cookie), 401 otherwise: an nginx `auth_request`
@@ -210,7 +245,7 @@ pub(super) async fn verify_pass(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let token = cookies::bearer(&headers)
-        .or_else(|| cookies::get(&headers, cookies::PASS))
+        .or_else(|| cookies::get(&headers, &app.cfg.cookies.pass))
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,

@@ -133,6 +133,17 @@ pub struct Pass {
     pub eviction_time: Time,
 }
 
+impl Pass {
+    /// The node of a bypass pass: none (node ids start at 1).
+    pub const BYPASS_NODE: NodeId = NodeId(0);
+
+    /// Whether this is a bypass pass: one an operator minted for staff or monitoring, issued by
+    /// no node, so no node counts it against the target and none extends it.
+    pub fn is_bypass(&self) -> bool {
+        self.node == Self::BYPASS_NODE
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

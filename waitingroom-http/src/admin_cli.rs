@@ -9,8 +9,9 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
 use waitingroom_http::tls::{InternalTls, TlsFiles};
 
-/// Read or change the live settings of a running cluster through one node's internal
-/// listener. A change made at any node applies to every node after the next eviction round.
+/// The admin API of a running cluster through one node's internal listener: read or change
+/// the live settings, schedule events, mint bypass passes. A change made at any node applies to
+/// every node after the next eviction round.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
     /// A node's internal base URL (its --internal-listen, e.g. http://10.0.0.5:9080).
@@ -45,6 +46,16 @@ enum Action {
     Events {
         #[command(subcommand)]
         action: EventAction,
+    },
+    /// Mint a bypass pass for staff or monitoring (no place on the site, never extended; revoke
+    /// with POST /api/pass/release). Prints it as JSON (`pass`: the token to send as the pass
+    /// cookie or a bearer token).
+    Pass {
+        /// Who it is for (logged with the pass's id).
+        label: String,
+        /// How long it lasts: N with s, m or h (at most 720h). Default: 24h.
+        #[arg(long, value_name = "DURATION")]
+        expires_in: Option<String>,
     },
 }
 
@@ -115,6 +126,14 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
             }
             add => (client.post(&events).json(&event(add, now_ms())?), events),
         },
+        Action::Pass { label, expires_in } => {
+            let url = format!("{base}/admin/passes");
+            let mut body = serde_json::json!({ "label": label });
+            if let Some(d) = expires_in {
+                body["expires_in_ms"] = time(&format!("+{d}"), 0)?.into();
+            }
+            (client.post(&url).json(&body), url)
+        }
     };
     let resp = req
         .bearer_auth(token.trim())

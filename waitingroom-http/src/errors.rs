@@ -206,6 +206,11 @@ impl From<VisitorError> for ApiError {
                 "released",
                 "this pass was given back; join the waiting room again",
             ),
+            VisitorError::Bypass => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "bypass_pass",
+                "a bypass pass is not extended; the operator mints another",
+            ),
         }
     }
 }

@@ -52,7 +52,7 @@ enum Command {
     /// Drive real visitors against a cluster (join, check in, leave, verify the pass) and
     /// report admissions per second, lost visitors, errors, latency and fairness.
     Load(load::LoadArgs),
-    /// Read or change the live settings of a running cluster (the admin API).
+    /// The admin API of a running cluster: live settings, scheduled events, bypass passes.
     Admin(admin_cli::AdminArgs),
     /// Print the OpenAPI 3.1 description of every route (the same as `GET /openapi.json`), to
     /// generate clients or check the API without a running node.

@@ -108,6 +108,8 @@ pub struct Metrics {
     pub rate_limited: Counter,
     /// Passes given back early at this node (`POST /api/pass/release`).
     pub passes_released: Counter,
+    /// Bypass passes minted at this node (`POST /admin/passes`).
+    pub bypass_passes: Counter,
     /// Admin API requests refused for a missing or wrong token.
     admin_refused: Counter,
     /// HTTP request latency by route.
@@ -186,6 +188,7 @@ impl Metrics {
             shed: Family::default(),
             rate_limited: Counter::default(),
             passes_released: Counter::default(),
+            bypass_passes: Counter::default(),
             admin_refused: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
             queued: Gauge::default(),
@@ -387,6 +390,11 @@ impl Metrics {
             "passes_released",
             "Passes given back early at this node (POST /api/pass/release)",
             self.passes_released.clone(),
+        );
+        r.register(
+            "bypass_passes_minted",
+            "Bypass passes minted at this node (POST /admin/passes)",
+            self.bypass_passes.clone(),
         );
         r.register(
             "admin_requests_refused",

@@ -1819,3 +1819,42 @@ async fn a_pass_given_back_lets_the_next_visitor_in() {
         }
     }
 }
+
+/// README, "Bypass", end to end: a bypass pass minted at node 3 passes the verify endpoint of
+/// every node, is extended by none, and takes no place: with one place on the site, a visitor
+/// still gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bypass_pass_works_everywhere_and_takes_no_place() {
+    let token = "bypass-test-token-0123456789abcdef";
+    let token_file = std::env::temp_dir().join(format!("wr-bypass-{}", std::process::id()));
+    std::fs::write(&token_file, token).unwrap();
+    let path = token_file.to_str().unwrap();
+    let extra = ["--admin-token-file", path, "--target-on-site", "1"];
+    let cl = Cluster::start_with("bypass", 3, &extra, true).await;
+    let url = format!("{}/admin/passes", cl.nodes[2].internal_url());
+    let r = client()
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({"label": "monitoring"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    let pass = v["pass"].as_str().unwrap().to_owned();
+    let c = client();
+    for i in 0..3 {
+        assert_eq!(verify(&c, cl.url(i), &pass).await, StatusCode::NO_CONTENT);
+        let url = format!("{}/api/pass/refresh", cl.url(i));
+        let (s, v) = post(&c, &url, json!({ "pass": pass })).await;
+        assert_eq!(
+            (s, v["code"].clone()),
+            (StatusCode::FORBIDDEN, json!("bypass_pass")),
+            "{v}"
+        );
+    }
+    let nodes: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
+    let visitor = vec![join(&c, cl.url(0)).await];
+    admit_all(&c, &nodes, visitor, Duration::from_secs(10)).await;
+    let _ = std::fs::remove_file(token_file);
+}

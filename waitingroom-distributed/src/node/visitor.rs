@@ -44,6 +44,9 @@ pub enum VisitorError {
     /// The pass was given back (README, "Sessions").
     #[error("the pass was given back")]
     Released,
+    /// A bypass pass is not extended (README, "Bypass"): the operator mints another.
+    #[error("a bypass pass is not extended; mint another")]
+    Bypass,
 }
 
 impl Node {
@@ -149,6 +152,10 @@ impl Node {
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
         if self.tag.is_released(pass.id) {
             return Err(VisitorError::Released);
+        }
+        if pass.is_bypass() {
+            // Counted nowhere, and extended nowhere: extending it here would count it.
+            return Err(VisitorError::Bypass);
         }
         if !self.tag.may_refresh(now) {
             let why = self.pause(now).unwrap_or(Pause::NoGrant);

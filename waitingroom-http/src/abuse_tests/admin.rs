@@ -272,3 +272,65 @@ async fn events_are_checked_scheduled_shown_and_deleted() {
     let r = node.join_status().await;
     assert_ne!(r.json()["status"], "prequeue", "{}", r.json());
 }
+
+/// README, "Bypass": a bypass pass needs the admin token, names its bad fields, verifies as a
+/// pass, takes no place (the one place on the site still goes to a visitor), is never
+/// extended, and can be revoked like any pass.
+#[tokio::test]
+async fn bypass_passes_take_no_place_and_are_never_extended() {
+    let node = admin_node(Options {
+        target_on_site: Some(1),
+        ..options()
+    });
+    let mint = |token: Option<&str>, body: Value| {
+        event_request("POST", "/admin/passes", token, Some(body))
+    };
+    node.send(mint(None, json!({"label": "monitoring"})))
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    for (body, field) in [
+        (json!({}), "label"),
+        (json!({"label": "a\"b"}), "label"),
+        (json!({"label": "x", "expires_in_ms": 5}), "expires_in_ms"),
+        (json!({"label": "x", "node": 3}), "body"),
+    ] {
+        let r = node.send(mint(Some(TOKEN), body.clone())).await;
+        r.assert_error(StatusCode::BAD_REQUEST, "invalid_setting");
+        let message = r.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains(field), "{body}: {message}");
+    }
+    let r = node
+        .send(mint(
+            Some(TOKEN),
+            json!({"label": "uptime monitor", "expires_in_ms": 60_000}),
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let pass = r.json()["pass"].as_str().expect("pass").to_owned();
+    assert!(r.json()["expires_at_ms"].as_u64().expect("expiry") > now_ms() + 50_000);
+    assert_eq!(node.verify(&pass).await.status, StatusCode::NO_CONTENT);
+    node.post("/api/pass/refresh", json!({ "pass": pass }))
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "bypass_pass");
+    assert_eq!(node.app.driver.read(|n| n.room().on_site()), 0);
+    let r = node.join_status().await;
+    assert_eq!(r.json()["status"], "queued", "{}", r.json());
+    let ticket = r.json()["ticket"].as_str().expect("ticket").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node
+        .post("/api/checkin", json!({ "ticket": ticket }))
+        .await
+        .json()["status"]
+        != "admitted"
+    {
+        assert!(Instant::now() < deadline, "the place goes to the visitor");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = node
+        .post("/api/pass/release", json!({ "pass": pass }))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    node.verify(&pass)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "released");
+}

@@ -1,5 +1,6 @@
 //! The operator's API (`/admin/...`, on the internal listener only): the live settings
-//! (README, "Live settings") and scheduled events (README, "Scheduled events"). Every request must carry `Authorization: Bearer TOKEN`, the token
+//! (README, "Live settings"), scheduled events (README, "Scheduled events") and bypass passes
+//! (README, "Bypass"). Every request must carry `Authorization: Bearer TOKEN`, the token
 //! of `--admin-token-file`, compared in constant time; anything else is 401. Without a token
 //! file the admin API is off (404).
 
@@ -13,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq as _;
-use waitingroom_core::Settings;
+use waitingroom_core::{Pass, Settings, TicketId};
 use waitingroom_distributed::{EventPhase, LiveSettings, ScheduledEvent, SettingsPatch};
 
 use super::body::RawBody;
@@ -109,6 +110,86 @@ pub(super) async fn patch_settings(State(app): State<Arc<App>>, body: RawBody) -
     let confirmed = wait_confirmed(&app, &next).await;
     let live = app.driver.read(|n| n.live_settings().clone());
     Json(view(&live, confirmed)).into_response()
+}
+
+/// Longest life of a bypass pass, and its default.
+const BYPASS_MAX_MS: u64 = 30 * 24 * 3_600_000;
+const BYPASS_DEFAULT_MS: u64 = 24 * 3_600_000;
+
+#[utoipa::path(post, path = "/admin/passes", tag = "internal",
+    summary = "Mint a bypass pass (admin API, internal listener)",
+    description = "`label` (who it is for, 1 to 64 letters, digits, ` `, `.`, `-`, `_`, `@`; \
+        logged with the pass's id) and `expires_in_ms` (default a day, at most 30 days). A \
+        bypass pass is a pass issued by no node (`node` 0): every origin gate takes it, no node \
+        counts it against the target, and none extends it. Revoke it with \
+        `POST /api/pass/release` (gates that check passes offline take it until it expires).",
+    request_body(content = Object, content_type = "application/json"),
+    responses((status = 200, description = "`pass`, `id`, `label`, `expires_at_ms`", body = Object),
+        (status = 400, description = "`invalid_setting`: the message names the field", body = crate::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+pub(super) async fn post_pass(State(app): State<Arc<App>>, body: RawBody) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return super::body::rejection(e).into_response(),
+    };
+    let asked = json_body(&body).and_then(|v| bypass_request(&v).map_err(invalid));
+    let (label, ttl) = match asked {
+        Ok(asked) => asked,
+        Err(e) => return e.into_response(),
+    };
+    let now = now_ms();
+    let pass = Pass {
+        id: TicketId(rand::random()),
+        node: Pass::BYPASS_NODE,
+        queue_join_time: 0,
+        created_at: now,
+        issued_at: now,
+        expires_at: now.saturating_add(ttl),
+        eviction_time: now,
+    };
+    app.metrics.bypass_passes.inc();
+    tracing::info!(label = %label, id = %pass.id, expires_at_ms = pass.expires_at,
+        "admin: bypass pass minted");
+    Json(json!({
+        "pass": app.crypto.sign_pass(&pass),
+        "id": pass.id.to_string(),
+        "label": label,
+        "expires_at_ms": pass.expires_at,
+    }))
+    .into_response()
+}
+
+/// The label and life a bypass pass is asked for, naming the field at fault.
+fn bypass_request(v: &Value) -> Result<(String, u64), waitingroom_core::SettingsError> {
+    use waitingroom_core::SettingsError;
+    let Value::Object(fields) = v else {
+        return Err(SettingsError::new("body", "must be a JSON object"));
+    };
+    if let Some(name) = fields
+        .keys()
+        .find(|k| !matches!(k.as_str(), "label" | "expires_in_ms"))
+    {
+        return Err(SettingsError::new(
+            "body",
+            format!("unknown field `{name}`"),
+        ));
+    }
+    let label = fields.get("label").and_then(Value::as_str).unwrap_or("");
+    let fine = |c: char| c.is_ascii_alphanumeric() || " .-_@".contains(c);
+    if label.trim().is_empty() || label.len() > 64 || !label.chars().all(fine) {
+        return Err(SettingsError::new(
+            "label",
+            "must be 1 to 64 letters, digits, spaces, `.`, `-`, `_` or `@`",
+        ));
+    }
+    let ttl = match fields.get("expires_in_ms") {
+        None => BYPASS_DEFAULT_MS,
+        Some(v) => v
+            .as_u64()
+            .filter(|t| (1_000..=BYPASS_MAX_MS).contains(t))
+            .ok_or_else(|| SettingsError::new("expires_in_ms", "must be 1000 ms to 30 days"))?,
+    };
+    Ok((label.to_owned(), ttl))
 }
 
 fn json_body(body: &[u8]) -> Result<Value, ApiError> {

@@ -220,6 +220,7 @@ fn admin_table() -> Vec<Route> {
             get(admin::get_events).post(admin::post_event),
         ),
         ("/admin/events/{name}", delete(admin::delete_event)),
+        ("/admin/passes", post(admin::post_pass)),
     ]
 }
 

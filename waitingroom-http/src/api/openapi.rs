@@ -42,6 +42,7 @@ use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
         admin::get_events,
         admin::post_event,
         admin::delete_event,
+        admin::post_pass,
         peer::messages,
         peer::forwarded_batch,
         peer::forwarded_checkin,

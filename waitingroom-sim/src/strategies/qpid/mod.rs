@@ -108,6 +108,7 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::Paused(why) => format!("paused-{}", why.as_str()),
         VisitorError::Rejected => "rejected".into(),
         VisitorError::Released => "released".into(),
+        VisitorError::Bypass => "bypass".into(),
     }
 }
 

@@ -83,9 +83,13 @@ pub enum QueueingMethod {
     Fifo,
     /// A lottery: every visitor who joins while it is in force is stamped the same join time
     /// (`LiveSettings::lottery_since`), so the queue orders them by their ticket ids, drawn at
-    /// random by the node they joined (each node's seeded ChaCha20: a simulated run replays).
-    /// Whoever is let out is a uniformly random pick among those waiting, late joiners
-    /// included; visitors who joined before it was switched on keep their places ahead.
+    /// random by the node they joined (its ChaCha8 generator, seeded at random by the server
+    /// and from the run's seed by the simulator, so a simulated run replays). Each round lets
+    /// out the smallest ids waiting: a uniformly random pick among those waiting, late joiners
+    /// included (one who joins between a round's count and its result may win that round at
+    /// their node). Visitors who joined before it was switched on keep their places ahead. A
+    /// visitor who joins several times holds several draws, as far as the per-client join
+    /// limit lets them.
     Random,
 }
 

@@ -38,12 +38,12 @@ const DEPARTED_KEPT: usize = 256;
 /// Ranges kept: a visitor re-queued after their node died is let out at once if their key falls
 /// in one of these (the cluster already decided to let them in).
 const RANGES_KEPT: usize = 8;
+/// Ranges passed on with each result.
+const RANGES_SENT: usize = 3;
 
 /// For how many intervals a count carries a release up (a round that fails to finish loses
 /// none).
 const RELEASES_SENT_INTERVALS: Time = 3;
-/// Ranges passed on with each result.
-const RANGES_SENT: usize = 3;
 
 /// Passes refreshed elsewhere that wait to be uncounted, at most.
 const UNCOUNT_KEPT: usize = 65_536;
@@ -208,7 +208,7 @@ impl Tag {
 
     /// An operator's change made at this node: the next version, in force here at once and
     /// carried to the others by the next round. `change` makes it from the newest version
-    /// known, the file settings and `(me, reference_now)`.
+    /// known and the file settings.
     pub(crate) fn change_settings(
         &mut self,
         change: impl FnOnce(&LiveSettings, &Settings) -> Result<LiveSettings, SettingsError>,

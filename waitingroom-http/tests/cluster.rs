@@ -1368,16 +1368,38 @@ fn bad_config_is_refused_naming_the_setting() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The admin API of node `i` with `token`: `PATCH` with `change`, or `GET` without.
-async fn admin(cl: &Cluster, i: usize, token: &str, change: Option<Value>) -> Value {
-    let url = format!("{}/admin/settings", cl.nodes[i].internal_url());
-    let req = match change {
-        Some(change) => client().patch(url).json(&change),
+/// The admin token the admin tests' nodes share, written to a file for `name`'s cluster: the
+/// token and the file (its path for `--admin-token-file`; removed with the cluster's files).
+fn admin_token_file(name: &str) -> (&'static str, std::path::PathBuf) {
+    let token = "admin-test-token-0123456789abcdef";
+    let file = std::env::temp_dir().join(format!("wr-{name}-token-{}", std::process::id()));
+    std::fs::write(&file, token).unwrap();
+    (token, file)
+}
+
+/// The admin API of node `i` at `path` with `token`: `GET`, or `method` with `body`; the
+/// answer must be 200.
+async fn admin_call(
+    cl: &Cluster,
+    i: usize,
+    token: &str,
+    path: &str,
+    send: Option<(reqwest::Method, Value)>,
+) -> Value {
+    let url = format!("{}{path}", cl.nodes[i].internal_url());
+    let req = match send {
+        Some((method, body)) => client().request(method, url).json(&body),
         None => client().get(url),
     };
     let r = req.bearer_auth(token).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     r.json().await.unwrap()
+}
+
+/// The live settings of node `i`: `PATCH` with `change`, or `GET` without.
+async fn admin(cl: &Cluster, i: usize, token: &str, change: Option<Value>) -> Value {
+    let send = change.map(|c| (reqwest::Method::PATCH, c));
+    admin_call(cl, i, token, "/admin/settings", send).await
 }
 
 /// Node `i`'s view of the cluster.
@@ -1399,9 +1421,7 @@ async fn status(cl: &Cluster, i: usize) -> Value {
 /// round's burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_settings_reach_every_node_and_outlive_the_root() {
-    let token = "live-settings-test-token-0123456789";
-    let token_file = std::env::temp_dir().join(format!("wr-admin-{}", std::process::id()));
-    std::fs::write(&token_file, token).unwrap();
+    let (token, token_file) = admin_token_file("admin");
     let path = token_file.to_str().unwrap();
     let mut cl = Cluster::start_with("live", 4, &["--admin-token-file", path], true).await;
     a_change_at_node_3_reaches_nodes_1_and_2_within_two_rounds(&cl, token).await;
@@ -1648,14 +1668,8 @@ fn rustls_client_without_cert(cl: &Cluster) -> reqwest::Client {
 
 /// The scheduled events of node `i` (GET), or the answer to scheduling `event` there (POST).
 async fn events(cl: &Cluster, i: usize, token: &str, event: Option<Value>) -> Value {
-    let url = format!("{}/admin/events", cl.nodes[i].internal_url());
-    let req = match event {
-        Some(event) => client().post(url).json(&event),
-        None => client().get(url),
-    };
-    let r = req.bearer_auth(token).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    r.json().await.unwrap()
+    let send = event.map(|e| (reqwest::Method::POST, e));
+    admin_call(cl, i, token, "/admin/events", send).await
 }
 
 /// README, "Scheduled events", end to end: an event scheduled at node 3 pre-queues visitors
@@ -1664,9 +1678,7 @@ async fn events(cl: &Cluster, i: usize, token: &str, event: Option<Value>) -> Va
 /// an order about as far from join order as a random one (Kendall-Tau about 0.5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prequeue_is_let_out_first_in_a_random_order() {
-    let token = "events-test-token-0123456789abcdef";
-    let token_file = std::env::temp_dir().join(format!("wr-events-{}", std::process::id()));
-    std::fs::write(&token_file, token).unwrap();
+    let (token, token_file) = admin_token_file("events");
     let path = token_file.to_str().unwrap();
     let cl = Cluster::start_with("events", 3, &["--admin-token-file", path], true).await;
     let now = events(&cl, 0, token, None).await["now_ms"]
@@ -1743,9 +1755,7 @@ async fn a_prequeue_is_let_out_first_in_a_random_order() {
 /// out in an order about as far from join order as a random one (Kendall-Tau about 0.5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_queueing_lets_visitors_out_by_lottery() {
-    let token = "random-test-token-0123456789abcdef";
-    let token_file = std::env::temp_dir().join(format!("wr-random-{}", std::process::id()));
-    std::fs::write(&token_file, token).unwrap();
+    let (token, token_file) = admin_token_file("random");
     let path = token_file.to_str().unwrap();
     let cl = Cluster::start_with("random", 3, &["--admin-token-file", path], true).await;
     let change = json!({"queueing_method": "random", "new_users_per_minute": 600});
@@ -1825,22 +1835,12 @@ async fn a_pass_given_back_lets_the_next_visitor_in() {
 /// still gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bypass_pass_works_everywhere_and_takes_no_place() {
-    let token = "bypass-test-token-0123456789abcdef";
-    let token_file = std::env::temp_dir().join(format!("wr-bypass-{}", std::process::id()));
-    std::fs::write(&token_file, token).unwrap();
+    let (token, token_file) = admin_token_file("bypass");
     let path = token_file.to_str().unwrap();
     let extra = ["--admin-token-file", path, "--target-on-site", "1"];
     let cl = Cluster::start_with("bypass", 3, &extra, true).await;
-    let url = format!("{}/admin/passes", cl.nodes[2].internal_url());
-    let r = client()
-        .post(url)
-        .bearer_auth(token)
-        .json(&json!({"label": "monitoring"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let v: Value = r.json().await.unwrap();
+    let mint = Some((reqwest::Method::POST, json!({"label": "monitoring"})));
+    let v = admin_call(&cl, 2, token, "/admin/passes", mint).await;
     let pass = v["pass"].as_str().unwrap().to_owned();
     let c = client();
     for i in 0..3 {

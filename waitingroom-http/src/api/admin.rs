@@ -87,29 +87,20 @@ pub(super) async fn get_settings(State(app): State<Arc<App>>) -> Json<Value> {
     responses((status = 200, description = "The live settings after the change", body = Object),
         (status = 400, description = "`invalid_setting`: the message names the field", body = crate::errors::ErrorBody),
         (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
-pub(super) async fn patch_settings(State(app): State<Arc<App>>, body: RawBody) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return super::body::rejection(e).into_response(),
-    };
-    let patch = json_body(&body).and_then(|v| SettingsPatch::from_json(&v).map_err(invalid));
-    let changed = patch.and_then(|p| {
-        app.driver
-            .with(|n, now| n.change_settings(now, &p))
-            .map_err(invalid)
-    });
-    let next = match changed {
-        Ok(next) => next,
-        Err(e) => return e.into_response(),
-    };
-    tracing::info!(
-        version = next.version,
-        change = %String::from_utf8_lossy(&body),
-        "admin: live settings changed"
-    );
+pub(super) async fn patch_settings(
+    State(app): State<Arc<App>>,
+    body: RawBody,
+) -> Result<Json<Value>, ApiError> {
+    let change = json_body(body)?;
+    let patch = SettingsPatch::from_json(&change).map_err(invalid)?;
+    let next = app
+        .driver
+        .with(|n, now| n.change_settings(now, &patch))
+        .map_err(invalid)?;
+    tracing::info!(version = next.version, change = %change, "admin: live settings changed");
     let confirmed = wait_confirmed(&app, &next).await;
     let live = app.driver.read(|n| n.live_settings().clone());
-    Json(view(&live, confirmed)).into_response()
+    Ok(Json(view(&live, confirmed)))
 }
 
 /// Longest life of a bypass pass, and its default.
@@ -127,16 +118,11 @@ const BYPASS_DEFAULT_MS: u64 = 24 * 3_600_000;
     responses((status = 200, description = "`pass`, `id`, `label`, `expires_at_ms`", body = Object),
         (status = 400, description = "`invalid_setting`: the message names the field", body = crate::errors::ErrorBody),
         (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
-pub(super) async fn post_pass(State(app): State<Arc<App>>, body: RawBody) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return super::body::rejection(e).into_response(),
-    };
-    let asked = json_body(&body).and_then(|v| bypass_request(&v).map_err(invalid));
-    let (label, ttl) = match asked {
-        Ok(asked) => asked,
-        Err(e) => return e.into_response(),
-    };
+pub(super) async fn post_pass(
+    State(app): State<Arc<App>>,
+    body: RawBody,
+) -> Result<Json<Value>, ApiError> {
+    let (label, ttl) = bypass_request(&json_body(body)?).map_err(invalid)?;
     let now = now_ms();
     let pass = Pass {
         id: TicketId(rand::random()),
@@ -150,13 +136,12 @@ pub(super) async fn post_pass(State(app): State<Arc<App>>, body: RawBody) -> Res
     app.metrics.bypass_passes.inc();
     tracing::info!(label = %label, id = %pass.id, expires_at_ms = pass.expires_at,
         "admin: bypass pass minted");
-    Json(json!({
+    Ok(Json(json!({
         "pass": app.crypto.sign_pass(&pass),
         "id": pass.id.to_string(),
         "label": label,
         "expires_at_ms": pass.expires_at,
-    }))
-    .into_response()
+    })))
 }
 
 /// The label and life a bypass pass is asked for, naming the field at fault.
@@ -192,8 +177,10 @@ fn bypass_request(v: &Value) -> Result<(String, u64), waitingroom_core::Settings
     Ok((label.to_owned(), ttl))
 }
 
-fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice::<Value>(body)
+/// The request's JSON body: 413 past the admin routes' limit, 400 if it is not JSON.
+fn json_body(body: RawBody) -> Result<Value, ApiError> {
+    let body = body.map_err(super::body::rejection)?;
+    serde_json::from_slice::<Value>(&body)
         .map_err(|e| ApiError::bad_json(format!("invalid JSON body: {e}")))
 }
 
@@ -223,23 +210,18 @@ pub(super) async fn get_events(State(app): State<Arc<App>>) -> Json<Value> {
         (status = 400, description = "`invalid_setting`: the message names the field (a taken \
             name, an overlap, a time past)", body = crate::errors::ErrorBody),
         (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
-pub(super) async fn post_event(State(app): State<Arc<App>>, body: RawBody) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return super::body::rejection(e).into_response(),
-    };
-    let event = json_body(&body).and_then(|v| ScheduledEvent::from_json(&v).map_err(invalid));
-    let added = event.and_then(|e| {
-        let name = e.name.clone();
-        let next = app.driver.with(|n, now| n.add_event(now, e));
-        next.map(|next| (name, next)).map_err(invalid)
-    });
-    let (name, next) = match added {
-        Ok(added) => added,
-        Err(e) => return e.into_response(),
-    };
+pub(super) async fn post_event(
+    State(app): State<Arc<App>>,
+    body: RawBody,
+) -> Result<Json<Value>, ApiError> {
+    let event = ScheduledEvent::from_json(&json_body(body)?).map_err(invalid)?;
+    let name = event.name.clone();
+    let next = app
+        .driver
+        .with(|n, now| n.add_event(now, event))
+        .map_err(invalid)?;
     tracing::info!(version = next.version, event = %name, "admin: event scheduled");
-    events_answer(&app, &next).await
+    Ok(events_answer(&app, &next).await)
 }
 
 #[utoipa::path(delete, path = "/admin/events/{name}", tag = "internal",
@@ -251,27 +233,27 @@ pub(super) async fn post_event(State(app): State<Arc<App>>, body: RawBody) -> Re
 pub(super) async fn delete_event(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
-) -> Response {
+) -> Result<Json<Value>, ApiError> {
     let Some(next) = app.driver.with(|n, now| n.remove_event(now, &name)) else {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "no_such_event",
             format!("no event is named `{name}`"),
-        )
-        .into_response();
+        ));
     };
     tracing::info!(version = next.version, event = %name, "admin: event deleted");
-    events_answer(&app, &next).await
+    Ok(events_answer(&app, &next).await)
 }
 
-async fn events_answer(app: &App, next: &LiveSettings) -> Response {
+/// The events after a change, once a round carried it (or three intervals went by).
+async fn events_answer(app: &App, next: &LiveSettings) -> Json<Value> {
     let confirmed = wait_confirmed(app, next).await;
     let (live, now) = app
         .driver
         .read(|n| (n.live_settings().clone(), n.reference_time(now_ms())));
     let mut view = events_view(&live, now);
     view["confirmed"] = json!(confirmed);
-    Json(view).into_response()
+    Json(view)
 }
 
 /// The events as the admin API shows them, with each one's phase at `now` (reference clock).

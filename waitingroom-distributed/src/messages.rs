@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+use waitingroom_core::rounds::RoundRecord;
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::live::LiveSettings;
@@ -414,4 +415,8 @@ pub struct Summary {
     /// Passes given back recently, as the round's count carried them up (`released.rs`).
     #[serde(default)]
     pub released: Vec<Release>,
+    /// The round's record, if it let anyone out: the claims every node signs the same way
+    /// (README, "Fairness records"; `waitingroom_core::rounds`).
+    #[serde(default)]
+    pub record: Option<RoundRecord>,
 }

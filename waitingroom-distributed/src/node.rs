@@ -602,6 +602,12 @@ impl Node {
         Some(next)
     }
 
+    /// The driver signed round `round`'s record (`Event::RoundRecorded`): its link, which the
+    /// next record this node decides as root names as `prev` (README, "Fairness records").
+    pub fn record_linked(&mut self, round: u64, link: String) {
+        self.tag.record_linked(round, link);
+    }
+
     /// Whether the latest round's result carried live settings at least as new as `version`:
     /// the root had them, and so will every member that took that result.
     pub fn settings_confirmed(&self, version: &LiveSettings) -> bool {

@@ -7,6 +7,7 @@
 //! from the node so that the modules producing outputs need not import it.
 
 use serde::{Deserialize, Serialize};
+use waitingroom_core::rounds::RoundRecord;
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::lease::Pause;
@@ -61,6 +62,10 @@ pub enum Event {
     /// New live settings are in force at this node (an operator's change, made here or
     /// carried by a round).
     SettingsChanged(LiveSettings),
+    /// A round that let visitors out, as its record's claims: the driver signs them (every
+    /// node gets the same bytes), keeps the record and tells the node its link
+    /// ([`crate::Node::record_linked`]), which the next record names as `prev`.
+    RoundRecorded(Box<RoundRecord>),
 }
 
 /// One thing a part wants the node to do.

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use waitingroom_core::rounds::{Cutoff, RoundRecord};
 use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
@@ -98,6 +99,10 @@ pub(crate) struct Tag {
     departed: Vec<Departed>,
     /// Passes given back early (`released.rs`).
     released: Released,
+    /// The number the next round record takes (one past the last this node knows), and the
+    /// last one's link once the driver has signed it (README, "Fairness records"). A new root
+    /// goes on from here.
+    chain: (u64, String),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -167,6 +172,7 @@ impl Tag {
             ranges: Vec::new(),
             departed: Vec::new(),
             released: Released::default(),
+            chain: (0, String::new()),
         }
     }
 
@@ -529,6 +535,8 @@ impl Tag {
             settings: self.live().clone(),
             departed: self.departed.clone(),
             released: counts.released.clone(),
+            record: (admit > 0)
+                .then(|| self.next_record(&round.stamp, (admit, max_key), version, lottery)),
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
         let range = (by_range && admit > 0).then_some(AdmitRange {
@@ -547,6 +555,39 @@ impl Tag {
             summary,
             range,
             batch,
+        }
+    }
+
+    /// The record of a round decided now that lets `admit` out (up to `max_key`, or everyone
+    /// before the stamp's time): the next after the last this node knows, naming its link.
+    fn next_record(
+        &self,
+        stamp: &Stamp,
+        (admit, max_key): (u64, Option<QueueKey>),
+        version: u64,
+        lottery: bool,
+    ) -> RoundRecord {
+        let everyone_before = |t: Time| Cutoff {
+            join_time: t.saturating_sub(1),
+            id: TicketId(u64::MAX),
+            node: NodeId(u64::MAX),
+        };
+        RoundRecord {
+            round: self.chain.0,
+            decided_at_ms: stamp.time,
+            cutoff: max_key.map_or_else(|| everyone_before(stamp.time), Cutoff::from),
+            admitted: admit,
+            root: stamp.origin,
+            version,
+            prev: self.chain.1.clone(),
+            lottery,
+        }
+    }
+
+    /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
+    pub(crate) fn record_linked(&mut self, round: u64, link: String) {
+        if self.chain.0 == round + 1 {
+            self.chain.1 = link;
         }
     }
 
@@ -690,6 +731,15 @@ impl Tag {
         });
         self.lease.grant(r.summary.stamp, mine);
         self.voters.adopt(&r.summary.voters);
+        if let Some(record) = r
+            .summary
+            .record
+            .as_ref()
+            .filter(|rec| rec.round >= self.chain.0)
+        {
+            self.chain = (record.round + 1, String::new());
+            out.emit(Event::RoundRecorded(Box::new(record.clone())));
+        }
         // A version that does not fit here is kept and passed on (`adopt_settings`).
         let _ = self.adopt_settings(&r.summary.settings);
         self.own_below.retain(|(s, _)| *s >= r.summary.stamp);
@@ -1149,6 +1199,21 @@ mod tests {
             settings: node.live_settings().clone(),
             departed: Vec::new(),
             released: Vec::new(),
+            // The first record: everyone who joined before the boundary.
+            record: Some(RoundRecord {
+                round: 0,
+                decided_at_ms: 1_000,
+                cutoff: Cutoff {
+                    join_time: 999,
+                    id: TicketId(u64::MAX),
+                    node: NodeId(u64::MAX),
+                },
+                admitted: 1,
+                root: NodeId(1),
+                version: 2,
+                prev: String::new(),
+                lottery: false,
+            }),
         };
         let range = AdmitRange {
             cutoff: 1_000,
@@ -1163,9 +1228,13 @@ mod tests {
         };
         let flood = ChannelMsg::CountResult(Box::new(result));
         assert_eq!(said(&mut node), [Said::Channel(NodeId(2), flood)]);
+        let record = Box::new(summary.record.clone().unwrap());
         assert_eq!(
             testing::events(&mut node),
-            [Event::CountCompleted(Box::new(summary))]
+            [
+                Event::CountCompleted(Box::new(summary)),
+                Event::RoundRecorded(record)
+            ]
         );
     }
 

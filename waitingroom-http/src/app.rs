@@ -16,6 +16,7 @@ use crate::peer::Transport;
 use crate::peer_auth::PeerAuthError;
 use crate::rate_limit::RateLimiter;
 use crate::replay::ReplayCache;
+use crate::rounds::RoundLog;
 
 /// Why a request may be shed at once with 503 (`waitingroom_requests_shed_total{reason}`):
 /// too many in progress on the public routes, too many peer requests, a full replay cache.
@@ -96,7 +97,13 @@ impl App {
             metrics.clone(),
             node.id(),
         ));
-        let driver = Arc::new(Driver::new(node, transport.clone(), metrics.clone()));
+        let rounds = RoundLog::new(crypto.clone());
+        let driver = Arc::new(Driver::new(
+            node,
+            transport.clone(),
+            metrics.clone(),
+            rounds,
+        ));
         Arc::new(App::new(driver, crypto, transport, metrics, cfg))
     }
 

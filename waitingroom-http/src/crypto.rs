@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
+use waitingroom_core::rounds::{self, RoundRecord};
 use waitingroom_core::{Pass, Ticket, Time};
 
 use waitingroom_core::{ClusterKey, KeyRing, VerifyingKeySet};
@@ -119,6 +120,11 @@ impl Crypto {
     /// Signs a pass (EdDSA, current key).
     pub fn sign_pass(&self, pass: &Pass) -> String {
         self.keys.sign_pass(pass)
+    }
+
+    /// Signs a round record with the current key (`typ` `wr-round+jwt`).
+    pub fn sign_record(&self, record: &RoundRecord) -> String {
+        rounds::sign_record(self.keys.current(), record)
     }
 
     /// Verifies a ticket token at `now`.

@@ -18,6 +18,7 @@ use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::peer::Transport;
+use crate::rounds::RoundLog;
 
 /// The node plus everything that must happen after each call into it.
 #[derive(Debug)]
@@ -29,18 +30,31 @@ pub struct Driver {
     armed: AtomicU64,
     transport: Arc<Transport>,
     metrics: Arc<Metrics>,
+    /// The admission rounds' records (`crate::rounds`).
+    rounds: RoundLog,
 }
 
 impl Driver {
-    /// Wraps a node that has not been started yet.
-    pub fn new(node: Node, transport: Arc<Transport>, metrics: Arc<Metrics>) -> Self {
+    /// Wraps a node that has not been started yet; its round records go to `rounds`.
+    pub fn new(
+        node: Node,
+        transport: Arc<Transport>,
+        metrics: Arc<Metrics>,
+        rounds: RoundLog,
+    ) -> Self {
         Driver {
             node: Mutex::new(node),
             wake: Notify::new(),
             armed: AtomicU64::new(u64::MAX),
             transport,
             metrics,
+            rounds,
         }
+    }
+
+    /// The admission rounds' records this node keeps.
+    pub fn rounds(&self) -> &RoundLog {
+        &self.rounds
     }
 
     fn lock(&self) -> MutexGuard<'_, Node> {
@@ -150,6 +164,10 @@ impl Driver {
                 )
             }
             Event::AdmissionResumed => tracing::info!("admission resumed"),
+            Event::RoundRecorded(record) => {
+                let link = self.rounds.record(&record);
+                self.with(|node, _| node.record_linked(record.round, link));
+            }
             Event::SettingsChanged(l) => tracing::info!(
                 version = l.version,
                 author = l.author.0,

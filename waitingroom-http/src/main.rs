@@ -8,6 +8,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod admin_cli;
+mod audit_cli;
 mod bench;
 mod demo;
 mod latency;
@@ -54,6 +55,8 @@ enum Command {
     Load(load::LoadArgs),
     /// The admin API of a running cluster: live settings, scheduled events, bypass passes.
     Admin(admin_cli::AdminArgs),
+    /// Check a cluster's published admission records: signatures, chain, cutoffs.
+    Audit(audit_cli::AuditArgs),
     /// Print the OpenAPI 3.1 description of every route (the same as `GET /openapi.json`), to
     /// generate clients or check the API without a running node.
     Openapi,
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         }
         Command::Load(args) => report(runtime().and_then(|rt| rt.block_on(load::run(args)))),
         Command::Admin(args) => report(runtime().and_then(|rt| rt.block_on(admin_cli::run(args)))),
+        Command::Audit(args) => report(runtime().and_then(|rt| rt.block_on(audit_cli::run(args)))),
         Command::Openapi => {
             println!("{}", waitingroom_http::api::openapi::json());
             ExitCode::SUCCESS

@@ -199,7 +199,10 @@ fn health_table() -> Vec<Route> {
 }
 
 fn public_ops_table() -> Vec<Route> {
-    vec![("/.well-known/jwks.json", get(ops::jwks))]
+    vec![
+        ("/.well-known/jwks.json", get(ops::jwks)),
+        ("/api/rounds", get(ops::rounds)),
+    ]
 }
 
 fn internal_ops_table() -> Vec<Route> {

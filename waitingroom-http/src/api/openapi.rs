@@ -32,6 +32,7 @@ use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
         visitor::verify_pass,
         visitor::verify_pass_any,
         ops::jwks,
+        ops::rounds,
         ops::livez,
         ops::readyz,
         document,

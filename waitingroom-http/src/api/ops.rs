@@ -106,6 +106,44 @@ pub(super) async fn jwks(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
+/// Most records one `GET /api/rounds` answers.
+const ROUNDS_PAGE_MAX: usize = 1_000;
+
+#[utoipa::path(get, path = "/api/rounds", tag = "pass",
+    summary = "The admission rounds' signed records (fairness anyone can check)",
+    description = "`{\"rounds\": [\"<jws>\", …]}`: the records of the rounds that let anyone \
+        out, with a number above `after` (default: from the first), at most `limit` (default and most 1000), \
+        in the order this node learned them. Each is a compact JWS (`typ` `wr-round+jwt`, \
+        `kid` in `/.well-known/jwks.json`) of `round`, `decided_at_ms`, `cutoff` (the largest \
+        queue key let out), `admitted`, `root`, `version` and `prev` (the SHA-256, base64url, \
+        of the previous record). `waitingroom-node audit` checks them.",
+    params(("after" = Option<u64>, Query, description = "Only rounds numbered above this"),
+        ("limit" = Option<usize>, Query, description = "At most this many (1000 at most)")),
+    responses((status = 200, description = "The records", body = Object),
+        (status = 400, description = "`bad_query`", body = ErrorBody)))]
+pub(super) async fn rounds(
+    State(app): State<Arc<App>>,
+    uri: axum::http::Uri,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let bad = |what: &str| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("{what} must be a whole number"),
+        )
+    };
+    let (mut after, mut limit) = (None, ROUNDS_PAGE_MAX);
+    for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "after" => after = Some(v.parse().map_err(|_| bad("after"))?),
+            "limit" => limit = v.parse::<usize>().map_err(|_| bad("limit"))?,
+            _ => {}
+        }
+    }
+    let records = app.driver.rounds().after(after, limit.min(ROUNDS_PAGE_MAX));
+    Ok(Json(serde_json::json!({ "rounds": records })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

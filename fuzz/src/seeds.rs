@@ -59,6 +59,7 @@ fn pass() -> Pass {
         issued_at: NOW - 1_000,
         expires_at: NOW + 600_000,
         eviction_time: NOW - 2_000,
+        round: Some(7),
     }
 }
 

@@ -32,6 +32,7 @@ fn tokens(c: &mut Criterion) {
         issued_at: NOW,
         expires_at: NOW + 600_000,
         eviction_time: NOW - 500,
+        round: None,
     };
     let ticket_token = sign_ticket(&key, &ticket);
     let pass_token = sign_pass(&key, &pass);

@@ -240,6 +240,7 @@ impl WaitingRoom {
             issued_at: now,
             expires_at: pass_expires,
             eviction_time,
+            round: None,
         })
     }
 

@@ -399,6 +399,7 @@ mod tests {
             issued_at: 1,
             expires_at: 2,
             eviction_time: 1,
+            round: None,
         };
         assert!(matches!(
             verify_record(&keys(), &ring.sign_pass(&pass)),

@@ -296,6 +296,8 @@ struct PassClaims<'a> {
     issued_at: Time,
     expires_at: Time,
     eviction_time: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    round: Option<u64>,
 }
 
 impl<'a> Claims<'a> for PassClaims<'a> {
@@ -320,6 +322,7 @@ impl PassClaims<'_> {
             issued_at: p.issued_at,
             expires_at: p.expires_at,
             eviction_time: p.eviction_time,
+            round: p.round,
         }
     }
 
@@ -339,6 +342,7 @@ impl PassClaims<'_> {
             issued_at: self.issued_at,
             expires_at: self.expires_at,
             eviction_time: self.eviction_time,
+            round: self.round,
         })
     }
 }
@@ -732,6 +736,7 @@ mod tests {
             issued_at: NOW,
             expires_at: NOW + 600_000,
             eviction_time: NOW - 500,
+            round: None,
         }
     }
 

@@ -131,6 +131,10 @@ pub struct Pass {
     pub expires_at: Time,
     /// When the visitor was let out of the queue.
     pub eviction_time: Time,
+    /// The admission round whose record let the holder out (README, "Fairness records");
+    /// None when they were let straight through, or by a node that knew no record of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
 }
 
 impl Pass {

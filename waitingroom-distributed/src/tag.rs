@@ -12,7 +12,7 @@
 //! range every node lets out its share of (README, "Eviction with TAG", departs from §4.5.3's
 //! one deleteMin per visitor).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use waitingroom_core::rounds::{Cutoff, RoundRecord};
 use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
@@ -41,6 +41,11 @@ const DEPARTED_KEPT: usize = 256;
 const RANGES_KEPT: usize = 8;
 /// Ranges passed on with each result.
 const RANGES_SENT: usize = 3;
+
+/// Records remembered to name on passes (a visitor leaves within a ticket's life of being let
+/// out: 64 rounds is a minute of 1-s rounds that all let someone out; older, the pass names
+/// none).
+const RECORDED_KEPT: usize = 64;
 
 /// For how many intervals a count carries a release up (a round that fails to finish loses
 /// none).
@@ -103,6 +108,8 @@ pub(crate) struct Tag {
     /// last one's link once the driver has signed it (README, "Fairness records"). A new root
     /// goes on from here.
     chain: (u64, String),
+    /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
+    recorded: VecDeque<(Time, u64)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -173,6 +180,7 @@ impl Tag {
             departed: Vec::new(),
             released: Released::default(),
             chain: (0, String::new()),
+            recorded: VecDeque::new(),
         }
     }
 
@@ -584,6 +592,16 @@ impl Tag {
         }
     }
 
+    /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
+    /// pass's `eviction_time`), if this node knows it.
+    pub(crate) fn round_decided_at(&self, decided_at: Time) -> Option<u64> {
+        self.recorded
+            .iter()
+            .rev()
+            .find(|(t, _)| *t == decided_at)
+            .map(|&(_, round)| round)
+    }
+
     /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
     pub(crate) fn record_linked(&mut self, round: u64, link: String) {
         if self.chain.0 == round + 1 {
@@ -738,6 +756,11 @@ impl Tag {
             .filter(|rec| rec.round >= self.chain.0)
         {
             self.chain = (record.round + 1, String::new());
+            if self.recorded.len() >= RECORDED_KEPT {
+                self.recorded.pop_front();
+            }
+            self.recorded
+                .push_back((record.decided_at_ms, record.round));
             out.emit(Event::RoundRecorded(Box::new(record.clone())));
         }
         // A version that does not fit here is kept and passed on (`adopt_settings`).

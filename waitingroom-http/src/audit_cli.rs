@@ -1,21 +1,28 @@
 //! `waitingroom-node audit`: checks a cluster's published admission records (README,
 //! "Fairness records") — signatures against its JWKS, the hash chain, round numbers, cutoffs
-//! that never go back — with `waitingroom_core::rounds::audit`.
+//! that never go back — and passes visitors hold against them (each covered by the round it
+//! names, by no earlier one), with `waitingroom_core::rounds::audit`.
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::Value;
-use waitingroom_core::VerifyingKeySet;
-use waitingroom_core::rounds::{self, Finding};
+use std::path::PathBuf;
+
+use waitingroom_core::rounds::{self, AdmittedPass, Finding};
+use waitingroom_core::{NodeId, QueueKey, VerifyingKeySet};
 
 /// Fetch a cluster's round records from one node (its public URL) and check them: every
 /// signature against the cluster's published keys, the chain of records, the round numbers,
-/// and that no round's cutoff goes back. Exits non-zero on any violation.
+/// and that no round's cutoff goes back; with --passes, that each pass was let out by the
+/// round it names and not before its turn. Exits non-zero on any violation.
 #[derive(Debug, Args)]
 pub struct AuditArgs {
     /// A node's (or the balancer's) public base URL.
     #[arg(long, value_name = "URL")]
     url: String,
+    /// Passes to check, one JWS per line (`waitingroom-node load --save-passes`).
+    #[arg(long, value_name = "FILE")]
+    passes: Option<PathBuf>,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -30,18 +37,29 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<()> {
     let keys = VerifyingKeySet::from_jwks_json(&jwks.to_string())
         .map_err(|e| anyhow::anyhow!("{jwks_url}: not a key set: {e}"))?;
     let records = fetch_records(&client, base).await?;
-    let report = rounds::audit(&records, &keys, &[]);
+    let passes = match &args.passes {
+        Some(path) => read_passes(path, &keys)?,
+        None => Passes::default(),
+    };
+    let report = rounds::audit(&records, &keys, &passes.in_rounds);
     let violations: Vec<&Finding> = report.violations().collect();
     if args.json {
         let findings: Vec<String> = report.findings.iter().map(|f| format!("{f:?}")).collect();
         let out = serde_json::json!({
             "rounds": report.rounds,
+            "passes": report.passes,
+            "passes_without_round": passes.without_round,
             "violations": violations.len(),
             "findings": findings,
         });
         println!("{out}");
     } else {
         println!("rounds checked: {}", report.rounds);
+        println!("passes checked: {}", report.passes);
+        println!(
+            "passes naming no round (let straight through, or bypass): {}",
+            passes.without_round
+        );
         println!("violations: {}", violations.len());
         for f in &report.findings {
             let kind = if f.is_violation() {
@@ -56,6 +74,43 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<()> {
         bail!("{} violations in the round records", violations.len());
     }
     Ok(())
+}
+
+/// The passes of a file, as the audit takes them.
+#[derive(Debug, Default)]
+struct Passes {
+    /// Passes that name their round, with their holder's queue key (its node unknown: 0).
+    in_rounds: Vec<AdmittedPass>,
+    /// Valid passes that name none.
+    without_round: usize,
+}
+
+/// Reads and verifies (signature, and valid when issued) the passes in `path`.
+fn read_passes(path: &PathBuf, keys: &VerifyingKeySet) -> anyhow::Result<Passes> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut passes = Passes::default();
+    for (n, token) in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
+        let issued = claim(token, "issued_at").unwrap_or(0);
+        let pass = keys
+            .verify_pass(token, issued)
+            .map_err(|e| anyhow::anyhow!("{} line {}: not a pass: {e}", path.display(), n + 1))?;
+        let key = QueueKey {
+            join_time: pass.queue_join_time,
+            ticket: pass.id,
+            node: NodeId(0),
+        };
+        match pass.round {
+            Some(round) => passes.in_rounds.push(AdmittedPass { round, key }),
+            None => passes.without_round += 1,
+        }
+    }
+    Ok(passes)
 }
 
 /// Every record the node publishes, page by page.
@@ -84,12 +139,17 @@ async fn fetch_records(client: &reqwest::Client, base: &str) -> anyhow::Result<V
 
 /// The round number a record's claims carry (unverified: the audit checks it).
 fn round_of(jws: &str) -> Option<u64> {
+    claim(jws, "round")
+}
+
+/// A number among a JWS's claims, unverified.
+fn claim(jws: &str, name: &str) -> Option<u64> {
     use base64::Engine as _;
     let payload = jws.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload)
         .ok()?;
-    serde_json::from_slice::<Value>(&bytes).ok()?["round"].as_u64()
+    serde_json::from_slice::<Value>(&bytes).ok()?[name].as_u64()
 }
 
 async fn get(client: &reqwest::Client, url: &str) -> anyhow::Result<Value> {

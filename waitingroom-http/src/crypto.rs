@@ -251,6 +251,7 @@ mod tests {
             issued_at: 1_000,
             expires_at: 11_000,
             eviction_time: 900,
+            round: None,
         };
         let (old_ticket, old_pass) = (old.sign_ticket(&t), old.sign_pass(&pass));
         let old_mac = old.peer_mac(b"request");

@@ -43,6 +43,7 @@ async fn the_pass_check_answers_any_method_and_path_below_it() {
         issued_at: now,
         expires_at: now + 60_000,
         eviction_time: now - 1_000,
+        round: None,
     });
     let check = |method: Method, path: &str, cookie: Option<&str>| {
         let mut req = Request::builder().method(method).uri(path);

@@ -396,6 +396,7 @@ mod tests {
             issued_at: 2_000,
             expires_at,
             eviction_time: 1_500,
+            round: None,
         }
     }
 

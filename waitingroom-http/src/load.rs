@@ -70,6 +70,15 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     if let Some(p) = progress {
         p.abort();
     }
+    if let (Some(path), Some(tokens)) = (&args.save_passes, &shared.pass_tokens) {
+        let tokens = tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut text = tokens.join("\n");
+        text.push('\n');
+        std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("--save-passes {}: {e}", path.display()))?;
+    }
     let r = report::report(&args, &shared, elapsed_s);
     if args.json {
         println!("{}", serde_json::to_string(&r)?);

@@ -139,10 +139,13 @@ impl Node {
         self.leave_here(now, ticket)
     }
 
-    /// Like [`Node::leave`], whatever node holds the ticket.
+    /// Like [`Node::leave`], whatever node holds the ticket. The pass names the round whose
+    /// record let its holder out, if this node knows it (README, "Fairness records").
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
         self.ready_for(ticket)?;
-        Ok(self.local.room_mut().leave(now, ticket)?)
+        let mut pass = self.local.room_mut().leave(now, ticket)?;
+        pass.round = self.tag.round_decided_at(pass.eviction_time);
+        Ok(pass)
     }
 
     /// Extends a valid pass; its holder now counts as on the site through this node, and the

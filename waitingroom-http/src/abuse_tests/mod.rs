@@ -285,6 +285,7 @@ fn a_pass(now: u64) -> Pass {
         issued_at: now - 1_000,
         expires_at: now + 600_000,
         eviction_time: now - 2_000,
+        round: None,
     }
 }
 

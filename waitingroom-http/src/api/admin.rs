@@ -132,6 +132,7 @@ pub(super) async fn post_pass(
         issued_at: now,
         expires_at: now.saturating_add(ttl),
         eviction_time: now,
+        round: None,
     };
     app.metrics.bypass_passes.inc();
     tracing::info!(label = %label, id = %pass.id, expires_at_ms = pass.expires_at,

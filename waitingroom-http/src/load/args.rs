@@ -35,4 +35,8 @@ pub struct LoadArgs {
     /// Seconds between progress lines on stderr (0: none).
     #[arg(long, default_value_t = 2)]
     pub(super) progress_s: u64,
+    /// Write every pass handed out to this file, one JWS per line (for `waitingroom-node
+    /// audit --passes`).
+    #[arg(long, value_name = "FILE")]
+    pub(super) save_passes: Option<std::path::PathBuf>,
 }

@@ -206,6 +206,8 @@ pub(super) struct Shared {
     pub(super) error_reasons: Mutex<BTreeMap<String, u64>>,
     /// (created_at, expires_at) of every pass handed out.
     pub(super) passes: Mutex<Vec<(u64, u64)>>,
+    /// Every pass handed out, as signed, when `--save-passes` asks for them.
+    pub(super) pass_tokens: Option<Mutex<Vec<String>>>,
     /// In the order the clients saw "admitted" (pushed under the lock: that is the order).
     pub(super) admissions: Mutex<Vec<Admission>>,
 }
@@ -247,6 +249,7 @@ impl Shared {
             counters: Counters::default(),
             error_reasons: Mutex::new(BTreeMap::new()),
             passes: Mutex::new(Vec::new()),
+            pass_tokens: args.save_passes.as_ref().map(|_| Mutex::new(Vec::new())),
             admissions: Mutex::new(Vec::with_capacity(args.users as usize)),
         })
     }

@@ -279,6 +279,12 @@ impl Visit<'_> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push((c.created_at, c.expires_at));
         }
+        if let Some(tokens) = &s.pass_tokens {
+            tokens
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(pass.pass.clone());
+        }
         let bearer = format!("Bearer {}", pass.pass);
         let header = Some((reqwest::header::AUTHORIZATION.as_str(), bearer.as_str()));
         let outcome = s

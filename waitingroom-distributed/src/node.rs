@@ -608,6 +608,12 @@ impl Node {
         self.tag.record_linked(round, link);
     }
 
+    /// The last round record this node kept before it restarted (`--rounds-log`): a record it
+    /// decides as root follows it, unless a round has told it of a later one.
+    pub fn resume_records(&mut self, round: u64, link: String) {
+        self.tag.resume_records(round, link);
+    }
+
     /// Whether the latest round's result carried live settings at least as new as `version`:
     /// the root had them, and so will every member that took that result.
     pub fn settings_confirmed(&self, version: &LiveSettings) -> bool {

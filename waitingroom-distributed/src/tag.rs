@@ -602,6 +602,14 @@ impl Tag {
             .map(|&(_, round)| round)
     }
 
+    /// Goes on from record `round` (with `link`) kept before a restart, if it is later than
+    /// any this node knows.
+    pub(crate) fn resume_records(&mut self, round: u64, link: String) {
+        if round + 1 > self.chain.0 {
+            self.chain = (round + 1, link);
+        }
+    }
+
     /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
     pub(crate) fn record_linked(&mut self, round: u64, link: String) {
         if self.chain.0 == round + 1 {

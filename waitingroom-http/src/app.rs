@@ -97,7 +97,19 @@ impl App {
             metrics.clone(),
             node.id(),
         ));
-        let rounds = RoundLog::new(crypto.clone());
+        let rounds = match &cfg.rounds_log {
+            Some(path) => RoundLog::with_file(crypto.clone(), path).unwrap_or_else(|e| {
+                tracing::error!(error = %e, path = %path.display(),
+                    "rounds log: cannot read it; keeping records in memory only");
+                RoundLog::new(crypto.clone())
+            }),
+            None => RoundLog::new(crypto.clone()),
+        };
+        let mut node = node;
+        if let Some((round, link)) = rounds.last() {
+            // After a restart, a record this node decides as root follows the last one logged.
+            node.resume_records(round, link);
+        }
         let driver = Arc::new(Driver::new(
             node,
             transport.clone(),

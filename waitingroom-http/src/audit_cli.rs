@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use waitingroom_core::rounds::{self, AdmittedPass, Finding};
 use waitingroom_core::{NodeId, QueueKey, VerifyingKeySet};
+use waitingroom_http::rounds::claim;
 
 /// Fetch a cluster's round records from one node (its public URL) and check them: every
 /// signature against the cluster's published keys, the chain of records, the round numbers,
@@ -140,16 +141,6 @@ async fn fetch_records(client: &reqwest::Client, base: &str) -> anyhow::Result<V
 /// The round number a record's claims carry (unverified: the audit checks it).
 fn round_of(jws: &str) -> Option<u64> {
     claim(jws, "round")
-}
-
-/// A number among a JWS's claims, unverified.
-fn claim(jws: &str, name: &str) -> Option<u64> {
-    use base64::Engine as _;
-    let payload = jws.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload)
-        .ok()?;
-    serde_json::from_slice::<Value>(&bytes).ok()?[name].as_u64()
 }
 
 async fn get(client: &reqwest::Client, url: &str) -> anyhow::Result<Value> {

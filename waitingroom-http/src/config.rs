@@ -156,6 +156,11 @@ pub struct Options {
     /// Without it the admin API is off (404). (default: none)
     #[arg(long, env = "WAITINGROOM_ADMIN_TOKEN_FILE", value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// Append every admission round's signed record to this file (one JWS per line), and
+    /// publish and go on from the ones it holds after a restart (README, "Fairness records").
+    /// (default: none, the last 100,000 in memory only)
+    #[arg(long, env = "WAITINGROOM_ROUNDS_LOG", value_name = "PATH")]
+    pub rounds_log: Option<PathBuf>,
 
     // ---- protocol ----
     /// How the root lets visitors out: range (one message per tree edge per round), batched
@@ -505,6 +510,8 @@ pub struct ServerConfig {
     pub branding: Branding,
     /// The admin API's bearer token (`None`: the admin API is off).
     pub admin_token: Option<Secret>,
+    /// Where round records are appended, if anywhere.
+    pub rounds_log: Option<PathBuf>,
 }
 
 /// A secret read from a file: never shown by `Debug` (a configuration printed in a log or a
@@ -601,6 +608,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         admit_straight_through,
         new_users_per_minute,
         admin_token_file,
+        rounds_log,
         visitor_body_limit,
         peer_body_limit,
         peer_clock_window_ms,
@@ -660,6 +668,7 @@ impl Options {
             public_url: self.public_url()?,
             limits: self.limits()?,
             admin_token: self.admin_token()?,
+            rounds_log: self.rounds_log()?,
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
@@ -670,6 +679,21 @@ impl Options {
             settings,
             protocol,
         })
+    }
+
+    /// The rounds log, checked by opening it for appending (it is created if missing).
+    fn rounds_log(&self) -> Result<Option<PathBuf>, SettingsError> {
+        let Some(path) = &self.rounds_log else {
+            return Ok(None);
+        };
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                SettingsError::new("rounds_log", format!("cannot open {}: {e}", path.display()))
+            })?;
+        Ok(Some(path.clone()))
     }
 
     /// The cookies' names and attributes. Secure whenever visitors reach the room over https.

@@ -60,7 +60,11 @@ impl App {
         cfg: Arc<ServerConfig>,
     ) -> Self {
         App {
-            page: Page::new(&cfg.branding, &cfg.cookies.leave_key),
+            page: Page::new(
+                &cfg.branding,
+                &cfg.cookies.leave_key,
+                cfg.settings.ticket_expiry_ms,
+            ),
             join_limit: RateLimiter::new(cfg.limits.join_rate_limit, cfg.limits.join_burst),
             pending: AtomicUsize::new(0),
             recent_leaves: RecentLeaves::default(),

@@ -19,7 +19,8 @@
 //! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
 //! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
 //! `accent`, `join_action` (where the no-JavaScript button posts: `/`, with the page's
-//! `return_to`), `leave_cookie` (the name of the cookie its script keeps its leave key in); and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
+//! `return_to`), `leave_cookie` (the name of the cookie its script keeps its leave key in),
+//! `retry_max_ms` (its script's longest back-off: half a ticket's life); and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
 //! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
 //! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
 //! `taking_place`, `closed`, `closed_title`.
@@ -49,12 +50,16 @@ pub struct Page {
     branding: Branding,
     /// The name of the cookie the page's script keeps its leave key in.
     leave_cookie: String,
+    /// The longest the page's script waits before asking again after a refusal: half a
+    /// ticket's life, so that with its random quarter it still checks in in time.
+    retry_max_ms: u64,
 }
 
 impl Page {
     /// The configured template, or the built-in one; its script keeps its leave key in the
-    /// cookie `leave_cookie` (`crate::cookies`).
-    pub fn new(branding: &Branding, leave_cookie: &str) -> Self {
+    /// cookie `leave_cookie` (`crate::cookies`) and backs off at most half of
+    /// `ticket_expiry_ms`.
+    pub fn new(branding: &Branding, leave_cookie: &str, ticket_expiry_ms: u64) -> Self {
         Page {
             template: branding
                 .template
@@ -62,6 +67,7 @@ impl Page {
                 .unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned()),
             branding: branding.clone(),
             leave_cookie: leave_cookie.to_owned(),
+            retry_max_ms: (ticket_expiry_ms / 2).max(1_000),
         }
     }
 
@@ -111,6 +117,7 @@ impl Page {
             ("reload_seconds", reload_seconds.to_string()),
             ("nonce", nonce.to_owned()),
             ("leave_cookie", self.leave_cookie.clone()),
+            ("retry_max_ms", self.retry_max_ms.to_string()),
             ("join_action", view.join_action.to_owned()),
             ("lang", view.lang.tag().to_owned()),
             ("place", place.to_owned()),
@@ -423,7 +430,7 @@ mod tests {
                 join_action: "/",
                 starts_in_ms: None,
             };
-            let html = Page::new(&b, LEAVE_KEY).render(&view, "n0nce");
+            let html = Page::new(&b, LEAVE_KEY, 30_000).render(&view, "n0nce");
             assert!(!html.contains("{{"), "{html}");
             assert!(html.contains(&format!("<html lang=\"{}\">", lang.tag())));
             assert!(html.contains("aria-live=\"polite\""));
@@ -447,7 +454,7 @@ mod tests {
     #[test]
     fn the_page_speaks_the_visitors_language() {
         let b = branding(None);
-        let page = Page::new(&b, LEAVE_KEY);
+        let page = Page::new(&b, LEAVE_KEY, 30_000);
         let mut headers = HeaderMap::new();
         headers.insert(
             header::ACCEPT_LANGUAGE,
@@ -461,6 +468,7 @@ mod tests {
                 ..b
             },
             LEAVE_KEY,
+            30_000,
         );
         assert_eq!(fixed.lang(&headers), Lang::Fr);
         assert_eq!(page.lang(&HeaderMap::new()), Lang::En);
@@ -481,7 +489,7 @@ mod tests {
             join_action: "/",
             starts_in_ms: Some(90_000),
         };
-        let html = Page::new(&b, LEAVE_KEY).render(&view, "n");
+        let html = Page::new(&b, LEAVE_KEY, 30_000).render(&view, "n");
         assert!(html.contains(">1:30</p>"), "{html}");
         assert!(html.contains(&escaped(Lang::De.strings().prequeue_title)));
         assert!(html.contains(&escaped(Lang::De.strings().starts_in)));

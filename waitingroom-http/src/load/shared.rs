@@ -319,6 +319,18 @@ impl Shared {
         ep: Endpoint,
         body: Option<&str>,
         header: Option<(&str, &str)>,
+        read: impl FnMut(Reply, Time) -> Option<T>,
+    ) -> Option<T> {
+        self.attempts_within(ep, (body, header), |wait| wait, read)
+            .await
+    }
+
+    /// As [`Shared::attempts`], each back-off shortened by `cap` (a token's remaining life).
+    pub(super) async fn attempts_within<T>(
+        &self,
+        ep: Endpoint,
+        (body, header): (Option<&str>, Option<(&str, &str)>),
+        cap: impl Fn(u64) -> u64,
         mut read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
         let (mut attempt, mut later) = (0, 0);
@@ -338,7 +350,7 @@ impl Shared {
                     retry_wait_ms(attempt - 1)
                 }
             };
-            if !self.sleep(wait).await {
+            if !self.sleep(cap(wait)).await {
                 return None;
             }
         }

@@ -81,6 +81,8 @@ struct TicketClaims {
     join_time: u64,
     #[serde(default)]
     eviction_time: Option<u64>,
+    #[serde(default)]
+    expires_at: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +100,16 @@ fn claims<T: for<'de> Deserialize<'de>>(token: &str) -> Option<T> {
 
 fn join_key(c: &TicketClaims) -> Option<JoinKey> {
     Some((c.join_time, u64::from_str_radix(&c.id, 16).ok()?))
+}
+
+/// `wait`, at most half of what is left of `ticket`'s life: a visitor backing off must still
+/// check in before the ticket expires, or it loses its place (as the waiting page does).
+fn within_ticket_life(ticket: &str, wait: u64) -> u64 {
+    claims::<TicketClaims>(ticket)
+        .filter(|c| c.expires_at > 0)
+        .map_or(wait, |c| {
+            wait.min(c.expires_at.saturating_sub(now_ms()) / 2)
+        })
 }
 
 fn body(ticket: &str) -> String {
@@ -205,10 +217,8 @@ impl Visit<'_> {
             // ask again later.
             inc(&s.counters.retried_later);
             self.later += 1;
-            return Status::Waiting {
-                ticket,
-                after_ms: later_wait_ms(after_ms, self.later - 1),
-            };
+            let after_ms = within_ticket_life(&ticket, later_wait_ms(after_ms, self.later - 1));
+            return Status::Waiting { ticket, after_ms };
         }
         self.later = 0;
         let failed = match reply {
@@ -223,10 +233,8 @@ impl Visit<'_> {
         };
         s.error(Endpoint::Checkin, failed.as_ref());
         self.failed += 1;
-        Status::Waiting {
-            ticket,
-            after_ms: retry_wait_ms(self.failed - 1),
-        }
+        let after_ms = within_ticket_life(&ticket, retry_wait_ms(self.failed - 1));
+        Status::Waiting { ticket, after_ms }
     }
 
     /// Exchanges the ticket for a pass. Every attempt carries the same key, so a repeat whose
@@ -240,32 +248,39 @@ impl Visit<'_> {
         }
         let leave_key = format!("{:016x}", rand::random::<u64>());
         let header = Some((IDEMPOTENCY_HEADER, leave_key.as_str()));
+        let request = (Some(body(&ticket)), header);
+        let cap = |wait| within_ticket_life(&ticket, wait);
         let next = s
-            .attempts(Endpoint::Leave, Some(&body(&ticket)), header, |reply, _| {
-                match reply {
-                    Reply::Ok(b) => match serde_json::from_slice::<PassAnswer>(&b) {
-                        Ok(p) => return Some(Status::Verifying(p)),
-                        Err(_) => s.error(Endpoint::Leave, None),
-                    },
-                    Reply::Status(StatusCode::CONFLICT, code) if code == "not_admitted" => {
-                        // The node answering holds the visitor as queued (re-queued there while
-                        // the node that let them out was unreachable): check in again, as the
-                        // waiting page would.
-                        inc(&s.counters.readmissions);
-                        let ticket = ticket.clone();
-                        return Some(Status::Waiting {
-                            ticket,
-                            after_ms: retry_wait_ms(0),
-                        });
+            .attempts_within(
+                Endpoint::Leave,
+                (request.0.as_deref(), request.1),
+                cap,
+                |reply, _| {
+                    match reply {
+                        Reply::Ok(b) => match serde_json::from_slice::<PassAnswer>(&b) {
+                            Ok(p) => return Some(Status::Verifying(p)),
+                            Err(_) => s.error(Endpoint::Leave, None),
+                        },
+                        Reply::Status(StatusCode::CONFLICT, code) if code == "not_admitted" => {
+                            // The node answering holds the visitor as queued (re-queued there while
+                            // the node that let them out was unreachable): check in again, as the
+                            // waiting page would.
+                            inc(&s.counters.readmissions);
+                            let ticket = ticket.clone();
+                            return Some(Status::Waiting {
+                                ticket,
+                                after_ms: retry_wait_ms(0),
+                            });
+                        }
+                        r @ Reply::Status(StatusCode::CONFLICT, _) => {
+                            s.error(Endpoint::Leave, Some(&r));
+                            return Some(Status::Done(Outcome::PassLost));
+                        }
+                        r => s.error(Endpoint::Leave, Some(&r)),
                     }
-                    r @ Reply::Status(StatusCode::CONFLICT, _) => {
-                        s.error(Endpoint::Leave, Some(&r));
-                        return Some(Status::Done(Outcome::PassLost));
-                    }
-                    r => s.error(Endpoint::Leave, Some(&r)),
-                }
-                None
-            })
+                    None
+                },
+            )
             .await;
         next.unwrap_or(Status::Done(Outcome::LeaveFailed))
     }

@@ -101,13 +101,14 @@ impl App {
             metrics.clone(),
             node.id(),
         ));
+        let kept = cfg.rounds_kept;
         let rounds = match &cfg.rounds_log {
-            Some(path) => RoundLog::with_file(crypto.clone(), path).unwrap_or_else(|e| {
+            Some(path) => RoundLog::with_file(crypto.clone(), kept, path).unwrap_or_else(|e| {
                 tracing::error!(error = %e, path = %path.display(),
                     "rounds log: cannot read it; keeping records in memory only");
-                RoundLog::new(crypto.clone())
+                RoundLog::new(crypto.clone(), kept)
             }),
-            None => RoundLog::new(crypto.clone()),
+            None => RoundLog::new(crypto.clone(), kept),
         };
         let mut node = node;
         if let Some((round, link)) = rounds.last() {

@@ -161,6 +161,10 @@ pub struct Options {
     /// (default: none, the last 100,000 in memory only)
     #[arg(long, env = "WAITINGROOM_ROUNDS_LOG", value_name = "PATH")]
     pub rounds_log: Option<PathBuf>,
+    /// Round records kept in memory and published at /api/rounds (the newest; about 0.5 KB
+    /// each). (default: 100000)
+    #[arg(long, env = "WAITINGROOM_ROUNDS_KEPT", value_name = "N")]
+    pub rounds_kept: Option<usize>,
 
     // ---- protocol ----
     /// How the root lets visitors out: range (one message per tree edge per round), batched
@@ -512,6 +516,8 @@ pub struct ServerConfig {
     pub admin_token: Option<Secret>,
     /// Where round records are appended, if anywhere.
     pub rounds_log: Option<PathBuf>,
+    /// Round records kept in memory.
+    pub rounds_kept: usize,
 }
 
 /// A secret read from a file: never shown by `Debug` (a configuration printed in a log or a
@@ -609,6 +615,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         new_users_per_minute,
         admin_token_file,
         rounds_log,
+        rounds_kept,
         visitor_body_limit,
         peer_body_limit,
         peer_clock_window_ms,
@@ -669,6 +676,7 @@ impl Options {
             limits: self.limits()?,
             admin_token: self.admin_token()?,
             rounds_log: self.rounds_log()?,
+            rounds_kept: self.rounds_kept()?,
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
@@ -679,6 +687,15 @@ impl Options {
             settings,
             protocol,
         })
+    }
+
+    /// How many round records to keep in memory: at least 1.
+    fn rounds_kept(&self) -> Result<usize, SettingsError> {
+        match self.rounds_kept {
+            Some(0) => Err(SettingsError::new("rounds_kept", "must be at least 1")),
+            Some(n) => Ok(n),
+            None => Ok(crate::rounds::ROUNDS_KEPT),
+        }
     }
 
     /// The rounds log, checked by opening it for appending (it is created if missing).

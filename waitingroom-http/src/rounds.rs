@@ -19,7 +19,7 @@ use waitingroom_core::rounds::{self, RoundRecord};
 
 use crate::crypto::Crypto;
 
-/// Records kept (a day of 1-s rounds that all let someone out is 86,400).
+/// Records kept by default (a day of 1-s rounds that all let someone out is 86,400).
 pub const ROUNDS_KEPT: usize = 100_000;
 
 /// The records this node knows, newest last.
@@ -27,23 +27,26 @@ pub const ROUNDS_KEPT: usize = 100_000;
 pub struct RoundLog {
     crypto: Arc<Crypto>,
     records: Mutex<VecDeque<(u64, String)>>,
+    /// Most records kept (`--rounds-kept`).
+    kept: usize,
     /// The `--rounds-log` file, appended to.
     file: Option<Mutex<File>>,
 }
 
 impl RoundLog {
-    /// An empty log signing with `crypto`'s current key.
-    pub fn new(crypto: Arc<Crypto>) -> Self {
+    /// An empty log signing with `crypto`'s current key, keeping the newest `kept` records.
+    pub fn new(crypto: Arc<Crypto>, kept: usize) -> Self {
         RoundLog {
             crypto,
             records: Mutex::new(VecDeque::new()),
+            kept,
             file: None,
         }
     }
 
     /// A log that also appends to `path`, holding the records the file holds already (the
-    /// last [`ROUNDS_KEPT`]); lines that are not records are skipped.
-    pub fn with_file(crypto: Arc<Crypto>, path: &Path) -> std::io::Result<Self> {
+    /// newest `kept`); lines that are not records are skipped.
+    pub fn with_file(crypto: Arc<Crypto>, kept: usize, path: &Path) -> std::io::Result<Self> {
         let text = match std::fs::read_to_string(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             other => other?,
@@ -53,7 +56,7 @@ impl RoundLog {
             let Some(round) = claim(jws, "round") else {
                 continue;
             };
-            if records.len() >= ROUNDS_KEPT {
+            if records.len() >= kept {
                 records.pop_front();
             }
             records.push_back((round, jws.to_owned()));
@@ -62,6 +65,7 @@ impl RoundLog {
         Ok(RoundLog {
             crypto,
             records: Mutex::new(records),
+            kept,
             file: Some(Mutex::new(file)),
         })
     }
@@ -81,7 +85,7 @@ impl RoundLog {
         let jws = self.crypto.sign_record(record);
         let link = rounds::link(&jws);
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        if records.len() >= ROUNDS_KEPT {
+        if records.len() >= self.kept {
             records.pop_front();
         }
         if let Some(file) = &self.file {
@@ -149,7 +153,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("wr-rounds-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let crypto = Arc::new(Crypto::generate());
-        let log = RoundLog::with_file(crypto.clone(), &path).unwrap();
+        let log = RoundLog::with_file(crypto.clone(), 10, &path).unwrap();
         let first = log.record(&record(0, String::new()));
         let second = log.record(&record(1, first));
         drop(log);
@@ -158,7 +162,7 @@ mod tests {
             .open(&path)
             .and_then(|mut f| writeln!(f, "not a record"))
             .unwrap();
-        let again = RoundLog::with_file(crypto, &path).unwrap();
+        let again = RoundLog::with_file(crypto, 10, &path).unwrap();
         assert_eq!(again.after(None, 10).len(), 2);
         assert_eq!(again.after(Some(0), 10).len(), 1);
         assert_eq!(again.last(), Some((1, second)));

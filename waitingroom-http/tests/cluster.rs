@@ -1913,6 +1913,8 @@ async fn every_node_publishes_the_same_round_records_and_they_audit_clean() {
         published.push(v["rounds"].as_array().unwrap().clone());
     }
     assert!(published[0].len() >= 5, "{} records", published[0].len());
+    let bytes: usize = published[0].iter().map(|r| r.as_str().unwrap().len()).sum();
+    eprintln!("{} bytes per record", bytes / published[0].len());
     let shortest = published.iter().map(Vec::len).min().unwrap();
     for p in &published {
         assert_eq!(

@@ -339,6 +339,12 @@ impl LiveSettings {
         }
     }
 
+    /// Whether an event has ended by `t` and none is on: a room closed then is closed because
+    /// the event is over (the page says so).
+    pub fn event_over_at(&self, t: Time) -> bool {
+        self.event_at(t).is_none() && self.events.iter().any(|e| e.end_ms <= t)
+    }
+
     /// When the pre-queue on at `t` opens its doors, if one is on.
     pub fn prequeue_until(&self, t: Time) -> Option<Time> {
         match self.event_at(t) {

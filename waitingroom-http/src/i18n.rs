@@ -114,6 +114,10 @@ pub struct Strings {
     pub starts_in: &'static str,
     /// Under a pre-queue's countdown.
     pub prequeue: &'static str,
+    /// The title of the page of a room closed after its event.
+    pub ended_title: &'static str,
+    /// The room is closed because its event is over.
+    pub ended: &'static str,
     /// The room is busy (a node holding the place is slow, or overloaded).
     pub busy: &'static str,
     /// The room is starting (or paused).
@@ -147,6 +151,8 @@ static EN: Strings = Strings {
     starts_in: "Starts in",
     prequeue: "Everyone who arrives before the start goes ahead of those who come later. Keep \
                this page open: it takes you to the site when it is your turn.",
+    ended_title: "The event is over",
+    ended: "This event has ended and the waiting room is closed. Thank you for your interest.",
     busy: "The waiting room is busy. You keep your place; this page retries by itself.",
     starting: "The waiting room is getting ready. This page retries by itself.",
     cross_site: "This page was opened from another site. Open the waiting room directly.",
@@ -176,6 +182,9 @@ static DE: Strings = Strings {
     starts_in: "Beginnt in",
     prequeue: "Wer vor dem Start da ist, kommt vor allen, die später kommen. Lassen Sie diese \
                Seite geöffnet: Sie leitet Sie weiter, sobald Sie an der Reihe sind.",
+    ended_title: "Die Veranstaltung ist beendet",
+    ended: "Diese Veranstaltung ist beendet und der Warteraum geschlossen. Vielen Dank für Ihr \
+            Interesse.",
     busy: "Der Warteraum ist ausgelastet. Sie behalten Ihren Platz; diese Seite versucht es \
            selbst erneut.",
     starting: "Der Warteraum wird vorbereitet. Diese Seite versucht es selbst erneut.",
@@ -207,6 +216,8 @@ static FR: Strings = Strings {
     starts_in: "Commence dans",
     prequeue: "Toute personne arrivée avant le début passe avant celles qui arrivent plus tard. \
                Gardez cette page ouverte : elle vous emmène sur le site quand ce sera votre tour.",
+    ended_title: "L’événement est terminé",
+    ended: "Cet événement est terminé et la salle d’attente est fermée. Merci de votre intérêt.",
     busy: "La salle d’attente est chargée. Vous gardez votre place ; cette page réessaie toute \
            seule.",
     starting: "La salle d’attente se prépare. Cette page réessaie toute seule.",
@@ -238,6 +249,8 @@ static ES: Strings = Strings {
     starts_in: "Empieza en",
     prequeue: "Quien llega antes del inicio pasa antes que quienes lleguen después. Mantenga \
                esta página abierta: le llevará al sitio cuando sea su turno.",
+    ended_title: "El evento ha terminado",
+    ended: "Este evento ha terminado y la sala de espera está cerrada. Gracias por su interés.",
     busy: "La sala de espera está ocupada. Conserva su lugar; esta página reintenta sola.",
     starting: "La sala de espera se está preparando. Esta página reintenta sola.",
     cross_site: "Esta página se abrió desde otro sitio. Abra la sala de espera directamente.",

@@ -13,7 +13,7 @@
 //!
 //! Templates use `{{placeholder}}` substitution; every value is HTML-escaped. Placeholders:
 //! `title`, `text`, `position` (in a pre-queue: the countdown to the start), `eta`, `status`
-//! (`new`, `queued`, `prequeue`, `starting`, `closed` or `error`), `starts_in_ms` (a
+//! (`new`, `queued`, `prequeue`, `starting`, `closed`, `ended` or `error`), `starts_in_ms` (a
 //! pre-queue's countdown, for the script; 0 otherwise),
 //! `refresh_seconds`, `refresh_ms`, `reload_seconds` (the `<meta refresh>`: the refresh
 //! interval, or an hour on the `new` page), `nonce` (for `<script nonce="…">` and `<style
@@ -24,6 +24,9 @@
 //! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
 //! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
 //! `taking_place`, `closed`, `closed_title`.
+//!
+//! A room closed after its event has the status `ended`, the title `ended_title` and the
+//! sentence `ended`.
 //!
 //! A pre-queued visitor's page (README, "Scheduled events") has the title `prequeue_title`,
 //! the heading `starts_in` over a countdown, and the `prequeue` sentence; its script counts
@@ -95,6 +98,7 @@ impl Page {
         // a pre-queue's.
         let title = match (view.status, b.title.as_deref()) {
             ("closed", _) => s.closed_title,
+            ("ended", _) => s.ended_title,
             ("prequeue", _) => s.prequeue_title,
             (_, Some(title)) => title,
             (_, None) => s.title,
@@ -138,6 +142,8 @@ impl Page {
             ("prequeue_title", s.prequeue_title),
             ("starts_in", s.starts_in),
             ("prequeue", s.prequeue),
+            ("ended", s.ended),
+            ("ended_title", s.ended_title),
         ] {
             values.insert(name, text.to_owned());
         }
@@ -291,6 +297,8 @@ fn countdown(ms: u64) -> String {
 fn error_text(s: &Strings, e: &ApiError) -> (&'static str, String) {
     let (status, text) = if e.code == "rejected" {
         ("closed", s.closed)
+    } else if e.code == "event_over" {
+        ("ended", s.ended)
     } else if e.code == "owner_unavailable" || e.code == "overloaded" {
         ("starting", s.busy)
     } else if e.status == StatusCode::SERVICE_UNAVAILABLE {
@@ -502,5 +510,9 @@ mod tests {
         let (status, text) = error_text(Lang::Es.strings(), &e);
         assert_eq!(status, "closed");
         assert!(text.contains("no admite"));
+        let over = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "event_over", "over");
+        let (status, text) = error_text(Lang::De.strings(), &over);
+        assert_eq!(status, "ended");
+        assert!(text.contains("beendet"));
     }
 }

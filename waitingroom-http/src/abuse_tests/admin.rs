@@ -334,3 +334,38 @@ async fn bypass_passes_take_no_place_and_are_never_extended() {
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "released");
 }
+
+/// README, "Scheduled events": a room closed except during its event takes visitors while the
+/// event is on, and once it has ended turns them away with `event_over` (the page says the
+/// event is over).
+#[tokio::test]
+async fn a_room_closed_after_its_event_says_the_event_is_over() {
+    let node = admin_node(options());
+    node.patch(json!({"mode": "reject"})).await;
+    node.join_status()
+        .await
+        .assert_error(StatusCode::SERVICE_UNAVAILABLE, "rejected");
+    let now = now_ms();
+    let sale = json!({"name": "sale", "start_ms": now, "end_ms": now + 400,
+        "settings": {"mode": "normal"}});
+    let r = node
+        .send(event_request(
+            "POST",
+            "/admin/events",
+            Some(TOKEN),
+            Some(sale),
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let r = node.join_status().await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "open during the event: {}",
+        r.json()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    node.join_status()
+        .await
+        .assert_error(StatusCode::SERVICE_UNAVAILABLE, "event_over");
+}

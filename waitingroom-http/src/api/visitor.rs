@@ -60,7 +60,7 @@ fn ticket(app: &App, headers: &HeaderMap, body: RawBody) -> Result<String, ApiEr
         (status = 200, description = "Queued, or admitted straight through", body = VisitorAnswer),
         (status = 403, description = "`cross_site`: a join from another site", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many joins from this client", body = ErrorBody),
-        (status = 503, description = "`not_ready`, `stopping`, `overloaded` (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "`not_ready`, `stopping`, `overloaded` (with Retry-After); `rejected` (the room is closed), `event_over` (closed after its scheduled event)", body = ErrorBody),
     ))]
 pub(super) async fn join(
     State(app): State<Arc<App>>,

@@ -248,12 +248,12 @@ impl Visit<'_> {
         }
         let leave_key = format!("{:016x}", rand::random::<u64>());
         let header = Some((IDEMPOTENCY_HEADER, leave_key.as_str()));
-        let request = (Some(body(&ticket)), header);
+        let body = body(&ticket);
         let cap = |wait| within_ticket_life(&ticket, wait);
         let next = s
             .attempts_within(
                 Endpoint::Leave,
-                (request.0.as_deref(), request.1),
+                (Some(body.as_str()), header),
                 cap,
                 |reply, _| {
                     match reply {

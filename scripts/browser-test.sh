@@ -214,44 +214,45 @@ first=$(echo "$SEEN_C" | awk '{print $1}')
 last=$(echo "$SEEN_C" | awk '{print $NF}')
 [ -n "$first" ] && [ "$first" -gt "$last" ] || fail "C's position never moved on by itself:$SEEN_C"
 
+# The admin API of node I (0-based): admin_api I METHOD PATH [JSON], failing the test otherwise.
+admin_api() {
+    local url="${INTERNAL[$1]}$3"
+    curl -fsS -X "$2" -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
+        -H 'content-type: application/json' ${4:+-d "$4"} "$url" >/dev/null \
+        || fail "the admin API refused $2 $3 ${4:-}"
+}
+
+# A new visitor's page at URL (browser profile NAME): its DOM after 5 s of virtual time in
+# $DOM, and a screenshot to docs/PNG. new_visitor NAME URL PNG
+new_visitor() {
+    mkdir -p "$WORK/profile-$1"
+    # shellcheck disable=SC2046
+    DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-$1") --virtual-time-budget=5000 \
+        --dump-dom "$2" 2>/dev/null) || fail "dump-dom ($1) failed"
+    # shellcheck disable=SC2046
+    timeout 30 chromium $(chrome_flags "$WORK/profile-$1") --hide-scrollbars \
+        --virtual-time-budget=5000 --screenshot="$ROOT/docs/$3" "$2" >/dev/null 2>&1 \
+        || fail "screenshot ($1) failed"
+}
+
 # An event is scheduled (admin API at node 1): pre-queue open now, start in ten minutes. A new
 # visitor (H) is pre-queued: the page counts down to the start.
 NOW_MS=$(($(date +%s%3N)))
-curl -fsS -X POST -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
-    -H 'content-type: application/json' \
-    -d "{\"name\": \"launch\", \"prequeue_start_ms\": $NOW_MS, \"start_ms\": $((NOW_MS + 600000)), \"end_ms\": $((NOW_MS + 3600000)), \"shuffle_at_start\": true}" \
-    "${INTERNAL[0]}/admin/events" >/dev/null || fail "the admin API refused the event"
+admin_api 0 POST /admin/events "{\"name\": \"launch\", \"prequeue_start_ms\": $NOW_MS, \"start_ms\": $((NOW_MS + 600000)), \"end_ms\": $((NOW_MS + 3600000)), \"shuffle_at_start\": true}"
 sleep 1.5 # two rounds: every node has the event
-mkdir -p "$WORK/profile-H"
-# shellcheck disable=SC2046
-DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-H") --virtual-time-budget=5000 \
-    --dump-dom "${NODES[2]}/" 2>/dev/null) || fail "dump-dom (prequeue) failed"
+new_visitor H "${NODES[2]}/" waiting-page-prequeue.png
 grep -q 'data-status="prequeue"' <<<"$DOM" || fail "the pre-queued page does not say so: ${DOM:0:300}"
 grep -Eq 'id="position">(10:00|9:[0-5][0-9])<' <<<"$DOM" || fail "no countdown on the pre-queued page"
-# shellcheck disable=SC2046
-timeout 30 chromium $(chrome_flags "$WORK/profile-H") --hide-scrollbars --virtual-time-budget=5000 \
-    --screenshot="$ROOT/docs/waiting-page-prequeue.png" "${NODES[2]}/" >/dev/null 2>&1 \
-    || fail "screenshot (prequeue) failed"
 echo "H's page counts down to the event's start; screenshot: docs/waiting-page-prequeue.png"
-curl -fsS -X DELETE -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
-    "${INTERNAL[0]}/admin/events/launch" >/dev/null || fail "the admin API refused to delete the event"
+admin_api 0 DELETE /admin/events/launch
 
 # The room closes to new visitors (mode reject, through the admin API at node 3): a new visitor's
 # page says so (its join is answered 503 "rejected").
-curl -fsS -X PATCH -H "Authorization: Bearer $(cat "$WORK/admin-token")" \
-    -H 'content-type: application/json' -d '{"mode": "reject"}' \
-    "${INTERNAL[2]}/admin/settings" >/dev/null || fail "the admin API refused mode=reject"
+admin_api 2 PATCH /admin/settings '{"mode": "reject"}'
 sleep 1.5 # two rounds: every node has the change
-mkdir -p "$WORK/profile-G"
-# shellcheck disable=SC2046
-DOM=$(timeout 30 chromium $(chrome_flags "$WORK/profile-G") --virtual-time-budget=5000 \
-    --dump-dom "${NODES[1]}/" 2>/dev/null) || fail "dump-dom (closed) failed"
+new_visitor G "${NODES[1]}/" waiting-page-closed.png
 grep -q 'data-status="closed"' <<<"$DOM" || fail "the closed room's page does not say so: ${DOM:0:300}"
 grep -q 'closed to new visitors' <<<"$DOM" || fail "the closed page has no explanation"
-# shellcheck disable=SC2046
-timeout 30 chromium $(chrome_flags "$WORK/profile-G") --hide-scrollbars --virtual-time-budget=5000 \
-    --screenshot="$ROOT/docs/waiting-page-closed.png" "${NODES[1]}/" >/dev/null 2>&1 \
-    || fail "screenshot (closed) failed"
 echo "G's page says the room is closed (mode reject); screenshot: docs/waiting-page-closed.png"
 
 echo "browser test passed"

@@ -314,7 +314,7 @@ impl LiveSettings {
         now.target_on_site = s.target_on_site.unwrap_or(now.target_on_site);
         now.new_users_per_minute = s.new_users_per_minute.or(now.new_users_per_minute);
         now.mode = s.mode.unwrap_or(now.mode);
-        now.queueing_method = s.queueing_method.unwrap_or(now.queueing_method);
+        now.queueing_method = self.queueing_method_at(t);
         if matches!(phase, EventPhase::Prequeue(_)) && now.mode != Mode::Reject {
             now.mode = Mode::QueueAll;
         }
@@ -331,11 +331,22 @@ impl LiveSettings {
         match self.event_at(t) {
             Some(EventPhase::Prequeue(e)) if e.shuffle_at_start => e.prequeue_start_ms,
             Some(EventPhase::Prequeue(_)) => t,
-            _ if self.in_force_at(t).queueing_method == QueueingMethod::Random => {
+            _ if self.queueing_method_at(t) == QueueingMethod::Random => {
                 let begun = self.events.iter().map(|e| e.start_ms).filter(|&s| s <= t);
                 begun.fold(self.lottery_since.max(1), Time::max)
             }
             _ => t,
+        }
+    }
+
+    /// The queueing method in force at `t`: an event's while one is on (what
+    /// [`LiveSettings::in_force_at`] says, without building the whole set: every join asks).
+    fn queueing_method_at(&self, t: Time) -> QueueingMethod {
+        match self.event_at(t) {
+            Some(EventPhase::Prequeue(e) | EventPhase::Running(e)) => {
+                e.settings.queueing_method.unwrap_or(self.queueing_method)
+            }
+            None => self.queueing_method,
         }
     }
 
@@ -444,9 +455,10 @@ impl InForce {
             return Ok(());
         }
         self.live = other.clone();
+        self.look(self.clock);
         let current = other.in_force_at(self.clock);
         current.validate(&self.file)?;
-        self.take(current, self.clock);
+        self.take(current);
         Ok(())
     }
 
@@ -456,19 +468,24 @@ impl InForce {
         if (from..until).contains(&t) {
             return false;
         }
+        self.look(t);
         let current = self.live.in_force_at(t);
-        let changed = current != self.current;
-        if current.validate(&self.file).is_ok() {
-            self.take(current, t);
+        if current == self.current || current.validate(&self.file).is_err() {
+            return false;
         }
-        changed
+        self.take(current);
+        true
     }
 
-    fn take(&mut self, current: LiveSettings, t: Time) {
+    /// The clock is at `t`: between which event edges it is.
+    fn look(&mut self, t: Time) {
         self.clock = t;
         let last_edge = self.live.events.iter().flat_map(ScheduledEvent::edges);
         let from = last_edge.filter(|&e| e <= t).max().unwrap_or(0);
         self.window = (from, self.live.next_edge_after(t));
+    }
+
+    fn take(&mut self, current: LiveSettings) {
         self.settings = current.apply_to(&self.file);
         self.current = current;
         self.longest_pass_expiry = self.longest_pass_expiry.max(self.settings.pass_expiry_ms);

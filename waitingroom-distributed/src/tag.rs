@@ -619,11 +619,10 @@ impl Tag {
 
     /// A visitor gives their pass back at this node at `now` (README, "Sessions"): refused here
     /// from now on, and everywhere once a round has carried it; uncounted here at once if this
-    /// node counts it, else by the node that does when the round reaches it. False if it was
-    /// given back already.
-    pub(crate) fn release(&mut self, now: Time, r: Release, local: &mut Local) -> bool {
+    /// node counts it, else by the node that does when the round reaches it. Twice is once.
+    pub(crate) fn release(&mut self, now: Time, r: Release, local: &mut Local) {
         local.room_mut().uncount_pass(r.ticket);
-        self.released.release(now, r)
+        self.released.release(now, r);
     }
 
     /// Whether the pass of `ticket` was given back.

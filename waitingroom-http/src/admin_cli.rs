@@ -68,30 +68,34 @@ enum EventAction {
     /// they are let out first, in a random order with --shuffle. KEY=VALUE settings
     /// (target_on_site, new_users_per_minute, mode, queueing_method) apply from the
     /// pre-queue to --end.
-    Add {
-        /// The event's name (letters, digits, `-`, `_`).
-        name: String,
-        /// When visitors start to be let out.
-        #[arg(long, value_name = "TIME")]
-        start: String,
-        /// When the event's settings stop applying.
-        #[arg(long, value_name = "TIME")]
-        end: String,
-        /// When the pre-queue opens (default: the start, no pre-queue).
-        #[arg(long, value_name = "TIME")]
-        prequeue_start: Option<String>,
-        /// Let pre-queued visitors out in a random order.
-        #[arg(long)]
-        shuffle: bool,
-        /// Settings that apply during the event.
-        #[arg(value_name = "KEY=VALUE")]
-        settings: Vec<String>,
-    },
+    Add(EventArgs),
     /// Delete an event.
     Delete {
         /// The event's name.
         name: String,
     },
+}
+
+/// An event to schedule (`events add`).
+#[derive(Debug, Args)]
+struct EventArgs {
+    /// The event's name (letters, digits, `-`, `_`).
+    name: String,
+    /// When visitors start to be let out.
+    #[arg(long, value_name = "TIME")]
+    start: String,
+    /// When the event's settings stop applying.
+    #[arg(long, value_name = "TIME")]
+    end: String,
+    /// When the pre-queue opens (default: the start, no pre-queue).
+    #[arg(long, value_name = "TIME")]
+    prequeue_start: Option<String>,
+    /// Let pre-queued visitors out in a random order.
+    #[arg(long)]
+    shuffle: bool,
+    /// Settings that apply during the event.
+    #[arg(value_name = "KEY=VALUE")]
+    settings: Vec<String>,
 }
 
 /// Runs `waitingroom-node admin`.
@@ -124,7 +128,7 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
                 let url = format!("{events}/{name}");
                 (client.delete(&url), url)
             }
-            add => (client.post(&events).json(&event(add, now_ms())?), events),
+            EventAction::Add(add) => (client.post(&events).json(&event(add, now_ms())?), events),
         },
         Action::Pass { label, expires_in } => {
             let url = format!("{base}/admin/passes");
@@ -163,26 +167,15 @@ fn now_ms() -> u64 {
 }
 
 /// The JSON body of `events add`, with times relative to `now`.
-fn event(add: &EventAction, now: u64) -> anyhow::Result<Value> {
-    let EventAction::Add {
-        name,
-        start,
-        end,
-        prequeue_start,
-        shuffle,
-        settings,
-    } = add
-    else {
-        bail!("not an event to add");
-    };
+fn event(add: &EventArgs, now: u64) -> anyhow::Result<Value> {
     let mut body = serde_json::json!({
-        "name": name,
-        "start_ms": time(start, now)?,
-        "end_ms": time(end, now)?,
-        "shuffle_at_start": shuffle,
-        "settings": patch(settings)?,
+        "name": add.name,
+        "start_ms": time(&add.start, now)?,
+        "end_ms": time(&add.end, now)?,
+        "shuffle_at_start": add.shuffle,
+        "settings": patch(&add.settings)?,
     });
-    if let Some(t) = prequeue_start {
+    if let Some(t) = &add.prequeue_start {
         body["prequeue_start_ms"] = time(t, now)?.into();
     }
     Ok(body)
@@ -252,7 +245,7 @@ mod tests {
         assert_eq!(time("+2m", 0).unwrap(), 120_000);
         assert_eq!(time("+1h", 0).unwrap(), 3_600_000);
         assert!(time("+5d", 0).is_err() && time("soon", 0).is_err() && time("+s", 0).is_err());
-        let add = EventAction::Add {
+        let add = EventArgs {
             name: "sale".into(),
             start: "+1m".into(),
             end: "+1h".into(),

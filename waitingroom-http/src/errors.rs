@@ -201,6 +201,11 @@ impl From<VisitorError> for ApiError {
                 "rejected",
                 "the waiting room is closed to new visitors",
             ),
+            VisitorError::EventOver => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "event_over",
+                "the event is over; the waiting room is closed to new visitors",
+            ),
             VisitorError::Released => ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "released",

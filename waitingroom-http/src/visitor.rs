@@ -79,19 +79,8 @@ impl App {
             ));
         }
         self.serving()?;
-        let r = self.driver.with(|node, now| {
-            let over = node.live_settings().event_over_at(node.reference_time(now));
-            node.join(now).map_err(|e| (e, over))
-        });
-        let answer = r.map(|c| self.answer(c)).map_err(|(e, over)| match e {
-            // Closed after a scheduled event: the page says the event is over.
-            VisitorError::Rejected if over => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "event_over",
-                "the event is over; the waiting room is closed to new visitors",
-            ),
-            e => ApiError::from(e),
-        });
+        let r = self.driver.with(|node, now| node.join(now));
+        let answer = r.map(|c| self.answer(c)).map_err(ApiError::from);
         Metrics::count(&self.metrics.joins, queue_result(&answer));
         answer
     }

@@ -41,6 +41,10 @@ pub enum VisitorError {
     /// The room is closed to new visitors (mode `reject`, README "Live settings").
     #[error("the waiting room is closed to new visitors")]
     Rejected,
+    /// The room is closed to new visitors and its scheduled event has ended (README,
+    /// "Scheduled events").
+    #[error("the event is over; the waiting room is closed to new visitors")]
+    EventOver,
     /// The pass was given back (README, "Sessions").
     #[error("the pass was given back")]
     Released,
@@ -55,7 +59,12 @@ impl Node {
         self.ready()?;
         self.look_at_clock(now);
         if self.tag.current().mode == Mode::Reject {
-            return Err(VisitorError::Rejected);
+            let reference_now = self.reference_time(now);
+            return Err(if self.tag.live().event_over_at(reference_now) {
+                VisitorError::EventOver
+            } else {
+                VisitorError::Rejected
+            });
         }
         let straight_through = self.tag.take_place(now, self.local.room().queued());
         // README, "Scheduled events" and "Random queueing": the join time a pre-queue or a

@@ -107,6 +107,7 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::Engine(e) => format!("{e}"),
         VisitorError::Paused(why) => format!("paused-{}", why.as_str()),
         VisitorError::Rejected => "rejected".into(),
+        VisitorError::EventOver => "event-over".into(),
         VisitorError::Released => "released".into(),
         VisitorError::Bypass => "bypass".into(),
     }

@@ -261,7 +261,7 @@ impl Cluster {
         if let Some(existing) = self.membership.members.get(&contact.id) {
             if existing.incarnation == contact.incarnation {
                 // Our answer was lost, or is on its way: say it again.
-                out.raw(contact, Body::Tree(Box::new(self.membership.clone())));
+                out.raw(contact, Body::tree(self.membership.clone()));
                 return Ok(None);
             }
             if existing.incarnation > contact.incarnation {
@@ -278,7 +278,7 @@ impl Cluster {
     /// broadcasts it).
     pub(crate) fn broadcast(&self, m: &Membership, out: &mut Outbox) {
         for c in m.members.values().filter(|c| c.id != self.me.id) {
-            out.raw(c.clone(), Body::Tree(Box::new(m.clone())));
+            out.raw(c.clone(), Body::tree(m.clone()));
         }
     }
 
@@ -292,7 +292,7 @@ impl Cluster {
         let behind = view.version < mine.version;
         let conflicting = view.version == mine.version && view.digest != mine.digest;
         if behind || conflicting {
-            out.raw(peer.clone(), Body::Tree(Box::new(self.membership.clone())));
+            out.raw(peer.clone(), Body::tree(self.membership.clone()));
         }
     }
 
@@ -331,7 +331,7 @@ impl Cluster {
                 if m.version < ours.version
                     && let Some(c) = ours.members.get(&from)
                 {
-                    out.raw(c.clone(), Body::Tree(Box::new(ours.clone())));
+                    out.raw(c.clone(), Body::tree(ours.clone()));
                 }
                 Err(Ignored::StaleVersion)
             }
@@ -477,7 +477,7 @@ impl Cluster {
                 return Ok(Some(vec![from.addr.to_string()]));
             }
             // It is behind: show it our membership.
-            out.raw(from.clone(), Body::Tree(Box::new(ours.clone())));
+            out.raw(from.clone(), Body::tree(ours.clone()));
             return Ok(None);
         }
         let theirs = (std::cmp::Reverse(version), cluster);
@@ -558,7 +558,7 @@ mod tests {
         };
         assert_eq!(node.handle_message(1, join.clone()), Ok(()));
         let grown = pair.with_added(testing::contact(3), 4);
-        let to = |id: u64| Said::Raw(testing::addr(id), Body::Tree(Box::new(grown.clone())));
+        let to = |id: u64| Said::Raw(testing::addr(id), Body::tree(grown.clone()));
         assert_eq!(said(&mut node), [to(2), to(3)]);
         let added = Event::MemberAdded(testing::contact(3));
         assert_eq!(testing::events(&mut node), [added]);
@@ -573,7 +573,7 @@ mod tests {
         let mut node = settled(2, &line());
         let smaller = line().with_removed(NodeId(3), 1, 4).expect("a member");
         let from_1 = Peer::new(1);
-        let env = from_1.raw(&node, Body::Tree(Box::new(smaller.clone())));
+        let env = from_1.raw(&node, Body::tree(smaller.clone()));
         assert_eq!(node.handle_message(1, env), Ok(()));
         let update = ChannelMsg::Update {
             weight: Weight::Empty,
@@ -583,9 +583,9 @@ mod tests {
         let removed = Event::MemberRemoved(testing::contact(3));
         assert_eq!(testing::events(&mut node), [removed]);
         assert_eq!(node.membership(), &smaller);
-        let env = from_1.raw(&node, Body::Tree(Box::new(line())));
+        let env = from_1.raw(&node, Body::tree(line()));
         assert_eq!(node.handle_message(2, env), Err(Ignored::StaleVersion));
-        let ours = Body::Tree(Box::new(smaller));
+        let ours = Body::tree(smaller);
         assert_eq!(said(&mut node), [Said::Raw("n1".into(), ours)]);
     }
 
@@ -596,15 +596,15 @@ mod tests {
     fn a_conflicting_tree_of_the_same_version_is_merged_and_broadcast() {
         let mut node = settled(2, &line());
         let other = tree(2, &[1, 2, 4], &[(1, 2), (2, 4)]);
-        let env = Peer::new(4).raw(&node, Body::Tree(Box::new(other.clone())));
+        let env = Peer::new(4).raw(&node, Body::tree(other.clone()));
         assert_eq!(node.handle_message(1, env), Ok(()));
         let merged = line().merged(&other, 4);
         assert_eq!(merged.version, 3);
         let trees: Vec<Said> = said(&mut node)
             .into_iter()
-            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(_))))
+            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(..))))
             .collect();
-        let to = |id: u64| Said::Raw(testing::addr(id), Body::Tree(Box::new(merged.clone())));
+        let to = |id: u64| Said::Raw(testing::addr(id), Body::tree(merged.clone()));
         assert_eq!(trees, [to(1), to(3), to(4)]);
         assert_eq!(node.membership(), &merged);
     }

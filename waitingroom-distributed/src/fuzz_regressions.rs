@@ -96,10 +96,10 @@ fn a_tree_at_version_u64_max_then_a_join() {
     let mut n = single();
     let tree: Envelope = serde_json::from_str(
         r#"{"from":{"id":2,"incarnation":1,"addr":"n2"},"to":1,"to_incarnation":1,
-            "body":{"Tree":{"version":18446744073709551615,
+            "body":{"Tree":[{"version":18446744073709551615,
             "members":{"1":{"id":1,"incarnation":1,"addr":"n1"},
                        "2":{"id":2,"incarnation":1,"addr":"n2"}},
-            "edges":[[1,2]],"removed":{}}}}"#,
+            "edges":[[1,2]],"removed":{}},{"epoch":0,"set":[]}]}}"#,
     )
     .expect("well-typed");
     assert_eq!(n.handle_message(10, tree), Ok(()));

@@ -8,16 +8,26 @@
 //! intervals from that moment, measured on this node's own clock. A process that was paused,
 //! swapped out or cut off therefore resumes with an expired grant, and a late result cannot
 //! revive it: a grant is taken only for the round this node last counted itself into.
+//!
+//! A round whose result never reached this node (its root died or was cut off mid-round) may
+//! still have granted places to the root and to members that heard it: nobody here knows how
+//! many. Such a *lost round* is held against the site until every grant it could have made has
+//! expired ([`Lease::lost_rounds`]); the counts carry the list up, and the next root that
+//! decides while one is live grants nothing (README, "Admission leases", rule 4).
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::Time;
 
-use crate::messages::Stamp;
+use crate::messages::{LostRound, Stamp};
 
 /// How many eviction intervals a grant lives, counted from the moment its holder asked. Rounds
 /// start every interval, so a healthy node always holds a live grant; a result slower than two
 /// intervals lets it lapse (the node pauses until the next one).
 pub const GRANT_INTERVALS: u64 = 3;
+
+/// Most lost rounds a node keeps: past it, the two that expire first merge into one that names
+/// no round (and so no root can settle it) and lives as long as the longer of them.
+pub const LOST_KEPT: usize = 16;
 
 /// Why a node does not let visitors out at the moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -27,6 +37,9 @@ pub enum Pause {
     NoGrant,
     /// The root it hears from does not hear from a majority of the voters.
     NoMajority,
+    /// A round whose result was lost may still have granted places nobody knows of: the root
+    /// grants nothing until those have expired.
+    LostRound,
 }
 
 impl Pause {
@@ -35,6 +48,7 @@ impl Pause {
         match self {
             Pause::NoGrant => "no_grant",
             Pause::NoMajority => "no_majority",
+            Pause::LostRound => "lost_round",
         }
     }
 }
@@ -44,6 +58,9 @@ impl Pause {
 pub(crate) struct Lease {
     /// How long a grant lives, from the moment its holder asked.
     life: Time,
+    /// Longest a root takes from counting itself in to deciding, and still grants (one eviction
+    /// interval): every member of a round that grants asked within this of its root.
+    round_limit: Time,
     /// The round this node last counted itself into, and when (its own clock).
     asked: Option<(Stamp, Time)>,
     /// Places left in the grant.
@@ -51,12 +68,17 @@ pub(crate) struct Lease {
     /// When the latest grant expires (0: never granted). Kept when the places are given up:
     /// passes may be refreshed until then (see [`Lease::is_live`]).
     expires: Time,
+    /// Rounds whose result this node has not heard (asked in, or learned of from a result),
+    /// and when any grant they made has surely expired (this node's clock).
+    lost: Vec<(Stamp, Time)>,
 }
 
 impl Lease {
-    pub(crate) fn new(life: Time) -> Lease {
+    /// The lease of a node whose rounds start every `interval`.
+    pub(crate) fn new(interval: Time) -> Lease {
         Lease {
-            life,
+            life: GRANT_INTERVALS.saturating_mul(interval),
+            round_limit: interval,
             ..Lease::default()
         }
     }
@@ -68,15 +90,34 @@ impl Lease {
 
     /// This node counts itself into round `stamp` at `now`: what is left of its grant is given
     /// up (the root grants against the figures counted now).
+    ///
+    /// Until its result comes the round counts as lost, for as long as any grant it makes may
+    /// live: its root asked before this node did, and every other member asked before the root
+    /// decided, within [`Lease::round_limit`] of the root asking (a slower round grants nothing),
+    /// so every grant expires within `life + round_limit` of now, plus 1% for the rate at which
+    /// two clocks may drift apart.
     pub(crate) fn ask(&mut self, stamp: Stamp, now: Time) {
         self.asked = Some((stamp, now));
         self.places = 0;
+        let span = self.life.saturating_add(self.round_limit);
+        self.note_lost(stamp, now.saturating_add(span.saturating_add(span / 100)));
+    }
+
+    /// When this node counted itself into round `stamp`, if that is the round it last asked in.
+    pub(crate) fn asked_at(&self, stamp: Stamp) -> Option<Time> {
+        self.asked.filter(|(s, _)| *s == stamp).map(|(_, at)| at)
+    }
+
+    /// Whether a root that counted itself into its round at `asked` may still grant at `now`.
+    pub(crate) fn in_time(&self, asked: Time, now: Time) -> bool {
+        now.saturating_sub(asked) <= self.round_limit
     }
 
     /// The result of round `stamp` grants `places` (None: the root has no majority). Taken only
     /// for the round this node last asked in, and living from when it asked. Returns whether
     /// it was taken.
     pub(crate) fn grant(&mut self, stamp: Stamp, places: Option<u64>) -> bool {
+        self.lost.retain(|(s, _)| *s != stamp);
         match (self.asked, places) {
             (Some((asked, at)), Some(places)) if asked == stamp => {
                 self.places = places;
@@ -104,6 +145,42 @@ impl Lease {
         self.expires
     }
 
+    /// Lost rounds a result told of (`remaining` from now): held here too, so that they
+    /// outlive the root that learned of them.
+    pub(crate) fn learn_lost(&mut self, now: Time, lost: &[LostRound]) {
+        for l in lost.iter().take(LOST_KEPT) {
+            self.note_lost(l.stamp, now.saturating_add(l.remaining_ms));
+        }
+    }
+
+    /// The lost rounds live at `now` but `except` (the round being counted, which its root
+    /// knows), with the time each has left.
+    pub(crate) fn lost_rounds(&mut self, now: Time, except: Option<Stamp>) -> Vec<LostRound> {
+        self.lost.retain(|&(_, until)| until > now);
+        self.lost
+            .iter()
+            .filter(|(s, _)| Some(*s) != except)
+            .map(|&(stamp, until)| LostRound {
+                stamp,
+                remaining_ms: until - now,
+            })
+            .collect()
+    }
+
+    /// Holds round `stamp` as lost until `until`; past [`LOST_KEPT`], the two that expire
+    /// first become one that no root can settle.
+    fn note_lost(&mut self, stamp: Stamp, until: Time) {
+        match self.lost.iter_mut().find(|(s, _)| *s == stamp) {
+            Some(k) => k.1 = k.1.max(until),
+            None => self.lost.push((stamp, until)),
+        }
+        if self.lost.len() > LOST_KEPT {
+            self.lost.sort_unstable_by_key(|&(_, until)| until);
+            let (_, first) = self.lost.remove(0);
+            self.lost[0] = (Stamp::NONE, self.lost[0].1.max(first));
+        }
+    }
+
     /// Takes one place to let a visitor out at `now`. Returns whether there was one.
     pub(crate) fn take(&mut self, now: Time) -> bool {
         let ok = self.places(now) > 0;
@@ -119,6 +196,7 @@ mod tests {
     use waitingroom_core::NodeId;
 
     use super::*;
+    use crate::messages::LostRound;
 
     fn stamp(time: Time) -> Stamp {
         Stamp {
@@ -131,7 +209,7 @@ mod tests {
     /// (or frozen) is spent from the grant.
     #[test]
     fn a_grant_lives_from_when_its_holder_asked() {
-        let mut lease = Lease::new(3_000);
+        let mut lease = Lease::new(1_000);
         lease.ask(stamp(1_000), 1_010);
         assert!(lease.grant(stamp(1_000), Some(2)));
         assert_eq!(lease.places(1_500), 2);
@@ -143,7 +221,7 @@ mod tests {
 
     #[test]
     fn places_run_out() {
-        let mut lease = Lease::new(3_000);
+        let mut lease = Lease::new(1_000);
         lease.ask(stamp(1_000), 1_000);
         lease.grant(stamp(1_000), Some(1));
         assert!(lease.take(1_001));
@@ -154,7 +232,7 @@ mod tests {
     /// Asking again gives up the places left: the root grants against the new figures.
     #[test]
     fn asking_again_gives_up_what_is_left() {
-        let mut lease = Lease::new(3_000);
+        let mut lease = Lease::new(1_000);
         lease.ask(stamp(1_000), 1_000);
         lease.grant(stamp(1_000), Some(5));
         lease.ask(stamp(2_000), 2_000);
@@ -166,7 +244,7 @@ mod tests {
     /// nothing; nor does a root without a majority.
     #[test]
     fn only_the_round_asked_in_grants() {
-        let mut lease = Lease::new(3_000);
+        let mut lease = Lease::new(1_000);
         assert!(!lease.grant(stamp(1_000), Some(5)));
         lease.ask(stamp(1_000), 1_000);
         lease.ask(stamp(2_000), 2_000);
@@ -174,5 +252,57 @@ mod tests {
         assert!(!lease.grant(stamp(2_000), None));
         assert_eq!(lease.places(2_001), 0);
         assert!(!lease.is_live(2_001));
+    }
+
+    /// A round whose result never came is held as lost for a grant's life plus the longest a
+    /// round may take, plus 1% (here 3000 + 1000 + 40 from when this node asked); once its
+    /// result comes it is not lost.
+    #[test]
+    fn a_round_without_its_result_is_lost_until_its_grants_expire() {
+        let mut lease = Lease::new(1_000);
+        lease.ask(stamp(1_000), 1_010);
+        let lost = LostRound {
+            stamp: stamp(1_000),
+            remaining_ms: 4_040,
+        };
+        assert_eq!(lease.lost_rounds(1_010, None), [lost]);
+        assert_eq!(
+            lease.lost_rounds(1_010, Some(stamp(1_000))),
+            [],
+            "being counted"
+        );
+        assert_eq!(lease.lost_rounds(5_049, None).len(), 1);
+        assert_eq!(lease.lost_rounds(5_050, None), []);
+        lease.ask(stamp(6_000), 6_000);
+        lease.grant(stamp(6_000), Some(1));
+        assert_eq!(lease.lost_rounds(6_001, None), [], "its result came");
+        assert!(lease.in_time(6_000, 7_000) && !lease.in_time(6_000, 7_001));
+    }
+
+    /// Lost rounds told of are held from when they were heard; past the bound, the two that
+    /// expire first become one that names no round and lives as long as the longer.
+    #[test]
+    fn lost_rounds_told_of_are_held_and_bounded() {
+        let mut lease = Lease::new(1_000);
+        let told: Vec<LostRound> = (1..=LOST_KEPT as u64 + 1)
+            .map(|i| LostRound {
+                stamp: stamp(i * 1_000),
+                remaining_ms: i,
+            })
+            .collect();
+        let (first, last) = told.split_at(LOST_KEPT);
+        lease.learn_lost(100, first);
+        lease.learn_lost(100, last);
+        let held = lease.lost_rounds(100, None);
+        assert_eq!(held.len(), LOST_KEPT);
+        let merged = held
+            .iter()
+            .find(|l| l.stamp == Stamp::NONE)
+            .expect("merged");
+        assert_eq!(merged.remaining_ms, 2);
+        assert_eq!(
+            held.iter().map(|l| l.remaining_ms).max(),
+            Some(LOST_KEPT as u64 + 1)
+        );
     }
 }

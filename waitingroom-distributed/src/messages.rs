@@ -79,8 +79,11 @@ pub enum Body {
         clock: Option<(Time, Time)>,
     },
     /// A membership and spanning tree: broadcast on every change, and sent to any node whose
-    /// view is older (it is idempotent, so losing or repeating it is harmless).
-    Tree(Box<Membership>),
+    /// view is older (it is idempotent, so losing or repeating it is harmless). With it, the
+    /// newest voters the sender knows (filled in as it is sent, `Node::send_raw`): a node that
+    /// joins learns them with its membership, so it never takes itself and other newcomers for
+    /// a cluster without voters (`voters.rs`).
+    Tree(Box<Membership>, Voters),
     /// SWIM indirect probe: please ping `target` for me.
     PingReq {
         /// Who to ping.
@@ -201,6 +204,21 @@ pub struct Stamp {
     pub origin: NodeId,
 }
 
+impl Body {
+    /// A tree message for `m` (the voters are filled in as it is sent).
+    pub fn tree(m: Membership) -> Body {
+        Body::Tree(Box::new(m), Voters::default())
+    }
+}
+
+impl Stamp {
+    /// Names no round (node 0 is never a member).
+    pub const NONE: Stamp = Stamp {
+        time: 0,
+        origin: NodeId(0),
+    };
+}
+
 /// TAG count request, flooded down the tree from the root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CountRequest {
@@ -281,6 +299,22 @@ pub struct Counts {
     /// Passes the subtree's nodes took back recently (`released.rs`).
     #[serde(default)]
     pub released: Vec<Release>,
+    /// Rounds whose result some node of the subtree never heard (`lease.rs`).
+    #[serde(default)]
+    pub lost: Vec<LostRound>,
+    /// Before any voters are agreed: every member the subtree's nodes have had (`voters.rs`).
+    #[serde(default)]
+    pub seen: BTreeSet<NodeId>,
+}
+
+/// A round whose result a node never heard: its root may have granted places nobody else
+/// knows of, which live at most `remaining_ms` more (README, "Admission leases", rule 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostRound {
+    /// The round.
+    pub stamp: Stamp,
+    /// How long any grant it made may still live, from when this was sent.
+    pub remaining_ms: Time,
 }
 
 /// One node's part of a count.
@@ -296,6 +330,9 @@ pub struct NodeCounts {
 
 /// Most departures a count carries (a peer must not grow one without bound).
 const DEPARTED_SENT: usize = 256;
+
+/// Most lost rounds a count carries.
+const LOST_SENT: usize = 64;
 
 /// Places on the site that a departed member's visitors may still hold: their passes stay
 /// valid after the node that issued them is gone, but nobody counts them any more.
@@ -345,6 +382,25 @@ impl Counts {
             self.settings = other.settings.clone();
         }
         released::merge(&mut self.released, &other.released);
+        for &id in &other.seen {
+            if self.seen.len() >= crate::tag::SEEN_KEPT {
+                break;
+            }
+            self.seen.insert(id);
+        }
+        for l in &other.lost {
+            let full = self.lost.len() >= LOST_SENT;
+            if let Some(k) = self.lost.iter_mut().find(|k| k.stamp == l.stamp) {
+                k.remaining_ms = k.remaining_ms.max(l.remaining_ms);
+            } else if !full {
+                self.lost.push(*l);
+            } else if let Some(last) = self.lost.last_mut() {
+                // Past the bound the last one stands in for the rest, naming no round (so
+                // that no root settles it).
+                last.stamp = Stamp::NONE;
+                last.remaining_ms = last.remaining_ms.max(l.remaining_ms);
+            }
+        }
         for d in &other.departed {
             let same = |k: &&mut Departed| (k.node, k.version) == (d.node, d.version);
             if let Some(k) = self.departed.iter_mut().find(same) {
@@ -419,4 +475,8 @@ pub struct Summary {
     /// (README, "Fairness records"; `waitingroom_core::rounds`).
     #[serde(default)]
     pub record: Option<RoundRecord>,
+    /// Lost rounds the root held against the site (it granted nothing while any was live):
+    /// every member holds them too, so that they outlive this root.
+    #[serde(default)]
+    pub lost: Vec<LostRound>,
 }

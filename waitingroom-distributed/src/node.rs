@@ -252,7 +252,10 @@ impl Node {
                 view,
                 clock,
             } => self.on_ping_ack(now, &from, (nonce, target), (view, clock)),
-            Body::Tree(m) => self.on_tree(now, from.id, *m),
+            Body::Tree(m, voters) => {
+                self.tag.adopt_voters(&voters);
+                self.on_tree(now, from.id, *m)
+            }
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),
             Body::NotMember { cluster, version } => {
@@ -351,7 +354,10 @@ impl Node {
     }
 
     /// Sends an unreliable message.
-    fn send_raw(&mut self, to: &Contact, body: Body) {
+    fn send_raw(&mut self, to: &Contact, mut body: Body) {
+        if let Body::Tree(_, voters) = &mut body {
+            voters.clone_from(self.tag.voters());
+        }
         let t = crate::channel::envelope(self.cluster.me(), to, body);
         self.out.push_back(t);
     }
@@ -695,7 +701,7 @@ pub struct NodeStatus {
     pub admitted_total: u64,
     /// This node's grant of places.
     pub grant: GrantStatus,
-    /// Why it lets nobody out, if it does not: `no_grant` or `no_majority`.
+    /// Why it lets nobody out, if it does not: `no_grant`, `no_majority` or `lost_round`.
     pub paused: Option<Pause>,
     /// The voters of the majority rule, as this node last agreed on them.
     pub voters: Vec<NodeId>,
@@ -821,7 +827,7 @@ mod tests {
         assert_eq!(node.handle_message(2, env), Err(Ignored::FutureVersion));
         let line = tree(2, &[1, 2, 3, 4], &[(1, 2), (2, 3), (3, 4)]);
         let v3 = line.with_removed(NodeId(4), 1, 4).expect("a member");
-        let env = p1.raw(&node, Body::Tree(Box::new(v3)));
+        let env = p1.raw(&node, Body::tree(v3));
         assert_eq!(node.handle_message(3, env), Ok(()));
         assert_eq!(node.weights().1[&NodeId(1)], Some(key), "held, then taken");
     }

@@ -407,7 +407,7 @@ mod tests {
             },
         );
         assert_eq!(node.handle_message(2, stranger), Ok(()));
-        let tree = Body::Tree(Box::new(star()));
+        let tree = Body::tree(star());
         let not_member = Body::NotMember {
             cluster: star().rank(),
             version: 2,
@@ -493,7 +493,7 @@ mod tests {
             view: theirs,
             clock: None,
         };
-        let tree = Body::Tree(Box::new(star()));
+        let tree = Body::tree(star());
         assert_eq!(
             said(&mut node),
             [Said::Raw("n3".into(), tree), Said::Raw("n2".into(), back)],
@@ -518,9 +518,9 @@ mod tests {
             .expect("a member to remove");
         let trees: Vec<Said> = said(&mut node)
             .into_iter()
-            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(_))))
+            .filter(|s| matches!(s, Said::Raw(_, Body::Tree(..))))
             .collect();
-        let tree = Body::Tree(Box::new(without.clone()));
+        let tree = Body::tree(without.clone());
         assert_eq!(trees, [Said::Raw(testing::addr(other.0), tree)]);
         let failed = Event::MemberFailed(testing::contact(target.0));
         let removed = Event::MemberRemoved(testing::contact(target.0));

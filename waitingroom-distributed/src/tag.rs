@@ -19,12 +19,12 @@ use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time
 
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
-use crate::lease::{GRANT_INTERVALS, Lease, Pause};
+use crate::lease::{Lease, Pause};
 use crate::live::{InForce, LiveSettings, Mode, QueueingMethod};
 use crate::local::Local;
 use crate::messages::{
-    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, NodeCounts,
-    Stamp, Summary,
+    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, LostRound,
+    NodeCounts, Stamp, Summary,
 };
 use crate::outputs::{Event, Outbox};
 use crate::released::{Release, Released};
@@ -53,6 +53,12 @@ const RELEASES_SENT_INTERVALS: Time = 3;
 
 /// Passes refreshed elsewhere that wait to be uncounted, at most.
 const UNCOUNT_KEPT: usize = 65_536;
+
+/// Most members a node remembers having had, and a count carries (`seen`).
+pub(crate) const SEEN_KEPT: usize = 1_024;
+
+/// Rounds a root remembers starting (more than a lost round lives: `lease.rs`).
+const STARTED_KEPT: usize = 16;
 
 /// What TAG needs to know of the rest of the node for one call.
 #[derive(Debug, Clone, Copy)]
@@ -110,6 +116,15 @@ pub(crate) struct Tag {
     chain: (u64, String),
     /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
     recorded: VecDeque<(Time, u64)>,
+    /// Whether this node has had another member: a founder votes alone only until then
+    /// (`voters.rs`).
+    had_company: bool,
+    /// Every member this node has had (at most [`SEEN_KEPT`]): before any voters are agreed,
+    /// the first need a majority of them (`voters.rs`).
+    seen: BTreeSet<NodeId>,
+    /// The latest rounds this node started as root: it knows what each granted, so they are
+    /// never lost to it (`lease.rs`).
+    started: VecDeque<Stamp>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -173,7 +188,7 @@ impl Tag {
             summary: None,
             own_below: Vec::new(),
             last_round_seen: 0,
-            lease: Lease::new(GRANT_INTERVALS * cfg.settings.eviction_interval_ms),
+            lease: Lease::new(cfg.settings.eviction_interval_ms),
             voters: Voters::default(),
             rate: Rate::default(),
             ranges: Vec::new(),
@@ -181,12 +196,33 @@ impl Tag {
             released: Released::default(),
             chain: (0, String::new()),
             recorded: VecDeque::new(),
+            started: VecDeque::new(),
+            had_company: false,
+            seen: BTreeSet::new(),
         }
     }
 
     /// This node founds a cluster on purpose (not after giving up on its seeds): it votes.
     pub(crate) fn found(&mut self, me: NodeId) {
-        self.voters.adopt(&Voters::founder(me));
+        if self.voters.set.is_empty() {
+            self.voters = Voters::founder(me);
+        }
+    }
+
+    /// This node applied a membership of `members`.
+    pub(crate) fn members_now<'a>(&mut self, members: impl ExactSizeIterator<Item = &'a NodeId>) {
+        self.had_company |= members.len() > 1;
+        for &id in members {
+            if self.seen.len() >= SEEN_KEPT {
+                break;
+            }
+            self.seen.insert(id);
+        }
+    }
+
+    /// Voters a peer told of: the newer win.
+    pub(crate) fn adopt_voters(&mut self, voters: &Voters) {
+        self.voters.adopt(voters);
     }
 
     /// The newest voters this node knows.
@@ -310,6 +346,10 @@ impl Tag {
             _ => 0,
         };
         self.last_round_seen = now;
+        if self.started.len() >= STARTED_KEPT {
+            self.started.pop_front();
+        }
+        self.started.push_back(stamp);
         self.start_round(now, (stamp, bounds, select), None, ctx, local, out)
     }
 
@@ -332,6 +372,7 @@ impl Tag {
         let mut acc = self.own_counts(ctx.me, &bounds, select, local);
         let window = RELEASES_SENT_INTERVALS * self.settings().eviction_interval_ms;
         acc.released = self.released.recent(now, window);
+        acc.lost = self.lease.lost_rounds(now, Some(stamp));
         self.uncount_next = std::mem::take(&mut self.uncount_later);
         self.lease.ask(stamp, now);
         if self.own_below.len() >= 4 {
@@ -387,6 +428,12 @@ impl Tag {
             voters: self.voters.clone(),
             settings: self.live().clone(),
             released: Vec::new(),
+            lost: Vec::new(),
+            seen: if self.voters.set.is_empty() || self.voters.is_founding() {
+                self.seen.clone()
+            } else {
+                BTreeSet::new()
+            },
         }
     }
 
@@ -512,7 +559,8 @@ impl Tag {
         let majority = self.vote(&counts);
         let on_site = self.on_site_with_departed(now, &counts);
         let in_force = self.live().in_force_at(cutoff);
-        let free = if majority {
+        let (held, lost) = self.held_back(now, &counts, round.stamp);
+        let free = if majority && !held {
             self.free_places(&in_force, on_site, cutoff)
         } else {
             0
@@ -545,6 +593,7 @@ impl Tag {
             released: counts.released.clone(),
             record: (admit > 0)
                 .then(|| self.next_record(&round.stamp, (admit, max_key), version, lottery)),
+            lost,
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
         let range = (by_range && admit > 0).then_some(AdmitRange {
@@ -675,13 +724,43 @@ impl Tag {
     /// nothing to protect, and no rule holds admission back.
     fn vote(&mut self, counts: &Counts) -> bool {
         self.voters.adopt(&counts.voters);
-        let counted = counts.per_node.iter().map(|n| n.node).collect();
-        let next = self.voters.next(&counted);
+        let counted: BTreeSet<NodeId> = counts.per_node.iter().map(|n| n.node).collect();
+        let lone_founder = self.voters.is_founding() && self.had_company && counted.len() == 1;
+        let next = if lone_founder {
+            None
+        } else {
+            let seen = self.seen.union(&counts.seen).copied().collect();
+            self.voters.next(&counted, &seen)
+        };
         let majority = next.is_some() || self.unlimited();
         if let Some(next) = next {
             self.voters = next;
         }
         majority
+    }
+
+    /// Rule 4 at the root (README, "Admission leases"): whether round `deciding` must grant
+    /// nothing, because a lost round is live or the round took too long (`Lease::in_time`),
+    /// and the lost rounds held.
+    fn held_back(&mut self, now: Time, counts: &Counts, deciding: Stamp) -> (bool, Vec<LostRound>) {
+        let lost = self.lost_rounds(now, counts, deciding);
+        let asked = self.lease.asked_at(deciding);
+        let in_time = asked.is_some_and(|at| self.lease.in_time(at, now));
+        (!self.unlimited() && (!lost.is_empty() || !in_time), lost)
+    }
+
+    /// The lost rounds the count carried up or this node holds, live at `now`, but those this
+    /// node started itself (it knows what they granted) and the round being decided.
+    fn lost_rounds(&mut self, now: Time, counts: &Counts, deciding: Stamp) -> Vec<LostRound> {
+        let started = &self.started;
+        let unknown: Vec<LostRound> = (counts.lost.iter())
+            .filter(|l| !started.contains(&l.stamp))
+            .copied()
+            .collect();
+        self.lease.learn_lost(now, &unknown);
+        let mut lost = self.lease.lost_rounds(now, Some(deciding));
+        lost.retain(|l| !self.started.contains(&l.stamp));
+        lost
     }
 
     /// Visitors on the site at the count plus the places departed members may still hold (the
@@ -732,6 +811,7 @@ impl Tag {
     /// (and let out its part of).
     pub(crate) fn on_count_result(
         &mut self,
+        now: Time,
         from: NodeId,
         r: CountResult,
         ctx: Ctx<'_>,
@@ -755,6 +835,7 @@ impl Tag {
                 .map_or(0, |&(_, places)| places)
         });
         self.lease.grant(r.summary.stamp, mine);
+        self.lease.learn_lost(now, &r.summary.lost);
         self.voters.adopt(&r.summary.voters);
         if let Some(record) = r
             .summary
@@ -925,6 +1006,9 @@ impl Tag {
         }
         if self.summary.as_ref().is_some_and(|s| s.grants.is_none()) {
             return Some(Pause::NoMajority);
+        }
+        if self.summary.as_ref().is_some_and(|s| !s.lost.is_empty()) {
+            return Some(Pause::LostRound);
         }
         (!self.lease.is_live(now)).then_some(Pause::NoGrant)
     }
@@ -1109,6 +1193,8 @@ mod tests {
             released: Vec::new(),
             voters: Voters::default(),
             settings: LiveSettings::default(),
+            lost: Vec::new(),
+            seen: BTreeSet::new(),
         }
     }
 
@@ -1132,6 +1218,8 @@ mod tests {
         assert_eq!(node.handle_message(1_001, env), Ok(()));
         let mut total = counts_of(2, 0);
         total.settings = node.live_settings().clone();
+        // No voters agreed yet: the count carries every member this node has had.
+        total.seen = node.membership().members.keys().copied().collect();
         total.add(&counts_of(3, 2));
         assert_eq!(total.nodes, 2);
         assert_eq!(
@@ -1174,6 +1262,74 @@ mod tests {
             said(&mut node),
             [Said::Channel(NodeId(1), reply(r.stamp, None))]
         );
+    }
+
+    /// README, "Admission leases", rule 4: a count that carries a round whose result a member
+    /// never heard (another root's) grants nothing, and says so, until that round's grants
+    /// have expired; a lost round of the root's own is no reason to wait.
+    #[test]
+    fn a_lost_round_holds_grants_back_until_it_expires() {
+        let settings = Settings {
+            target_on_site: 5,
+            ..testing::queued_settings()
+        };
+        let m = tree(2, &[1, 2], &[(1, 2)]);
+        let mut cfg = testing::config(1, 1, settings);
+        // Node 2 is this test's hand: it answers no probe.
+        (cfg.probe_interval_ms, cfg.probe_timeout_ms) = (1 << 40, 1 << 39);
+        let mut node = member(cfg, &m);
+        let mut peers = settle(&mut node);
+        let lost = |origin: u64, remaining_ms: Time| LostRound {
+            stamp: Stamp {
+                time: 500,
+                origin: NodeId(origin),
+            },
+            remaining_ms,
+        };
+        let mut count = |node: &mut Node, at: Time, carried: Option<LostRound>| {
+            node.handle_timeout(at);
+            said(node);
+            let stamp = Stamp {
+                time: at,
+                origin: NodeId(1),
+            };
+            let mut counts = counts_of(2, 1);
+            counts.lost = carried.into_iter().collect();
+            let env = peers.channel(2, node, reply(stamp, Some(counts)));
+            assert_eq!(node.handle_message(at, env), Ok(()));
+            said(node);
+            let summary = node.summary().expect("decided").clone();
+            (summary.admitted, summary.lost)
+        };
+        assert_eq!(
+            count(&mut node, 1_000, Some(lost(3, 1_500))),
+            (0, vec![lost(3, 1_500)])
+        );
+        assert_eq!(node.pause(1_000), Some(Pause::LostRound));
+        assert_eq!(node.grant(1_000).0, 0);
+        // Held here too, counted down, though the count no longer carries it.
+        assert_eq!(count(&mut node, 2_000, None), (0, vec![lost(3, 500)]));
+        assert_eq!(count(&mut node, 3_000, None), (1, vec![]));
+        assert_eq!(node.pause(3_000), None);
+        // Its own round: it knows what that granted.
+        let own = LostRound {
+            stamp: Stamp {
+                time: 3_000,
+                origin: NodeId(1),
+            },
+            remaining_ms: 5_000,
+        };
+        node.handle_timeout(4_000);
+        said(&mut node);
+        let stamp = Stamp {
+            time: 4_000,
+            origin: NodeId(1),
+        };
+        let mut counts = counts_of(2, 1);
+        counts.lost = vec![own];
+        let env = peers.channel(2, &node, reply(stamp, Some(counts)));
+        assert_eq!(node.handle_message(4_000, env), Ok(()));
+        assert_eq!(node.summary().expect("decided").lost, []);
     }
 
     /// §4.5.1 and §4.5.3, with range admission (README, "Eviction with TAG"): at the interval
@@ -1221,10 +1377,12 @@ mod tests {
             members: 2,
             places: vec![(NodeId(1), 0), (NodeId(2), 1)],
             grants: Some(vec![(NodeId(1), 0), (NodeId(2), 1)]),
-            // Neither knew any voters: the first round makes them the first.
+            // Neither knew any voters: the first round makes them the first (epoch 2: after
+            // a founder's own, which they replace).
             voters: Voters {
-                epoch: 1,
+                epoch: 2,
                 set: [NodeId(1), NodeId(2)].into(),
+                prev: BTreeSet::new(),
             },
             settings: node.live_settings().clone(),
             departed: Vec::new(),
@@ -1244,6 +1402,7 @@ mod tests {
                 prev: String::new(),
                 lottery: false,
             }),
+            lost: Vec::new(),
         };
         let range = AdmitRange {
             cutoff: 1_000,

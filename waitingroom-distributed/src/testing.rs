@@ -574,7 +574,7 @@ pub fn member(cfg: NodeConfig, m: &Membership) -> Node {
     let first = *m.members.keys().next().expect("a member");
     node.join_cluster(0, vec![addr(first.0)]);
     let from = Peer::new(first.0);
-    let tree = from.raw(&node, Body::Tree(Box::new(m.clone())));
+    let tree = from.raw(&node, Body::tree(m.clone()));
     node.handle_message(0, tree)
         .expect("a tree that lists the node");
     acknowledge(&mut node);

@@ -10,12 +10,27 @@
 //! carry the newest voters of each subtree, so a root that missed a change learns it. An even
 //! split goes to the half holding the lowest voter id, so exactly one side of it may go on.
 //!
+//! A member counted in the round that moved the voters may never hear its result, and still
+//! hold the old voters: on its own side of a cut it may be a majority of them. So a root also
+//! needs a majority of the voters *before* the latest move (`prev`): of two disjoint sides,
+//! at most one holds a majority of the older set, and the side that moved cannot go on without
+//! it (the explorer's `partition` scenario found the old side and the new one both granting).
+//! Once a round under the new voters completes, they are the previous ones too.
+//!
 //! The voters never shrink below [`VOTERS_FLOOR`] (those that left are kept, lowest id first):
 //! a 3-node cluster that loses one node keeps admitting (2 of 3); one that loses two stops
 //! (1 of 3) until a node comes back or an operator restarts the cluster. A node that started a
 //! cluster on its own after no seed answered has no voters, and so no majority, until it hears
-//! of a cluster that has. A round that counted two or more members none of whom knows any
-//! voters (the founder died before any round completed) makes them the first voters. Voters
+//! of a cluster that has.
+//!
+//! A founder votes alone (its *founding* voters) only while it has never had company: once
+//! another member joined, it needs a completed round with them, and its founding voters are
+//! passed on to nobody. Otherwise a founder cut off before the first round completed would go
+//! on alone while the others, who cannot tell it from dead, go on too (the explorer found both
+//! sides granting). A round that counted two or more members none of whom knows any voters
+//! (the founder among them, or dead before any round completed) makes them the first voters,
+//! if they hold a majority of every member any of them has had ([`Voters::first`]).
+//! Voters
 //! live in memory: a restarted node learns them anew, so two restarted nodes cut off together
 //! from everyone else would count as a cluster of their own.
 
@@ -34,6 +49,9 @@ pub struct Voters {
     pub epoch: u64,
     /// The voters.
     pub set: BTreeSet<NodeId>,
+    /// The voters before the move to `set` (empty: none before).
+    #[serde(default)]
+    pub prev: BTreeSet<NodeId>,
 }
 
 impl Voters {
@@ -42,7 +60,13 @@ impl Voters {
         Voters {
             epoch: 1,
             set: BTreeSet::from([me]),
+            prev: BTreeSet::new(),
         }
+    }
+
+    /// Whether these are a founder's own voters (itself alone, before any agreement).
+    pub fn is_founding(&self) -> bool {
+        self.epoch == 1 && self.set.len() == 1 && self.prev.is_empty()
     }
 
     /// The voters, in id order.
@@ -50,24 +74,24 @@ impl Voters {
         self.set.iter().copied()
     }
 
-    /// Whether `members` hold a majority of the voters (half of them, with the lowest voter,
-    /// breaks an even split).
+    /// Whether `members` hold a majority of the voters and of the voters before them.
     pub(crate) fn is_majority(&self, members: &BTreeSet<NodeId>) -> bool {
-        let held = self.set.intersection(members).count();
-        let lowest_in = self.set.first().is_some_and(|v| members.contains(v));
-        let n = self.set.len();
-        n > 0 && (2 * held > n || 2 * held == n && lowest_in)
+        majority(&self.set, members) && (self.prev.is_empty() || majority(&self.prev, members))
     }
 
     /// The voters after a round that counted `members`, if they hold a majority: the members,
     /// topped up to the floor with the old voters, lowest id first. With no voters known, two
     /// or more members become the first.
-    pub(crate) fn next(&self, members: &BTreeSet<NodeId>) -> Option<Voters> {
-        if self.set.is_empty() && members.len() >= 2 {
-            return Some(Voters {
-                epoch: 1,
-                set: members.clone(),
-            });
+    ///
+    /// Before any agreement (no voters, or a founder's own), `seen` is every member any of
+    /// them has ever had: see [`Voters::first`].
+    pub(crate) fn next(
+        &self,
+        members: &BTreeSet<NodeId>,
+        seen: &BTreeSet<NodeId>,
+    ) -> Option<Voters> {
+        if self.set.is_empty() || self.is_founding() {
+            return self.first(members, seen);
         }
         if !self.is_majority(members) {
             return None;
@@ -84,15 +108,46 @@ impl Voters {
             // Saturating: the epoch comes from peers, and a wrong one must not crash a node.
             epoch: self.epoch.saturating_add(1),
             set,
+            prev: self.set.clone(),
         })
     }
 
-    /// Keeps the newer of these voters and `other`.
+    /// Before any agreement: `members` must hold a majority of every member any of them has
+    /// ever had (`seen`), so that two sides of a cluster cut before its first round cannot
+    /// both start voters (the simulator's chaos preset found a 4-4 split doing so). Two or more
+    /// become the first voters; a founder alone stays its own voter (while it has never had
+    /// company, `Tag::vote`), and the founding voters never count without their founder.
+    fn first(&self, members: &BTreeSet<NodeId>, seen: &BTreeSet<NodeId>) -> Option<Voters> {
+        let everyone: BTreeSet<NodeId> = seen.union(members).copied().collect();
+        if !majority(&everyone, members) || self.is_founding() && !self.is_majority(members) {
+            return None;
+        }
+        if members.len() == 1 {
+            return self.is_founding().then(|| self.clone());
+        }
+        // Epoch 2: after the founding voters, which they replace.
+        Some(Voters {
+            epoch: 2,
+            set: members.clone(),
+            prev: BTreeSet::new(),
+        })
+    }
+
+    /// Keeps the newer of these voters and `other`; never another node's founding voters.
     pub(crate) fn adopt(&mut self, other: &Voters) {
-        if *other > *self {
+        if *other > *self && !other.is_founding() {
             *self = other.clone();
         }
     }
+}
+
+/// Whether `members` hold a majority of `voters` (half of them, with the lowest voter, breaks an
+/// even split).
+fn majority(voters: &BTreeSet<NodeId>, members: &BTreeSet<NodeId>) -> bool {
+    let held = voters.intersection(members).count();
+    let lowest_in = voters.first().is_some_and(|v| members.contains(v));
+    let n = voters.len();
+    n > 0 && (2 * held > n || 2 * held == n && lowest_in)
 }
 
 #[cfg(test)]
@@ -107,6 +162,7 @@ mod tests {
         Voters {
             epoch: 5,
             set: ids(v),
+            prev: BTreeSet::new(),
         }
     }
 
@@ -134,11 +190,12 @@ mod tests {
     /// back.
     #[test]
     fn three_nodes_survive_one_loss_not_two() {
-        let v = voters(&[1, 2, 3]).next(&ids(&[1, 2])).unwrap();
+        let v = voters(&[1, 2, 3]).next(&ids(&[1, 2]), &ids(&[])).unwrap();
         assert_eq!(v.set, ids(&[1, 2, 3]), "the floor keeps 3 voters");
+        assert_eq!(v.prev, ids(&[1, 2, 3]));
         assert_eq!(v.epoch, 6);
-        assert_eq!(v.next(&ids(&[1])), None);
-        assert!(v.next(&ids(&[1, 3])).is_some());
+        assert_eq!(v.next(&ids(&[1]), &ids(&[])), None);
+        assert!(v.next(&ids(&[1, 3]), &ids(&[])).is_some());
     }
 
     /// A minority side that removed the others one by one still holds no majority: only
@@ -146,24 +203,75 @@ mod tests {
     #[test]
     fn a_minority_side_cannot_take_over() {
         let v = voters(&[1, 2, 3, 4, 5]);
-        assert_eq!(v.next(&ids(&[4, 5])), None);
-        let majority = v.next(&ids(&[1, 2, 3])).unwrap();
+        assert_eq!(v.next(&ids(&[4, 5]), &ids(&[])), None);
+        let majority = v.next(&ids(&[1, 2, 3]), &ids(&[])).unwrap();
         assert_eq!(majority.set, ids(&[1, 2, 3]));
         let mut stale = v.clone();
         stale.adopt(&majority);
         assert_eq!(stale, majority, "the newer epoch wins when the sides meet");
-        assert_eq!(majority.next(&ids(&[3, 4, 5])), None);
+        assert_eq!(majority.next(&ids(&[3, 4, 5]), &ids(&[])), None);
     }
 
     /// A node that started alone after no seed answered holds no majority on its own, and
     /// takes the voters of the cluster it meets; members none of whom knows voters start them.
     #[test]
     fn no_voters_no_majority() {
-        let mut v = Voters::default();
-        assert_eq!(v.next(&ids(&[7])), None);
-        assert_eq!(v.next(&ids(&[7, 8])).unwrap().set, ids(&[7, 8]));
-        v.adopt(&Voters::founder(NodeId(1)));
-        assert!(v.is_majority(&ids(&[1, 7])));
-        assert_eq!(v.next(&ids(&[1, 7])).unwrap().set, ids(&[1, 7]));
+        let v = Voters::default();
+        assert_eq!(v.next(&ids(&[7]), &ids(&[])), None);
+        assert_eq!(
+            v.next(&ids(&[7, 8]), &ids(&[6, 7, 8, 9])),
+            None,
+            "2 of 4 seen"
+        );
+        assert!(
+            v.next(&ids(&[6, 7]), &ids(&[6, 7, 8, 9])).is_some(),
+            "with the lowest"
+        );
+        assert_eq!(v.next(&ids(&[7, 8]), &ids(&[])).unwrap().set, ids(&[7, 8]));
+        let founder = Voters::founder(NodeId(1));
+        assert_eq!(
+            founder.next(&ids(&[1]), &ids(&[])),
+            Some(founder.clone()),
+            "alone, it stays"
+        );
+        assert_eq!(
+            founder.next(&ids(&[1, 7]), &ids(&[])).unwrap().set,
+            ids(&[1, 7])
+        );
+        assert_eq!(
+            founder.next(&ids(&[7, 8]), &ids(&[])),
+            None,
+            "not without the founder"
+        );
+        let mut joiner = Voters::default();
+        joiner.adopt(&founder);
+        assert_eq!(
+            joiner,
+            Voters::default(),
+            "founding voters are passed on to nobody"
+        );
+    }
+
+    /// A member counted in the round that moved the voters but cut off before its result still
+    /// holds the old ones, and may be a majority of them on its own: the side that moved needs
+    /// the old voters too, so exactly one side goes on.
+    #[test]
+    fn the_side_that_moved_the_voters_needs_the_old_ones_too() {
+        let old = voters(&[1, 2, 3]);
+        let moved = old.next(&ids(&[1, 2, 3, 4, 5]), &ids(&[])).unwrap();
+        assert_eq!(moved.prev, ids(&[1, 2, 3]));
+        assert!(
+            old.is_majority(&ids(&[1, 2])),
+            "the side that missed the move"
+        );
+        assert!(
+            !moved.is_majority(&ids(&[3, 4, 5])),
+            "the side that moved waits"
+        );
+        let settled = moved.next(&ids(&[1, 2, 3, 4, 5]), &ids(&[])).unwrap();
+        assert!(
+            settled.is_majority(&ids(&[3, 4, 5])),
+            "once a round under the new voters completed"
+        );
     }
 }

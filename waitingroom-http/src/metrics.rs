@@ -16,6 +16,7 @@ use waitingroom_core::{Settings, Time};
 use waitingroom_distributed::{Body, ChannelMsg, Ignored, Mode, NodeStatus, Pause};
 
 use crate::fairness::Inversions;
+use crate::rounds::Fairness;
 
 /// Label of per-route HTTP metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -122,6 +123,8 @@ pub struct Metrics {
     cluster_on_site: Gauge,
     membership_version: Gauge,
     last_round: Gauge<f64, AtomicU64>,
+    /// The last hour's round records, judged (`rounds::Fairness`).
+    records: [Gauge; 3],
     grant_places: Gauge,
     grant_expires: Gauge<f64, AtomicU64>,
     paused: Family<ReasonLabels, Gauge>,
@@ -199,6 +202,7 @@ impl Metrics {
             cluster_on_site: Gauge::default(),
             membership_version: Gauge::default(),
             last_round: Gauge::default(),
+            records: Default::default(),
             grant_places: Gauge::default(),
             grant_expires: Gauge::default(),
             paused: Family::default(),
@@ -322,6 +326,26 @@ impl Metrics {
             "Unix time of the eviction round whose cluster-wide count this node saw last",
             Unit::Seconds,
             self.last_round.clone(),
+        );
+        let [rounds, back, bound] = &self.records;
+        r.register(
+            "records_last_hour",
+            "Admission rounds recorded in the last hour (signed records, the same on every node)",
+            rounds.clone(),
+        );
+        r.register(
+            "records_cutoff_back_last_hour",
+            "Recorded rounds of the last hour (not lotteries) whose cutoff was below an earlier \
+             round's: they let out visitors queued ahead of some let out before (re-queued \
+             visitors, or unfairness: waitingroom-node audit with passes tells which)",
+            back.clone(),
+        );
+        r.register(
+            "records_inversions_bound_last_hour",
+            "At most this many pairs of visitors were let out against queue order in the last \
+             hour, by the round records: for each round that went back, its admissions times \
+             those of earlier rounds with a larger cutoff",
+            bound.clone(),
         );
         r.register(
             "tree_repairs",
@@ -470,7 +494,7 @@ impl Metrics {
         );
         r.register(
             "admission_paused",
-            "1 when this node lets nobody out, by reason (no_grant, no_majority)",
+            "1 when this node lets nobody out, by reason (no_grant, no_majority, lost_round)",
             self.paused.clone(),
         );
     }
@@ -545,9 +569,14 @@ impl Metrics {
             .inc();
     }
 
-    /// Renders the registry after setting the gauges from `status` and the node's `settings`.
-    pub fn render(&self, status: &NodeStatus, settings: &Settings) -> String {
+    /// Renders the registry after setting the gauges from `status`, the node's `settings` and
+    /// what the round records say (`fairness`).
+    pub fn render(&self, status: &NodeStatus, settings: &Settings, fairness: &Fairness) -> String {
         let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let [rounds, back, bound] = &self.records;
+        rounds.set(g(fairness.rounds));
+        back.set(g(fairness.rounds_back));
+        bound.set(g(fairness.inversions_bound));
         self.queued.set(g(status.queued));
         self.on_site.set(g(status.on_site));
         self.members.set(g(status.members.len() as u64));
@@ -561,7 +590,7 @@ impl Metrics {
             let seconds = c.offset_ms as f64 / 1000.0;
             self.clock_offset.get_or_create(&labels).set(seconds);
         }
-        for why in [Pause::NoGrant, Pause::NoMajority] {
+        for why in [Pause::NoGrant, Pause::NoMajority, Pause::LostRound] {
             let labels = ReasonLabels {
                 reason: why.as_str(),
             };
@@ -618,7 +647,7 @@ pub fn message_type(body: &Body) -> &'static str {
             ChannelMsg::Forget { .. } => "forget",
         },
         Body::ChannelAck { .. } => "ack",
-        Body::Tree(_) => "tree",
+        Body::Tree(..) => "tree",
         Body::Ping { .. } => "ping",
         Body::PingAck { .. } => "ping_ack",
         Body::PingReq { .. } => "ping_req",
@@ -670,7 +699,12 @@ mod tests {
         m.on_admitted(1_000, 4_000);
         m.on_admitted(2_000, 2_100);
         m.on_round_completed();
-        let text = m.render(&status(), &Settings::default());
+        let fairness = Fairness {
+            rounds: 5,
+            rounds_back: 1,
+            inversions_bound: 6,
+        };
+        let text = m.render(&status(), &Settings::default(), &fairness);
         for line in [
             "waitingroom_wait_seconds_sum 3.1",
             "waitingroom_wait_seconds_count 2",
@@ -682,6 +716,9 @@ mod tests {
             "waitingroom_wait_seconds_bucket{le=\"4.0\"} 2",
             "waitingroom_admitted_total 2",
             "waitingroom_rounds_completed_total 1",
+            "waitingroom_records_last_hour 5",
+            "waitingroom_records_cutoff_back_last_hour 1",
+            "waitingroom_records_inversions_bound_last_hour 6",
             // No count seen yet.
             "waitingroom_last_round_timestamp_seconds 0.0",
         ] {

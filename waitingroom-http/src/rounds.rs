@@ -8,25 +8,71 @@
 //! kept in memory, in round order; `waitingroom-node audit` checks them. With `--rounds-log`
 //! every record is also appended to a file (one JWS per line), read back at start: the node
 //! publishes them again and, as root, goes on from the last.
+//!
+//! The same records give a cluster-wide fairness figure for `/metrics` ([`RoundLog::fairness`]):
+//! every node holds the same signed records, so every node reports the same figure, and none
+//! computes it from its own admissions alone.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use waitingroom_core::rounds::{self, RoundRecord};
+use waitingroom_core::Time;
+use waitingroom_core::rounds::{self, Cutoff, RoundRecord};
 
 use crate::crypto::Crypto;
 
 /// Records kept by default (a day of 1-s rounds that all let someone out is 86,400).
 pub const ROUNDS_KEPT: usize = 100_000;
 
+/// How far back the fairness figure looks.
+pub const FAIRNESS_WINDOW_MS: Time = 3_600_000;
+
+/// What the last hour's records say of the order visitors were let out in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fairness {
+    /// Records decided in the window (lottery rounds included).
+    pub rounds: u64,
+    /// Rounds (not lotteries) whose cutoff was below an earlier round's in the window: they
+    /// let out visitors queued ahead of some let out before them (re-queued visitors, or an
+    /// unfair round; the audit with passes tells which).
+    pub rounds_back: u64,
+    /// At most this many pairs were let out against queue order in the window: for each
+    /// round that went back, its admissions times the admissions of earlier rounds with a
+    /// larger cutoff.
+    pub inversions_bound: u64,
+}
+
+/// The claims the fairness figure needs from one record.
+#[derive(Debug, Clone, Copy)]
+struct Decided {
+    at: Time,
+    cutoff: Cutoff,
+    admitted: u64,
+    lottery: bool,
+}
+
+impl From<&RoundRecord> for Decided {
+    fn from(r: &RoundRecord) -> Decided {
+        Decided {
+            at: r.decided_at_ms,
+            cutoff: r.cutoff,
+            admitted: r.admitted,
+            lottery: r.lottery,
+        }
+    }
+}
+
 /// The records this node knows, newest last.
 #[derive(Debug)]
 pub struct RoundLog {
     crypto: Arc<Crypto>,
     records: Mutex<VecDeque<(u64, String)>>,
+    /// The window's records, for [`RoundLog::fairness`], in arrival order.
+    recent: Mutex<VecDeque<Decided>>,
     /// Most records kept (`--rounds-kept`).
     kept: usize,
     /// The `--rounds-log` file, appended to.
@@ -39,6 +85,7 @@ impl RoundLog {
         RoundLog {
             crypto,
             records: Mutex::new(VecDeque::new()),
+            recent: Mutex::new(VecDeque::new()),
             kept,
             file: None,
         }
@@ -52,19 +99,22 @@ impl RoundLog {
             other => other?,
         };
         let mut records = VecDeque::new();
+        let mut recent = VecDeque::new();
         for jws in text.lines().map(str::trim) {
-            let Some(round) = claim(jws, "round") else {
+            let Some(record) = claims(jws) else {
                 continue;
             };
             if records.len() >= kept {
                 records.pop_front();
             }
-            records.push_back((round, jws.to_owned()));
+            records.push_back((record.round, jws.to_owned()));
+            remember(&mut recent, Decided::from(&record));
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(RoundLog {
             crypto,
             records: Mutex::new(records),
+            recent: Mutex::new(recent),
             kept,
             file: Some(Mutex::new(file)),
         })
@@ -95,7 +145,37 @@ impl RoundLog {
             }
         }
         records.push_back((record.round, jws));
+        drop(records);
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        remember(&mut recent, Decided::from(record));
         link
+    }
+
+    /// The fairness figure of the records decided in the hour before `now`. Lottery rounds
+    /// are counted but not judged: their order is drawn, not queued.
+    pub fn fairness(&self, now: Time) -> Fairness {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = now.saturating_sub(FAIRNESS_WINDOW_MS);
+        let mut f = Fairness::default();
+        // Admissions so far by round cutoff: a round that went back is checked against those
+        // above its own, normally none, so this stays about linear.
+        let mut by_cutoff: BTreeMap<Cutoff, u64> = BTreeMap::new();
+        for d in recent.iter().filter(|d| d.at >= since) {
+            f.rounds += 1;
+            if d.lottery {
+                continue;
+            }
+            let above = (Bound::Excluded(d.cutoff), Bound::Unbounded);
+            let ahead: u64 = by_cutoff.range(above).map(|(_, n)| n).sum();
+            if ahead > 0 {
+                f.rounds_back += 1;
+                f.inversions_bound = f
+                    .inversions_bound
+                    .saturating_add(ahead.saturating_mul(d.admitted));
+            }
+            *by_cutoff.entry(d.cutoff).or_default() += d.admitted;
+        }
+        f
     }
 
     /// Up to `limit` records with a number above `after` (None: from the first), in the order
@@ -109,6 +189,28 @@ impl RoundLog {
             .map(|(_, jws)| jws.clone())
             .collect()
     }
+}
+
+/// Keeps `d` among the window's records: those older than the window before the newest go.
+fn remember(recent: &mut VecDeque<Decided>, d: Decided) {
+    let newest = recent.back().map_or(d.at, |k| k.at.max(d.at));
+    recent.push_back(d);
+    while recent
+        .front()
+        .is_some_and(|k| k.at < newest.saturating_sub(FAIRNESS_WINDOW_MS))
+    {
+        recent.pop_front();
+    }
+}
+
+/// A record's claims, unverified (a node's own log, read back).
+fn claims(jws: &str) -> Option<RoundRecord> {
+    use base64::Engine as _;
+    let payload = jws.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// A number among a JWS's claims (`round` of a record, `issued_at` of a pass), unverified:
@@ -167,5 +269,44 @@ mod tests {
         assert_eq!(again.after(Some(0), 10).len(), 1);
         assert_eq!(again.last(), Some((1, second)));
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// The fairness figure: rounds whose cutoff went back, and at most how many pairs they let
+    /// out against queue order, over the last hour; lotteries are counted, not judged.
+    #[test]
+    fn the_fairness_figure_counts_rounds_that_went_back() {
+        let log = RoundLog::new(Arc::new(Crypto::generate()), 100);
+        for round in 0..4 {
+            log.record(&record(round, String::new()));
+        }
+        let in_order = log.fairness(5_000);
+        assert_eq!(
+            in_order,
+            Fairness {
+                rounds: 4,
+                ..Fairness::default()
+            }
+        );
+        // Round 4 lets 3 out below the cutoffs of rounds 2 and 3 (3 each).
+        let back = RoundRecord {
+            cutoff: record(1, String::new()).cutoff,
+            ..record(4, String::new())
+        };
+        log.record(&back);
+        let lottery = RoundRecord {
+            lottery: true,
+            ..back.clone()
+        };
+        log.record(&RoundRecord {
+            round: 5,
+            ..lottery
+        });
+        let f = log.fairness(6_000);
+        assert_eq!((f.rounds, f.rounds_back, f.inversions_bound), (6, 1, 18));
+        assert_eq!(
+            log.fairness(6_000 + FAIRNESS_WINDOW_MS).rounds,
+            0,
+            "an hour on"
+        );
     }
 }

@@ -986,6 +986,27 @@ fn signal(node: &NodeProc, sig: &str) {
     );
 }
 
+/// Stops `node` (SIGSTOP) and waits until every thread of it has stopped: `kill` returns before
+/// that, and a request it still took would be answered.
+fn freeze(node: &NodeProc) {
+    signal(node, "-STOP");
+    let task = format!("/proc/{}/task", node.child.id());
+    let stopped = || {
+        std::fs::read_dir(&task).unwrap().all(|t| {
+            let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+            // The state follows the parenthesised command name.
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|rest| rest.starts_with('T'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !stopped() {
+        assert!(Instant::now() < deadline, "node did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The owner of a ticket is frozen (SIGSTOP) right after it exchanged the ticket for a pass.
 /// Another node must not exchange it again while the owner is still a member: it answers 503
 /// `owner_unavailable` with `Retry-After` to the leave and to the check-in. Once the owner
@@ -1007,7 +1028,7 @@ async fn a_frozen_owner_gives_no_second_pass() {
     let ticket = admitted_at(&c, owner, join(&c, owner).await).await;
     let (s, first, _) = leave_with(&c, owner, &ticket, Some("visit-1")).await;
     assert_eq!(s, StatusCode::OK, "{first}");
-    signal(&cl.nodes[0], "-STOP");
+    freeze(&cl.nodes[0]);
     let frozen = Instant::now();
     for key in [None, Some("visit-1")] {
         let (s, v, retry_after) = leave_with(&c, other, &ticket, key).await;
@@ -1903,6 +1924,11 @@ async fn load_then_audit(cl: &Cluster, kill: Option<usize>, audit_at: usize) -> 
     assert!(out.status.success(), "{text}{err}");
     assert!(text.contains("passes checked: 300"), "{text}");
     eprintln!("{text}");
+    let c = client();
+    let node = cl.url(audit_at);
+    let back = metric(&c, node, "waitingroom_records_cutoff_back_last_hour").await;
+    let bound = metric(&c, node, "waitingroom_records_inversions_bound_last_hour").await;
+    eprintln!("live figure: {back} rounds went back, at most {bound} pairs out of order");
     text
 }
 
@@ -1937,6 +1963,19 @@ async fn every_node_publishes_the_same_round_records_and_they_audit_clean() {
             published[0][..shortest],
             "the same records everywhere"
         );
+    }
+    // The live figure from the same records: no round went back, on any node.
+    for i in 0..3 {
+        let rounds = metric(&c, cl.url(i), "waitingroom_records_last_hour").await;
+        assert!(rounds >= 5.0, "node {i}: {rounds} records");
+        let back = metric(&c, cl.url(i), "waitingroom_records_cutoff_back_last_hour").await;
+        let bound = metric(
+            &c,
+            cl.url(i),
+            "waitingroom_records_inversions_bound_last_hour",
+        )
+        .await;
+        assert_eq!((back, bound), (0.0, 0.0), "node {i}");
     }
 }
 

@@ -197,7 +197,9 @@ impl Node {
     pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
         let released = &r.summary.released;
         self.tag.learn_released(now, released, &mut self.local);
-        let ranges = self.with_tag(now, |t, ctx, _, out| t.on_count_result(from, r, ctx, out));
+        let ranges = self.with_tag(now, |t, ctx, _, out| {
+            t.on_count_result(now, from, r, ctx, out)
+        });
         self.merge_ranges(now, ranges);
     }
 
@@ -416,6 +418,8 @@ impl Node {
             Applied::Unchanged => return,
         };
         let version = self.cluster.membership().version;
+        self.tag
+            .members_now(self.cluster.membership().members.keys());
         for id in gone {
             self.swim.forget(id);
             self.tag.member_departed(now, id, version);

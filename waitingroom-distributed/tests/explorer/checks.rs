@@ -7,7 +7,7 @@ use waitingroom_core::{Settings, TicketId};
 use waitingroom_distributed::invariants;
 
 use super::Config;
-use super::model::State;
+use super::model::{Admission, State};
 
 /// No message in flight. With loss, a lost message is still owed by its sender (it will be
 /// resent), so the network is quiet only once nothing is unacknowledged either. Without loss,
@@ -33,12 +33,15 @@ pub fn check(state: &State, cfg: &Config) -> Vec<String> {
 }
 
 /// Admission leases: the places the nodes' live grants may still give out plus the visitors
-/// let in (none of them ever leaves here) stay within the target, in every state.
+/// on the site stay within the target, in every state.
 fn places(state: &State, cfg: &Config) -> Option<String> {
     if cfg.target == Settings::UNLIMITED {
         return None;
     }
-    let admitted: BTreeSet<TicketId> = state.admissions.iter().map(|a| a.key.ticket).collect();
+    let admitted: BTreeSet<TicketId> = (state.admissions.iter())
+        .filter(|a| on_site(state, cfg, a))
+        .map(|a| a.key.ticket)
+        .collect();
     let granted: u64 = state.active().iter().map(|n| n.grant(state.now).0).sum();
     let total = granted + admitted.len() as u64;
     (total > cfg.target).then(|| {
@@ -49,6 +52,21 @@ fn places(state: &State, cfg: &Config) -> Option<String> {
             cfg.target
         )
     })
+}
+
+/// Whether a visitor let in may still be on the site. None of them leaves here, and a node
+/// extends their passes while it holds a live grant; once its latest grant has expired, a
+/// visitor it let in holds a place only until their ticket (to fetch the pass) and then the
+/// pass run out. A visitor of a crashed node is counted for ever.
+fn on_site(state: &State, cfg: &Config, a: &Admission) -> bool {
+    let Some(node) = state.active().into_iter().find(|n| n.id() == a.by) else {
+        return true;
+    };
+    let (_, expires) = node.grant(state.now);
+    let gone = expires
+        .saturating_add(cfg.ticket_expiry_ms)
+        .saturating_add(super::model::PASS_EXPIRY);
+    state.now < gone
 }
 
 /// Admissions sorted by `(decided_at, key)` must follow join order: whoever joined before an

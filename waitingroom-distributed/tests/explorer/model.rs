@@ -252,13 +252,17 @@ pub struct State {
     eager_acks: bool,
 }
 
+/// Pass lifetime: a visitor of a node cut off stays on the site this long after its last
+/// refresh.
+pub const PASS_EXPIRY: Time = 0;
+
 fn settings(cfg: &Config) -> Settings {
     Settings {
         target_on_site: cfg.target,
         refresh_interval_ms: REFRESH,
         // Visitors never check in without a reason here: their tickets must not expire.
         ticket_expiry_ms: cfg.ticket_expiry_ms,
-        pass_expiry_ms: 0,
+        pass_expiry_ms: PASS_EXPIRY,
         pass_max_lifetime_ms: u64::MAX,
         eviction_interval_ms: EVICT,
         cleanup_interval_ms: FAR,

@@ -74,7 +74,8 @@ pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {
     let (status, settings) = app
         .driver
         .read(|n| (n.status(now_ms()), n.room().settings().clone()));
-    let text = app.metrics.render(&status, &settings);
+    let fairness = app.driver.rounds().fairness(now_ms());
+    let text = app.metrics.render(&status, &settings, &fairness);
     (
         [(
             header::CONTENT_TYPE,

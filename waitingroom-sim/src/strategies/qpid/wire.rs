@@ -78,6 +78,6 @@ pub(super) fn body_code(body: &Body) -> u64 {
         Body::PingReq { .. } => 5,
         Body::JoinRequest { .. } => 6,
         Body::NotMember { .. } => 7,
-        Body::Tree(_) => 8,
+        Body::Tree(..) => 8,
     }
 }

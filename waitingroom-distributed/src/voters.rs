@@ -30,9 +30,9 @@
 //! sides granting). A round that counted two or more members none of whom knows any voters
 //! (the founder among them, or dead before any round completed) makes them the first voters,
 //! if they hold a majority of every member any of them has had ([`Voters::first`]).
-//! Voters
-//! live in memory: a restarted node learns them anew, so two restarted nodes cut off together
-//! from everyone else would count as a cluster of their own.
+//!
+//! Voters live in memory: a restarted node learns them anew, so two restarted nodes cut off
+//! together from everyone else would count as a cluster of their own.
 
 use std::collections::BTreeSet;
 

@@ -35,6 +35,7 @@ use crate::qpid::Qpid;
 use crate::swim::Swim;
 use crate::tag::Tag;
 use crate::timer::{Timer, TimerTable};
+use crate::voters::Voters;
 
 /// One node of the waiting room cluster.
 #[derive(Debug, Clone)]
@@ -573,6 +574,15 @@ impl Node {
             .change_settings(|live, file| live.patched(patch, me, file))?;
         self.apply_settings();
         Ok(next)
+    }
+
+    /// An operator declares the voters left out of this node's membership gone for good: the
+    /// members become the voters, so a cluster that lost its majority admits again (README,
+    /// "Admission leases"). The counts and results of the next round carry them to every
+    /// member. Returns the new voters.
+    pub fn reset_voters(&mut self) -> Voters {
+        let members = self.cluster.membership().members.keys().copied().collect();
+        self.tag.reset_voters(members).clone()
     }
 
     /// An operator schedules an event at this node (README, "Scheduled events"): the next

@@ -220,6 +220,12 @@ impl Tag {
         }
     }
 
+    /// An operator makes `members` the voters (`Voters::reset`).
+    pub(crate) fn reset_voters(&mut self, members: BTreeSet<NodeId>) -> &Voters {
+        self.voters = self.voters.reset(members);
+        &self.voters
+    }
+
     /// Voters a peer told of: the newer win.
     pub(crate) fn adopt_voters(&mut self, voters: &Voters) {
         self.voters.adopt(voters);

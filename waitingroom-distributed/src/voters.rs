@@ -19,9 +19,9 @@
 //!
 //! The voters never shrink below [`VOTERS_FLOOR`] (those that left are kept, lowest id first):
 //! a 3-node cluster that loses one node keeps admitting (2 of 3); one that loses two stops
-//! (1 of 3) until a node comes back or an operator restarts the cluster. A node that started a
-//! cluster on its own after no seed answered has no voters, and so no majority, until it hears
-//! of a cluster that has.
+//! (1 of 3) until a node comes back or an operator declares the others gone
+//! ([`Voters::reset`]). A node that started a cluster on its own after no seed answered has no
+//! voters, and so no majority, until it hears of a cluster that has.
 //!
 //! A founder votes alone (its *founding* voters) only while it has never had company: once
 //! another member joined, it needs a completed round with them, and its founding voters are
@@ -131,6 +131,17 @@ impl Voters {
             set: members.clone(),
             prev: BTreeSet::new(),
         })
+    }
+
+    /// The operator's way out of a lost majority (README, "Admission leases"): `members`
+    /// become the voters, one epoch on, with no older voters to satisfy. Sound only if every
+    /// voter left out is really gone: alive on the other side of a cut, it may still grant.
+    pub(crate) fn reset(&self, members: BTreeSet<NodeId>) -> Voters {
+        Voters {
+            epoch: self.epoch.saturating_add(1).max(2),
+            set: members,
+            prev: BTreeSet::new(),
+        }
     }
 
     /// Keeps the newer of these voters and `other`; never another node's founding voters.

@@ -306,6 +306,38 @@ fn a_partition_never_puts_the_site_over_its_target() {
     assert!(crowd.all_admitted(), "everyone got in after the heal");
 }
 
+/// README, "Admission leases": a 3-node cluster that loses two nodes stops (1 of 3 voters),
+/// its visitors queued, until an operator declares the others gone (`Node::reset_voters`):
+/// the survivor is then the voters and lets its visitors out, within the target.
+#[test]
+fn an_operator_restores_admission_after_a_lost_majority() {
+    let settings = Settings {
+        target_on_site: 6,
+        pass_expiry_ms: 2_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 31);
+    net.run_for(2_000);
+    let survivor = NodeId(1);
+    net.kill(NodeId(2));
+    net.kill(NodeId(3));
+    let mut crowd = Crowd::default();
+    for _ in 0..10 {
+        crowd.join(&mut net, survivor);
+        net.run_for(20);
+    }
+    crowd.run(&mut net, 20_000);
+    assert_eq!(net.live()[0].pause(net.now), Some(Pause::NoMajority));
+    assert!(!crowd.all_admitted(), "no majority, nobody let out");
+    let voters = net.with(survivor, |n, _| n.reset_voters());
+    assert_eq!(voters.ids().collect::<Vec<_>>(), [survivor]);
+    for _ in 0..400 {
+        crowd.run(&mut net, 50);
+        assert!(granted_and_held(&net) <= 6, "t={}", net.now);
+    }
+    assert!(crowd.all_admitted(), "everyone got in after the reset");
+}
+
 #[test]
 fn graceful_shutdown_is_noticed_without_failure_detection() {
     let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 10);

@@ -57,6 +57,23 @@ enum Action {
         #[arg(long, value_name = "DURATION")]
         expires_in: Option<String>,
     },
+    /// The majority rule's voters (README, "Admission leases"; `/api/cluster` shows them).
+    Voters {
+        #[command(subcommand)]
+        action: VotersAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum VotersAction {
+    /// Make this node's members the voters: the way out when a cluster lost its majority (a
+    /// 3-node cluster that lost two nodes). Only if the nodes left out are gone for good: one
+    /// alive on the other side of a cut may still let visitors in.
+    Reset {
+        /// Required: you checked that the nodes left out are gone.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +153,16 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
             if let Some(d) = expires_in {
                 body["expires_in_ms"] = time(&format!("+{d}"), 0)?.into();
             }
+            (client.post(&url).json(&body), url)
+        }
+        Action::Voters {
+            action: VotersAction::Reset { yes },
+        } => {
+            if !yes {
+                bail!("voters reset: add --yes once you checked the nodes left out are gone");
+            }
+            let url = format!("{base}/admin/voters/reset");
+            let body = serde_json::json!({ "confirm": true });
             (client.post(&url).json(&body), url)
         }
     };

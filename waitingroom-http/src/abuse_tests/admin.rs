@@ -369,3 +369,32 @@ async fn a_room_closed_after_its_event_says_the_event_is_over() {
         .await
         .assert_error(StatusCode::SERVICE_UNAVAILABLE, "event_over");
 }
+
+/// README, "Admission leases": the operator's way out of a lost majority needs the token and
+/// an explicit confirmation, and makes the node's members the voters.
+#[tokio::test]
+async fn resetting_the_voters_needs_the_token_and_a_confirmation() {
+    let node = admin_node(options());
+    let reset = |token: Option<&str>, body: Value| {
+        event_request("POST", "/admin/voters/reset", token, Some(body))
+    };
+    node.send(reset(None, json!({"confirm": true})))
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    for body in [json!({}), json!({"confirm": "yes"})] {
+        let r = node.send(reset(Some(TOKEN), body)).await;
+        r.assert_error(StatusCode::BAD_REQUEST, "invalid_setting");
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("confirm")
+        );
+    }
+    let r = node
+        .send(reset(Some(TOKEN), json!({"confirm": true})))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(r.json()["voters"], json!([1]));
+    assert!(r.json()["epoch"].as_u64().expect("epoch") >= 2);
+}

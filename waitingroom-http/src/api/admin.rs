@@ -103,6 +103,29 @@ pub(super) async fn patch_settings(
     Ok(Json(view(&live, confirmed)))
 }
 
+#[utoipa::path(post, path = "/admin/voters/reset", tag = "internal",
+    summary = "Declare the voters left out gone (admin API, internal listener)",
+    description = "The way out of a lost majority: this node's members become the voters,         so a cluster that lost most of its nodes admits again. Sound only if every node left         out is really gone: one alive on the other side of a cut may still admit, and the site         may then go over its target. The body must be `{\"confirm\": true}`.",
+    request_body(content = Object, content_type = "application/json"),
+    responses((status = 200, description = "`voters` (node ids) and `epoch`", body = Object),
+        (status = 400, description = "`invalid_setting`: `confirm` missing", body = crate::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+pub(super) async fn reset_voters(
+    State(app): State<Arc<App>>,
+    body: RawBody,
+) -> Result<Json<Value>, ApiError> {
+    if json_body(body)?["confirm"] != true {
+        let why = "must be true: the nodes left out are gone for good";
+        return Err(invalid(waitingroom_core::SettingsError::new(
+            "confirm", why,
+        )));
+    }
+    let voters = app.driver.with(|n, _| n.reset_voters());
+    let ids: Vec<u64> = voters.ids().map(|id| id.0).collect();
+    tracing::warn!(voters = ?ids, epoch = voters.epoch, "admin: voters reset by the operator");
+    Ok(Json(json!({ "voters": ids, "epoch": voters.epoch })))
+}
+
 /// Longest life of a bypass pass, and its default.
 const BYPASS_MAX_MS: u64 = 30 * 24 * 3_600_000;
 const BYPASS_DEFAULT_MS: u64 = 24 * 3_600_000;

@@ -224,6 +224,7 @@ fn admin_table() -> Vec<Route> {
         ),
         ("/admin/events/{name}", delete(admin::delete_event)),
         ("/admin/passes", post(admin::post_pass)),
+        ("/admin/voters/reset", post(admin::reset_voters)),
     ]
 }
 

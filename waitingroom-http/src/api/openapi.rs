@@ -44,6 +44,7 @@ use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
         admin::post_event,
         admin::delete_event,
         admin::post_pass,
+        admin::reset_voters,
         peer::messages,
         peer::forwarded_batch,
         peer::forwarded_checkin,

@@ -13,6 +13,11 @@ use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
 
 use super::shared::{Endpoint, JoinKey, Reply, Shared, inc, later_wait_ms, retry_wait_ms};
 
+/// How far a node's clock may run ahead of this client's and a pass it calls expired still
+/// count as expired rather than as an error (the node's clock is wall time at its start plus
+/// monotonic time since: the two differ by a millisecond or so).
+const CLOCK_TOLERANCE_MS: u64 = 100;
+
 /// Where a visitor is in its visit.
 #[derive(Debug)]
 enum Status {
@@ -306,9 +311,11 @@ impl Visit<'_> {
             .attempts(Endpoint::Verify, None, header, |reply, _| match reply {
                 Reply::Ok(_) => Some(Outcome::Verified),
                 // Expired by the time the gate checked it (a short pass, a slow answer):
-                // refused as it must be, not an error.
+                // refused as it must be, not an error. The node's clock may run a little
+                // ahead of this one (wall time at its start plus monotonic time since).
                 Reply::Status(StatusCode::UNAUTHORIZED, code)
-                    if code == "expired_token" && pass.expires_at_ms <= now_ms() =>
+                    if code == "expired_token"
+                        && pass.expires_at_ms <= now_ms().saturating_add(CLOCK_TOLERANCE_MS) =>
                 {
                     Some(Outcome::VerifyExpired)
                 }

@@ -205,23 +205,22 @@ fn remember(recent: &mut VecDeque<Decided>, d: Decided) {
 
 /// A record's claims, unverified (a node's own log, read back).
 fn claims(jws: &str) -> Option<RoundRecord> {
+    serde_json::from_slice(&payload(jws)?).ok()
+}
+
+/// A JWS's payload, decoded, unverified.
+fn payload(jws: &str) -> Option<Vec<u8>> {
     use base64::Engine as _;
     let payload = jws.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload)
-        .ok()?;
-    serde_json::from_slice(&bytes).ok()
+        .ok()
 }
 
 /// A number among a JWS's claims (`round` of a record, `issued_at` of a pass), unverified:
 /// to order or find tokens that are checked afterwards.
 pub fn claim(jws: &str, name: &str) -> Option<u64> {
-    use base64::Engine as _;
-    let payload = jws.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload)
-        .ok()?;
-    serde_json::from_slice::<serde_json::Value>(&bytes).ok()?[name].as_u64()
+    serde_json::from_slice::<serde_json::Value>(&payload(jws)?).ok()?[name].as_u64()
 }
 
 #[cfg(test)]

@@ -168,8 +168,8 @@ pub struct Options {
 
     // ---- protocol ----
     /// How the root lets visitors out: range (one message per tree edge per round), batched
-    /// (QPID deleteMin in batches) or sequential (one at a time, as in the thesis).
-    /// (default: range)
+    /// (QPID deleteMin in batches) or sequential (one at a time, as in the thesis). The last two
+    /// are not leased: only with --target-on-site unlimited and no rate cap. (default: range)
     #[arg(long, env = "WAITINGROOM_ADMISSION", value_name = "MODE", value_parser = admission_mode())]
     pub admission: Option<AdmissionMode>,
     /// SWIM: how often one member is probed, ms. (default: 500)
@@ -347,6 +347,23 @@ pub struct Options {
 /// `--mode` takes the protocol's own names for the room's modes ([`Mode::name`]).
 fn room_mode() -> impl TypedValueParser<Value = Mode> {
     PossibleValuesParser::new(Mode::ALL.map(Mode::name)).try_map(|name| name.parse::<Mode>())
+}
+
+/// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
+/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
+/// them only while nothing limits admission. Refuses `admission` when it is one of them.
+pub fn unleased(admission: AdmissionMode) -> Result<(), SettingsError> {
+    if admission == AdmissionMode::Range {
+        return Ok(());
+    }
+    Err(SettingsError::new(
+        "admission",
+        format!(
+            "{} lets visitors out without admission leases, so it runs only with \
+             target_on_site unlimited and no new_users_per_minute; use range",
+            admission.name()
+        ),
+    ))
 }
 
 /// `--admission` takes the protocol's own names for its modes ([`AdmissionMode::name`]).
@@ -786,6 +803,10 @@ impl Options {
         protocol_knobs!(knob!());
         protocol.new_users_per_minute = self.new_users_per_minute;
         protocol.validate()?;
+        let limited = !settings.is_unlimited() || protocol.new_users_per_minute.is_some();
+        if limited {
+            unleased(protocol.admission)?;
+        }
         Ok(protocol)
     }
 
@@ -1296,6 +1317,34 @@ mod tests {
         assert_eq!(o.target_on_site, Some(Settings::UNLIMITED));
         let err = toml::from_str::<Options>("target_onsite = 3").unwrap_err();
         assert!(err.to_string().contains("target_onsite"), "{err}");
+    }
+
+    /// The thesis' deleteMin modes are not leased: the server runs them only while nothing
+    /// limits admission.
+    #[test]
+    fn the_unleased_admission_modes_need_no_limit() {
+        for admission in [AdmissionMode::Batched, AdmissionMode::Sequential] {
+            let limited = Options {
+                admission: Some(admission),
+                target_on_site: Some(100),
+                ..base()
+            };
+            let err = limited.resolve().unwrap_err().to_string();
+            assert!(err.contains("admission"), "{err}");
+            let free = Options {
+                admission: Some(admission),
+                target_on_site: Some(Settings::UNLIMITED),
+                ..base()
+            };
+            assert!(free.resolve().is_ok());
+            let capped = Options {
+                admission: Some(admission),
+                target_on_site: Some(Settings::UNLIMITED),
+                new_users_per_minute: Some(60),
+                ..base()
+            };
+            assert!(capped.resolve().is_err(), "a rate cap is a limit too");
+        }
     }
 
     #[test]

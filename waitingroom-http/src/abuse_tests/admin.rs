@@ -398,3 +398,30 @@ async fn resetting_the_voters_needs_the_token_and_a_confirmation() {
     assert_eq!(r.json()["voters"], json!([1]));
     assert!(r.json()["epoch"].as_u64().expect("epoch") >= 2);
 }
+
+/// The deleteMin modes are not leased: a node running one refuses a live target or rate cap,
+/// naming `admission`, and changes nothing.
+#[tokio::test]
+async fn an_unleased_admission_mode_refuses_a_live_limit() {
+    let node = admin_node(Options {
+        admission: Some(waitingroom_distributed::AdmissionMode::Batched),
+        target_on_site: Some(waitingroom_core::Settings::UNLIMITED),
+        ..options()
+    });
+    for change in [
+        json!({"target_on_site": 50}),
+        json!({"new_users_per_minute": 60}),
+    ] {
+        let r = node.patch(change).await;
+        r.assert_error(StatusCode::BAD_REQUEST, "invalid_setting");
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("admission")
+        );
+    }
+    let r = node.patch(json!({"mode": "queue_all"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert_eq!(r.json()["target_on_site"], "unlimited");
+}

@@ -93,6 +93,13 @@ pub(super) async fn patch_settings(
 ) -> Result<Json<Value>, ApiError> {
     let change = json_body(body)?;
     let patch = SettingsPatch::from_json(&change).map_err(invalid)?;
+    let limits = patch
+        .target_on_site
+        .is_some_and(|t| t != Settings::UNLIMITED)
+        || patch.new_users_per_minute.is_some_and(|n| n.is_some());
+    if limits {
+        crate::config::unleased(app.cfg.protocol.admission).map_err(invalid)?;
+    }
     let next = app
         .driver
         .with(|n, now| n.change_settings(now, &patch))
@@ -239,6 +246,12 @@ pub(super) async fn post_event(
     body: RawBody,
 ) -> Result<Json<Value>, ApiError> {
     let event = ScheduledEvent::from_json(&json_body(body)?).map_err(invalid)?;
+    let s = &event.settings;
+    if s.target_on_site.is_some_and(|t| t != Settings::UNLIMITED)
+        || s.new_users_per_minute.is_some()
+    {
+        crate::config::unleased(app.cfg.protocol.admission).map_err(invalid)?;
+    }
     let name = event.name.clone();
     let next = app
         .driver

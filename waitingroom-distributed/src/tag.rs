@@ -116,11 +116,9 @@ pub(crate) struct Tag {
     chain: (u64, String),
     /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
     recorded: VecDeque<(Time, u64)>,
-    /// Whether this node has had another member: a founder votes alone only until then
-    /// (`voters.rs`).
-    had_company: bool,
     /// Every member this node has had (at most [`SEEN_KEPT`]): before any voters are agreed,
-    /// the first need a majority of them (`voters.rs`).
+    /// the first need a majority of them, and a founder votes alone only while it has had no
+    /// other (`voters.rs`).
     seen: BTreeSet<NodeId>,
     /// The latest rounds this node started as root: it knows what each granted, so they are
     /// never lost to it (`lease.rs`).
@@ -197,7 +195,6 @@ impl Tag {
             chain: (0, String::new()),
             recorded: VecDeque::new(),
             started: VecDeque::new(),
-            had_company: false,
             seen: BTreeSet::new(),
         }
     }
@@ -209,9 +206,8 @@ impl Tag {
         }
     }
 
-    /// This node applied a membership of `members`.
-    pub(crate) fn members_now<'a>(&mut self, members: impl ExactSizeIterator<Item = &'a NodeId>) {
-        self.had_company |= members.len() > 1;
+    /// This node applied a membership of `members`: it has had them (`seen`).
+    pub(crate) fn members_now<'a>(&mut self, members: impl IntoIterator<Item = &'a NodeId>) {
         for &id in members {
             if self.seen.len() >= SEEN_KEPT {
                 break;
@@ -435,10 +431,10 @@ impl Tag {
             settings: self.live().clone(),
             released: Vec::new(),
             lost: Vec::new(),
-            seen: if self.voters.set.is_empty() || self.voters.is_founding() {
-                self.seen.clone()
-            } else {
+            seen: if self.voters.agreed() {
                 BTreeSet::new()
+            } else {
+                self.seen.clone()
             },
         }
     }
@@ -731,7 +727,8 @@ impl Tag {
     fn vote(&mut self, counts: &Counts) -> bool {
         self.voters.adopt(&counts.voters);
         let counted: BTreeSet<NodeId> = counts.per_node.iter().map(|n| n.node).collect();
-        let lone_founder = self.voters.is_founding() && self.had_company && counted.len() == 1;
+        let had_company = self.seen.len() > 1;
+        let lone_founder = self.voters.is_founding() && had_company && counted.len() == 1;
         let next = if lone_founder {
             None
         } else {

@@ -69,6 +69,11 @@ impl Voters {
         self.epoch == 1 && self.set.len() == 1 && self.prev.is_empty()
     }
 
+    /// Whether voters were agreed (not none, nor a founder's own).
+    pub(crate) fn agreed(&self) -> bool {
+        !self.set.is_empty() && !self.is_founding()
+    }
+
     /// The voters, in id order.
     pub fn ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.set.iter().copied()
@@ -90,7 +95,7 @@ impl Voters {
         members: &BTreeSet<NodeId>,
         seen: &BTreeSet<NodeId>,
     ) -> Option<Voters> {
-        if self.set.is_empty() || self.is_founding() {
+        if !self.agreed() {
             return self.first(members, seen);
         }
         if !self.is_majority(members) {

@@ -351,9 +351,14 @@ fn room_mode() -> impl TypedValueParser<Value = Mode> {
 
 /// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
 /// through QPID without admission leases (protocol README, "Admission leases"): the server runs
-/// them only while nothing limits admission. Refuses `admission` when it is one of them.
-pub fn unleased(admission: AdmissionMode) -> Result<(), SettingsError> {
-    if admission == AdmissionMode::Range {
+/// them only while nothing limits admission. Refuses `admission` when it is one of them and
+/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
+pub fn leased_if_limited(
+    admission: AdmissionMode,
+    target: u64,
+    rate_cap: bool,
+) -> Result<(), SettingsError> {
+    if admission == AdmissionMode::Range || target == Settings::UNLIMITED && !rate_cap {
         return Ok(());
     }
     Err(SettingsError::new(
@@ -803,10 +808,8 @@ impl Options {
         protocol_knobs!(knob!());
         protocol.new_users_per_minute = self.new_users_per_minute;
         protocol.validate()?;
-        let limited = !settings.is_unlimited() || protocol.new_users_per_minute.is_some();
-        if limited {
-            unleased(protocol.admission)?;
-        }
+        let rate_cap = protocol.new_users_per_minute.is_some();
+        leased_if_limited(protocol.admission, settings.target_on_site, rate_cap)?;
         Ok(protocol)
     }
 

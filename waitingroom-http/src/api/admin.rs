@@ -20,6 +20,7 @@ use waitingroom_distributed::{EventPhase, LiveSettings, ScheduledEvent, Settings
 use super::body::RawBody;
 use crate::app::App;
 use crate::clock::now_ms;
+use crate::config::leased_if_limited;
 use crate::errors::ApiError;
 
 /// Lets a request through only with the admin token (see the module's doc).
@@ -93,13 +94,9 @@ pub(super) async fn patch_settings(
 ) -> Result<Json<Value>, ApiError> {
     let change = json_body(body)?;
     let patch = SettingsPatch::from_json(&change).map_err(invalid)?;
-    let limits = patch
-        .target_on_site
-        .is_some_and(|t| t != Settings::UNLIMITED)
-        || patch.new_users_per_minute.is_some_and(|n| n.is_some());
-    if limits {
-        crate::config::unleased(app.cfg.protocol.admission).map_err(invalid)?;
-    }
+    let target = patch.target_on_site.unwrap_or(Settings::UNLIMITED);
+    let rate_cap = patch.new_users_per_minute.flatten().is_some();
+    leased_if_limited(app.cfg.protocol.admission, target, rate_cap).map_err(invalid)?;
     let next = app
         .driver
         .with(|n, now| n.change_settings(now, &patch))
@@ -247,11 +244,9 @@ pub(super) async fn post_event(
 ) -> Result<Json<Value>, ApiError> {
     let event = ScheduledEvent::from_json(&json_body(body)?).map_err(invalid)?;
     let s = &event.settings;
-    if s.target_on_site.is_some_and(|t| t != Settings::UNLIMITED)
-        || s.new_users_per_minute.is_some()
-    {
-        crate::config::unleased(app.cfg.protocol.admission).map_err(invalid)?;
-    }
+    let target = s.target_on_site.unwrap_or(Settings::UNLIMITED);
+    let rate_cap = s.new_users_per_minute.is_some();
+    leased_if_limited(app.cfg.protocol.admission, target, rate_cap).map_err(invalid)?;
     let name = event.name.clone();
     let next = app
         .driver

@@ -24,12 +24,7 @@ command -v wrk >/dev/null 2>&1 || apt_install wrk
 BIN="$(node_bin)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-checkin-cost.XXXXXX")"
 PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do stop_process "$pid" 3; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap 'stop_pids_and_remove "$WORK" 3' EXIT
 
 "$BIN" keygen --out "$WORK/key.pem" >/dev/null 2>&1
 # Everyone queued (target 1, no straight-through), check-ins every 30 s allowed at any rate, no

@@ -28,12 +28,7 @@ LIBFAKETIME="$(dpkg -L libfaketime | grep '/libfaketime\.so\.1$' | head -1)"
 [[ -n "$LIBFAKETIME" ]] || { echo "clock-skew-test: libfaketime.so.1 not found" >&2; exit 1; }
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-skew.XXXXXX")"
 PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do stop_process "$pid" 5; done
-    rm -rf "$STATE"
-}
-trap cleanup EXIT
+trap 'stop_pids_and_remove "$STATE" 5' EXIT
 fail() {
     echo "clock-skew-test: FAIL: $*" >&2
     tail -n 20 "$STATE"/node-*.log >&2 || true

@@ -27,12 +27,7 @@ STATE="$(mktemp -d "${TMPDIR:-/tmp}/waitingroom-dns.XXXXXX")"
 chmod 755 "$STATE"
 PIDS=()
 declare -A NODE_PID=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do stop_process "$pid" 5; done
-    rm -rf "$STATE"
-}
-trap cleanup EXIT
+trap 'stop_pids_and_remove "$STATE" 5' EXIT
 
 hosts() { # the name's records: 127.0.0.1 .. 127.0.0.$1
     local i

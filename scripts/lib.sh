@@ -36,3 +36,11 @@ stop_process() {
     done
     kill -KILL "$pid" 2>/dev/null || true
 }
+
+# The EXIT trap of a script that starts its own processes: stops every PID in the array PIDS
+# (SECONDS after TERM, then KILL) and removes DIR.
+stop_pids_and_remove() {
+    local dir="$1" seconds="$2" pid
+    for pid in "${PIDS[@]}"; do stop_process "$pid" "$seconds"; done
+    rm -rf "$dir"
+}

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 
-use crate::live::{LiveSettings, Mode, QueueingMethod};
+use crate::live::LiveSettings;
+use crate::patch::{Mode, QueueingMethod};
 
 /// How the root lets visitors out once a count has decided how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

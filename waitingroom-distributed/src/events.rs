@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use waitingroom_core::{SettingsError, Time};
 
-use crate::live::{Mode, QueueingMethod, SettingsPatch};
+use crate::patch::{Mode, QueueingMethod, SettingsPatch};
 
 /// Most events kept at once (ended ones are dropped when another is added).
 pub const MAX_EVENTS: usize = 16;

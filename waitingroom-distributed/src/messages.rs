@@ -331,6 +331,9 @@ pub struct NodeCounts {
 /// Most departures a count carries (a peer must not grow one without bound).
 const DEPARTED_SENT: usize = 256;
 
+/// Most members a node remembers having had, and a count carries (`seen`).
+pub(crate) const SEEN_KEPT: usize = 1_024;
+
 /// Most lost rounds a count carries.
 const LOST_SENT: usize = 64;
 
@@ -383,7 +386,7 @@ impl Counts {
         }
         released::merge(&mut self.released, &other.released);
         for &id in &other.seen {
-            if self.seen.len() >= crate::tag::SEEN_KEPT {
+            if self.seen.len() >= SEEN_KEPT {
                 break;
             }
             self.seen.insert(id);

@@ -20,13 +20,14 @@ use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
 use crate::lease::{Lease, Pause};
-use crate::live::{InForce, LiveSettings, Mode, QueueingMethod};
+use crate::live::{InForce, LiveSettings};
 use crate::local::Local;
 use crate::messages::{
     Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, LostRound,
-    NodeCounts, Stamp, Summary,
+    NodeCounts, SEEN_KEPT, Stamp, Summary,
 };
 use crate::outputs::{Event, Outbox};
+use crate::patch::{Mode, QueueingMethod};
 use crate::released::{Release, Released};
 use crate::voters::Voters;
 
@@ -53,9 +54,6 @@ const RELEASES_SENT_INTERVALS: Time = 3;
 
 /// Passes refreshed elsewhere that wait to be uncounted, at most.
 const UNCOUNT_KEPT: usize = 65_536;
-
-/// Most members a node remembers having had, and a count carries (`seen`).
-pub(crate) const SEEN_KEPT: usize = 1_024;
 
 /// Rounds a root remembers starting (more than a lost round lives: `lease.rs`).
 const STARTED_KEPT: usize = 16;
@@ -1138,10 +1136,10 @@ fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use crate::live::SettingsPatch;
     use crate::membership::Membership;
     use crate::messages::Body;
     use crate::node::Node;
+    use crate::patch::SettingsPatch;
     use crate::testing::{self, Neighbours, Peer, Said, member, said, settle, tree};
 
     use super::*;

@@ -702,7 +702,10 @@ impl Options {
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),
-            cookies: self.cookies()?,
+            cookies: CookieOptions {
+                ticket_max_age_s: settings.ticket_expiry_ms.div_ceil(1000),
+                ..self.cookies()?
+            },
             listen,
             internal_listen,
             internal_tls,

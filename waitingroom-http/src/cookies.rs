@@ -10,7 +10,6 @@ use clap::ValueEnum;
 use serde::Deserialize;
 
 use crate::clock::now_ms;
-use crate::config::ServerConfig;
 use crate::wire::PassAnswer;
 
 /// The ticket cookie's name, before the operator's suffix.
@@ -60,6 +59,9 @@ pub struct CookieOptions {
     pub pass: String,
     /// The leave key cookie's name.
     pub leave_key: String,
+    /// How long the ticket cookie is kept, s: as long as a ticket stays valid without a
+    /// check-in (the configuration sets it from the ticket expiry).
+    pub ticket_max_age_s: u64,
 }
 
 impl Default for CookieOptions {
@@ -78,6 +80,7 @@ impl CookieOptions {
             ticket: format!("{TICKET}{suffix}"),
             pass: format!("{PASS}{suffix}"),
             leave_key: format!("{LEAVE_KEY}{suffix}"),
+            ticket_max_age_s: 0,
         }
     }
 
@@ -119,24 +122,23 @@ pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// The ticket cookie for `token`: kept as long as a ticket stays valid without a check-in.
-pub fn for_ticket(cfg: &ServerConfig, token: &str) -> HeaderValue {
-    let max_age = cfg.settings.ticket_expiry_ms.div_ceil(1000);
-    let c = &cfg.cookies;
-    c.set(&c.ticket, token, Some(max_age))
-}
+impl CookieOptions {
+    /// The ticket cookie for `token`.
+    pub fn for_ticket(&self, token: &str) -> HeaderValue {
+        self.set(&self.ticket, token, Some(self.ticket_max_age_s))
+    }
 
-/// The pass cookie for pass `p`: kept as long as the pass stays valid without a refresh (the
-/// pass expiry is a live setting, so it is read off the pass, not the file).
-pub fn for_pass(cfg: &ServerConfig, p: &PassAnswer) -> HeaderValue {
-    let max_age = p.expires_at_ms.saturating_sub(now_ms()).div_ceil(1000);
-    let c = &cfg.cookies;
-    c.set(&c.pass, &p.pass, Some(max_age))
-}
+    /// The pass cookie for pass `p`: kept as long as the pass stays valid without a refresh
+    /// (the pass expiry is a live setting, so it is read off the pass, not the file).
+    pub fn for_pass(&self, p: &PassAnswer) -> HeaderValue {
+        let max_age = p.expires_at_ms.saturating_sub(now_ms()).div_ceil(1000);
+        self.set(&self.pass, &p.pass, Some(max_age))
+    }
 
-/// The cookies of a ticket exchanged for the pass `p`: the pass set, the ticket deleted.
-pub fn after_leave(cfg: &ServerConfig, p: &PassAnswer) -> Vec<HeaderValue> {
-    vec![for_pass(cfg, p), cfg.cookies.clear(&cfg.cookies.ticket)]
+    /// The cookies of a ticket exchanged for the pass `p`: the pass set, the ticket deleted.
+    pub fn after_leave(&self, p: &PassAnswer) -> Vec<HeaderValue> {
+        vec![self.for_pass(p), self.clear(&self.ticket)]
+    }
 }
 
 /// The bearer token of an `Authorization` header.

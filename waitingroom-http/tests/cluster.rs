@@ -643,14 +643,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["code"], "unauthorized_peer", "{what}");
     }
-    let status: Value = c
-        .get(format!("{url}/api/cluster"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(&c, format!("{url}/api/cluster")).await;
     assert_eq!(
         status["members"].as_array().unwrap().len(),
         1,
@@ -854,14 +847,7 @@ async fn bad_input_gets_json_errors() {
     // The node is still fine.
     let r = c.get(format!("{url}/livez")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let jwks: Value = c
-        .get(format!("{url}/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks: Value = get_json(&c, format!("{url}/.well-known/jwks.json")).await;
     assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
 }
 
@@ -893,14 +879,7 @@ async fn internal_routes_live_on_their_own_listener() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let r = c.post(format!("{internal}/api/join")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let status: Value = c
-        .get(format!("{internal}/api/cluster"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(&c, format!("{internal}/api/cluster")).await;
     let addrs: Vec<&str> = status["members"]
         .as_array()
         .unwrap()
@@ -1051,14 +1030,7 @@ async fn a_frozen_owner_gives_no_second_pass() {
         r.json::<Value>().await.unwrap()["code"],
         "owner_unavailable"
     );
-    let members: Value = c
-        .get(format!("{}/api/cluster", cl.nodes[1].internal_url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let members: Value = get_json(&c, format!("{}/api/cluster", cl.nodes[1].internal_url())).await;
     assert_eq!(
         members["members"].as_array().unwrap().len(),
         2,
@@ -1149,14 +1121,7 @@ async fn a_captured_forward_replayed_elsewhere_gets_nothing() {
         .crypto()
         .verify_ticket(&ticket, waitingroom_http::clock::now_ms())
         .unwrap();
-    let status: Value = c
-        .get(format!("{}/api/cluster", cl.nodes[0].internal_url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(&c, format!("{}/api/cluster", cl.nodes[0].internal_url())).await;
     let contact = |i: usize| {
         let m = status["members"].as_array().unwrap();
         let url = cl.nodes[i].internal_url();
@@ -1427,14 +1392,12 @@ async fn admin(cl: &Cluster, i: usize, token: &str, change: Option<Value>) -> Va
 /// Node `i`'s view of the cluster.
 async fn status(cl: &Cluster, i: usize) -> Value {
     let url = format!("{}/api/cluster", cl.nodes[i].internal_url());
-    cl.client
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(&cl.client, url).await
+}
+
+/// The JSON a GET of `url` answers.
+async fn get_json(c: &reqwest::Client, url: String) -> Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
 }
 
 /// README, "Live settings", end to end: a change made at node 3 is in force at nodes 1 and 2

@@ -11,10 +11,10 @@ use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket
 use super::{Node, next_boundary};
 use crate::cluster::Phase;
 use crate::lease::Pause;
-use crate::live::Mode;
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
 use crate::outputs::Outbox;
+use crate::patch::Mode;
 use crate::released::Release;
 
 /// Most re-queued visitors remembered for nodes that are away.

@@ -69,7 +69,7 @@ pub(super) async fn waiting_page(
         // Exchanged already: the same pass again if this is the page asking after its answer
         // was lost (same leave key, within the minute passes are kept); else a new visit.
         Err(e) if e.code == "already_left" => match app.leave(ticket, Some(key)).await {
-            Ok(p) => page::redirect(&onward, cookies::after_leave(&app.cfg, &p)),
+            Ok(p) => page::redirect(&onward, app.cfg.cookies.after_leave(&p)),
             Err(_) => app.page.fresh(
                 &headers,
                 app.cfg.settings.refresh_interval_ms,
@@ -84,12 +84,12 @@ pub(super) async fn waiting_page(
             back.as_deref(),
         ),
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket, Some(key)).await {
-            Ok(p) => page::redirect(&onward, cookies::after_leave(&app.cfg, &p)),
+            Ok(p) => page::redirect(&onward, app.cfg.cookies.after_leave(&p)),
             Err(e) => error_page(&app, &headers, &e),
         },
         Ok(a) => app
             .page
-            .queued(&headers, &a, cookies::for_ticket(&app.cfg, &a.ticket)),
+            .queued(&headers, &a, app.cfg.cookies.for_ticket(&a.ticket)),
         Err(e) => error_page(&app, &headers, &e),
     }
 }
@@ -114,7 +114,7 @@ pub(super) async fn join_form(
     // Back to the page, keeping where the visitor is to go once let in.
     let back = page::room_page(return_to(&uri).as_deref());
     match joined {
-        Ok(a) => page::redirect(&back, vec![cookies::for_ticket(&app.cfg, &a.ticket)]),
+        Ok(a) => page::redirect(&back, vec![app.cfg.cookies.for_ticket(&a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),
     }
 }

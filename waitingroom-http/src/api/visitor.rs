@@ -32,7 +32,7 @@ fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Res
 
 /// A join's or check-in's answer, with the refreshed ticket in its cookie too.
 fn ticket_response(app: &App, a: VisitorAnswer) -> Response {
-    let cookie = cookies::for_ticket(&app.cfg, &a.ticket);
+    let cookie = app.cfg.cookies.for_ticket(&a.ticket);
     with_cookies(a, vec![cookie])
 }
 
@@ -150,7 +150,7 @@ pub(super) async fn leave(
     let token = ticket(&app, &headers, body)?;
     let key = idempotency_key(&headers)?;
     let p = app.leave(&token, key).await?;
-    let set = cookies::after_leave(&app.cfg, &p);
+    let set = app.cfg.cookies.after_leave(&p);
     Ok(with_cookies(p, set))
 }
 
@@ -190,7 +190,7 @@ pub(super) async fn refresh_pass(
     let token = token_from(b.pass.as_deref(), &headers, &app.cfg.cookies.pass)
         .ok_or_else(|| ApiError::missing_token("pass"))?;
     let p = app.refresh_pass(token)?;
-    let cookie = cookies::for_pass(&app.cfg, &p);
+    let cookie = app.cfg.cookies.for_pass(&p);
     Ok(with_cookies(p, vec![cookie]))
 }
 
@@ -277,7 +277,7 @@ fn renew(app: &App, token: &str, pass: &waitingroom_core::Pass) -> Option<Header
         return None;
     }
     let renewed = app.refresh_pass(token).ok()?;
-    Some(cookies::for_pass(&app.cfg, &renewed))
+    Some(app.cfg.cookies.for_pass(&renewed))
 }
 
 /// The same check under `/api/pass/verify/…`, whatever the method: Envoy's `ext_authz` asks

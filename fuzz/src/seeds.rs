@@ -47,6 +47,7 @@ fn ticket() -> Ticket {
         expires_at: NOW + 30_000,
         previous_position: Some(12),
         eviction_time: None,
+        draw: None,
     }
 }
 
@@ -60,6 +61,7 @@ fn pass() -> Pass {
         expires_at: NOW + 600_000,
         eviction_time: NOW - 2_000,
         round: Some(7),
+        draw: Some(41),
     }
 }
 

@@ -23,6 +23,7 @@ fn tokens(c: &mut Criterion) {
         expires_at: NOW + 600_000,
         previous_position: Some(17),
         eviction_time: None,
+        draw: None,
     };
     let pass = Pass {
         id: TicketId(0x0123_4567_89ab_cdef),
@@ -33,6 +34,7 @@ fn tokens(c: &mut Criterion) {
         expires_at: NOW + 600_000,
         eviction_time: NOW - 500,
         round: None,
+        draw: None,
     };
     let ticket_token = sign_ticket(&key, &ticket);
     let pass_token = sign_pass(&key, &pass);

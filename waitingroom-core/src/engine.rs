@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{EngineError, SettingsError};
+use crate::lottery::{self, LotterySeed};
 use crate::queue::{KeyTree, TicketHasher};
 use crate::settings::Settings;
 use crate::types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
@@ -153,17 +154,29 @@ impl WaitingRoom {
     /// A new visitor arrives and is admitted at once (`admit_now`) or queued: for a caller that
     /// decides straight-through admission itself (a cluster node knows the cluster's free places).
     pub fn join_as(&mut self, now: Time, admit_now: bool) -> CheckIn {
-        self.join_stamped(now, now, admit_now)
+        self.join_stamped(now, (now, None), admit_now)
     }
 
     /// Like [`WaitingRoom::join_as`], with the visitor's place in the queue stamped `join_time`
     /// instead of `now`: a cluster node stamps join times on the cluster's reference clock so
-    /// that nodes whose clocks differ do not reorder visitors.
-    pub fn join_stamped(&mut self, now: Time, join_time: Time, admit_now: bool) -> CheckIn {
-        let id = loop {
-            let id = TicketId(self.rng.next_u64());
+    /// that nodes whose clocks differ do not reorder visitors. In a lottery (`seed`), the
+    /// ticket id is drawn from the lottery's seed ([`lottery::drawn_id`]) and the ticket keeps
+    /// the draw, so that the order can be checked afterwards.
+    pub fn join_stamped(
+        &mut self,
+        now: Time,
+        (join_time, seed): (Time, Option<&LotterySeed>),
+        admit_now: bool,
+    ) -> CheckIn {
+        let (id, draw) = loop {
+            let word = self.rng.next_u64();
+            let (id, draw) = match seed {
+                // Draws stay below 2^53: JSON readers that hold numbers as doubles keep them.
+                Some(seed) => (lottery::drawn_id(seed, word >> 11), Some(word >> 11)),
+                None => (TicketId(word), None),
+            };
             if !self.visitors.contains_key(&id) {
-                break id;
+                break (id, draw);
             }
         };
         let mut ticket = Ticket {
@@ -175,6 +188,7 @@ impl WaitingRoom {
             expires_at: now,
             previous_position: None,
             eviction_time: None,
+            draw,
         };
         if admit_now {
             self.admit(id, now, now);
@@ -241,6 +255,7 @@ impl WaitingRoom {
             expires_at: pass_expires,
             eviction_time,
             round: None,
+            draw: ticket.draw,
         })
     }
 
@@ -1017,6 +1032,7 @@ mod tests {
             expires_at: 10_005,
             previous_position: Some(4),
             eviction_time: None,
+            draw: None,
         };
         room.join(10);
         let c = room.check_in(20, &early).unwrap();

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod kendall;
 pub mod keys;
+pub mod lottery;
 pub mod queue;
 pub mod rounds;
 pub mod settings;

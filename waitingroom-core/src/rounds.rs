@@ -91,14 +91,34 @@ struct Header<'a> {
 /// Signs `record` with `key` (EdDSA, `typ` [`ROUND_TYP`]). Deterministic: the same claims and
 /// key always give the same string.
 pub fn sign_record(key: &ClusterKey, record: &RoundRecord) -> String {
+    sign_typed(key, ROUND_TYP, record)
+}
+
+/// Signs `claims` as a compact EdDSA JWS of type `typ`: the published records (rounds here,
+/// lotteries in `lottery.rs`), each of a type no ticket or pass has.
+pub(crate) fn sign_typed<T: Serialize>(key: &ClusterKey, typ: &'static str, claims: &T) -> String {
     let header = serde_json::to_string(&Header {
         alg: "EdDSA",
         kid: key.kid(),
-        typ: ROUND_TYP,
+        typ,
     })
     .expect("a header serialises");
-    let payload = serde_json::to_vec(record).expect("a record serialises");
+    let payload = serde_json::to_vec(claims).expect("claims serialise");
     sign_compact(key, &header, &payload)
+}
+
+/// Checks a record's signature (any key of `keys`) and that its type is `typ`, and returns its
+/// claims.
+pub(crate) fn verify_typed<T: for<'de> Deserialize<'de>>(
+    keys: &VerifyingKeySet,
+    typ: &str,
+    jws: &str,
+) -> Result<T, RecordError> {
+    let (header, payload) = keys.verify_compact(jws)?;
+    if header.typ.as_deref() != Some(typ) {
+        return Err(RecordError::NotARecord(header.typ));
+    }
+    serde_json::from_slice(&payload).map_err(|e| RecordError::Claims(e.to_string()))
 }
 
 /// Why a string is not a valid round record of this cluster.
@@ -108,20 +128,16 @@ pub enum RecordError {
     #[error(transparent)]
     Token(#[from] TokenError),
     /// Signed, but of another type (a pass, say).
-    #[error("not a round record: typ {0:?}")]
+    #[error("not a record of this kind: typ {0:?}")]
     NotARecord(Option<String>),
     /// Signed and typed, but the claims are not a record's.
-    #[error("invalid round record claims: {0}")]
+    #[error("invalid record claims: {0}")]
     Claims(String),
 }
 
 /// Checks a record's signature (any key of `keys`) and type, and returns its claims.
 pub fn verify_record(keys: &VerifyingKeySet, jws: &str) -> Result<RoundRecord, RecordError> {
-    let (header, payload) = keys.verify_compact(jws)?;
-    if header.typ.as_deref() != Some(ROUND_TYP) {
-        return Err(RecordError::NotARecord(header.typ));
-    }
-    serde_json::from_slice(&payload).map_err(|e| RecordError::Claims(e.to_string()))
+    verify_typed(keys, ROUND_TYP, jws)
 }
 
 /// What the next record's `prev` holds: the SHA-256 of this record's JWS string, base64url
@@ -402,6 +418,7 @@ mod tests {
             expires_at: 2,
             eviction_time: 1,
             round: None,
+            draw: None,
         };
         assert!(matches!(
             verify_record(&keys(), &ring.sign_pass(&pass)),

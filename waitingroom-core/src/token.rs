@@ -231,6 +231,8 @@ struct TicketClaims<'a> {
     previous_position: Option<u64>,
     #[serde(deserialize_with = "Option::deserialize")]
     eviction_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draw: Option<u64>,
 }
 
 impl<'a> Claims<'a> for TicketClaims<'a> {
@@ -256,6 +258,7 @@ impl TicketClaims<'_> {
             expires_at: t.expires_at,
             previous_position: t.previous_position,
             eviction_time: t.eviction_time,
+            draw: t.draw,
         }
     }
 
@@ -276,6 +279,7 @@ impl TicketClaims<'_> {
             expires_at: self.expires_at,
             previous_position: self.previous_position,
             eviction_time: self.eviction_time,
+            draw: self.draw,
         })
     }
 }
@@ -298,6 +302,8 @@ struct PassClaims<'a> {
     eviction_time: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     round: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draw: Option<u64>,
 }
 
 impl<'a> Claims<'a> for PassClaims<'a> {
@@ -323,6 +329,7 @@ impl PassClaims<'_> {
             expires_at: p.expires_at,
             eviction_time: p.eviction_time,
             round: p.round,
+            draw: p.draw,
         }
     }
 
@@ -343,6 +350,7 @@ impl PassClaims<'_> {
             expires_at: self.expires_at,
             eviction_time: self.eviction_time,
             round: self.round,
+            draw: self.draw,
         })
     }
 }
@@ -724,6 +732,7 @@ mod tests {
             expires_at: NOW + 600_000,
             previous_position: Some(17),
             eviction_time: None,
+            draw: None,
         }
     }
 
@@ -737,6 +746,7 @@ mod tests {
             expires_at: NOW + 600_000,
             eviction_time: NOW - 500,
             round: None,
+            draw: None,
         }
     }
 

@@ -100,6 +100,9 @@ pub struct Ticket {
     pub previous_position: Option<u64>,
     /// When the visitor was let out of the queue, once they have been.
     pub eviction_time: Option<Time>,
+    /// In a lottery, the number the id was drawn with (`lottery::drawn_id`); None otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<u64>,
 }
 
 impl Ticket {
@@ -135,6 +138,10 @@ pub struct Pass {
     /// None when they were let straight through, or by a node that knew no record of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u64>,
+    /// The ticket's lottery draw, kept so that anyone can check the id was drawn
+    /// (`lottery::audit_draws`); None outside a lottery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<u64>,
 }
 
 impl Pass {

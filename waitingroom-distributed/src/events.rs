@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use waitingroom_core::lottery::LotterySeed;
 use waitingroom_core::{SettingsError, Time};
 
 use crate::patch::{Mode, QueueingMethod, SettingsPatch};
@@ -42,6 +43,11 @@ pub struct ScheduledEvent {
     /// Settings that apply from the pre-queue's opening to the end.
     #[serde(default)]
     pub settings: EventSettings,
+    /// The seed its lottery draws ids from, if it draws lots ([`ScheduledEvent::draws_lots`]):
+    /// drawn by the node it was scheduled at, revealed at its start (`lottery.rs` in the core
+    /// crate). Never from the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<LotterySeed>,
 }
 
 /// The live settings an event may replace while it lasts (pass expiry and session duration
@@ -118,9 +124,15 @@ impl ScheduledEvent {
                 None => EventSettings::default(),
                 Some(v) => EventSettings::from_json(v)?,
             },
+            seed: None,
         };
         event.check_times()?;
         Ok(event)
+    }
+
+    /// Whether it draws lots: a shuffled pre-queue, or random queueing while it is on.
+    pub fn draws_lots(&self) -> bool {
+        self.shuffle_at_start || self.settings.queueing_method == Some(QueueingMethod::Random)
     }
 
     fn check_times(&self) -> Result<(), SettingsError> {

@@ -15,10 +15,14 @@
 //! never travels: until the first change, every node keeps its own.
 
 use serde::{Deserialize, Serialize};
+use waitingroom_core::lottery::{LotteryRecord, LotterySeed};
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 
 use crate::events::{EventPhase, MAX_EVENTS, ScheduledEvent};
 use crate::patch::{Mode, QueueingMethod, SettingsPatch};
+
+/// The name of the room's own lottery in its record (events are named by their names).
+pub const ROOM_LOTTERY: &str = "random";
 
 /// The settings an operator may change while the cluster runs, with their version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +47,11 @@ pub struct LiveSettings {
     /// visitors are stamped (see [`QueueingMethod::Random`]).
     #[serde(default)]
     pub lottery_since: Time,
+    /// The seed of the room's lottery, drawn where random queueing was last switched on: the
+    /// ids of its visitors are drawn from it, and it is revealed once the lottery is switched
+    /// off (`waitingroom_core::lottery`). None until a lottery has been opened live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lottery_seed: Option<LotterySeed>,
     /// Scheduled events, in start order (`events.rs`).
     #[serde(default)]
     pub events: Vec<ScheduledEvent>,
@@ -69,6 +78,7 @@ impl LiveSettings {
             pass_expiry_ms: s.pass_expiry_ms,
             session_duration_ms: s.pass_max_lifetime_ms,
             lottery_since: 0,
+            lottery_seed: None,
             events: Vec::new(),
         }
     }
@@ -114,11 +124,12 @@ impl LiveSettings {
     }
 
     /// The next version, written by `author` at `now` (reference clock): these with `patch`
-    /// applied, checked against the file's other settings.
+    /// applied, checked against the file's other settings. A lottery it opens draws its ids
+    /// from `seed`.
     pub fn patched(
         &self,
         patch: &SettingsPatch,
-        (author, now): (NodeId, Time),
+        (author, now, seed): (NodeId, Time, LotterySeed),
         file: &Settings,
     ) -> Result<LiveSettings, SettingsError> {
         let p = patch;
@@ -138,23 +149,30 @@ impl LiveSettings {
             } else {
                 self.lottery_since
             },
+            lottery_seed: if lottery_opens {
+                Some(seed)
+            } else {
+                self.lottery_seed
+            },
             events: self.events.clone(),
         };
         next.validate(file)?;
         Ok(next)
     }
 
-    /// The next version with `event` added, written by `author` at `now`. Events that have
-    /// ended are dropped; one whose time overlaps another's, or whose name is taken, is refused.
+    /// The next version with `event` added, written by `author` at `now`, its lottery (if it
+    /// draws lots) drawn from `seed`. Events that have ended are dropped; one whose time
+    /// overlaps another's, or whose name is taken, is refused.
     pub fn with_event(
         &self,
-        event: ScheduledEvent,
-        (author, now): (NodeId, Time),
+        mut event: ScheduledEvent,
+        (author, now, seed): (NodeId, Time, LotterySeed),
         file: &Settings,
     ) -> Result<LiveSettings, SettingsError> {
         if event.end_ms <= now {
             return Err(SettingsError::new("end_ms", "is already past"));
         }
+        event.seed = event.draws_lots().then_some(seed);
         let mut events: Vec<ScheduledEvent> = self
             .events
             .iter()
@@ -235,22 +253,53 @@ impl LiveSettings {
         now
     }
 
-    /// The join time a visitor who joins at `t` (reference clock) is stamped: `t`, except in
-    /// a shuffled pre-queue (the pre-queue's opening: `events.rs`) and under random queueing
-    /// (the lottery's opening, or the start of the latest event that has begun if later, so
-    /// that a lottery never jumps an event's pre-queue). Never 0, so that a visitor whose
-    /// admission was decided can be re-queued just before the lottery
-    /// (`Tag::decided_join_time`).
-    pub fn join_stamp(&self, t: Time) -> Time {
+    /// The join time a visitor who joins at `t` (reference clock) is stamped, and the seed of
+    /// the lottery that draws their id if one does: `t`, except in a shuffled pre-queue (the
+    /// pre-queue's opening and the event's seed: `events.rs`) and under random queueing (the
+    /// lottery's opening and seed, or the start and seed of the latest event that has begun if
+    /// later, so that a lottery never jumps an event's pre-queue). Never 0, so that a visitor
+    /// whose admission was decided can be re-queued just before the lottery
+    /// (`Tag::decided_join_time`). A lottery opened by the file configuration has no seed: its
+    /// ids are drawn as any others, and it publishes no record.
+    pub fn join_stamp(&self, t: Time) -> (Time, Option<&LotterySeed>) {
         match self.event_at(t) {
-            Some(EventPhase::Prequeue(e)) if e.shuffle_at_start => e.prequeue_start_ms,
-            Some(EventPhase::Prequeue(_)) => t,
-            _ if self.queueing_method_at(t) == QueueingMethod::Random => {
-                let begun = self.events.iter().map(|e| e.start_ms).filter(|&s| s <= t);
-                begun.fold(self.lottery_since.max(1), Time::max)
+            Some(EventPhase::Prequeue(e)) if e.shuffle_at_start => {
+                (e.prequeue_start_ms, e.seed.as_ref())
             }
-            _ => t,
+            Some(EventPhase::Prequeue(_)) => (t, None),
+            _ if self.queueing_method_at(t) == QueueingMethod::Random => {
+                let room = (self.lottery_since.max(1), self.lottery_seed.as_ref());
+                let begun = self.events.iter().filter(|e| e.start_ms <= t);
+                begun.fold(room, |latest, e| {
+                    if e.start_ms > latest.0 {
+                        (e.start_ms, e.seed.as_ref().or(room.1))
+                    } else {
+                        latest
+                    }
+                })
+            }
+            _ => (t, None),
         }
+    }
+
+    /// The records of the lotteries these settings hold, as of `t` (reference clock): the
+    /// room's, revealed once random queueing is off, and each lottery event's, revealed at its
+    /// start (`waitingroom_core::lottery`).
+    pub fn lotteries(&self, t: Time) -> Vec<LotteryRecord> {
+        let room = self.lottery_seed.as_ref().map(|seed| {
+            let revealed = self.queueing_method != QueueingMethod::Random;
+            LotteryRecord::new(ROOM_LOTTERY, seed, None, revealed)
+        });
+        let events = self.events.iter().filter_map(|e| {
+            let seed = e.seed.as_ref()?;
+            Some(LotteryRecord::new(
+                &e.name,
+                seed,
+                Some(e.start_ms),
+                t >= e.start_ms,
+            ))
+        });
+        room.into_iter().chain(events).collect()
     }
 
     /// The queueing method in force at `t`: an event's while one is on (what
@@ -411,6 +460,8 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    const SEED: LotterySeed = [1; 32];
+
     fn file() -> Settings {
         Settings {
             target_on_site: 100,
@@ -440,7 +491,7 @@ mod tests {
         assert_eq!(err(json!([1])), "body");
         let bad = |p: SettingsPatch| {
             live()
-                .patched(&p, (NodeId(2), 0), &file())
+                .patched(&p, (NodeId(2), 0, SEED), &file())
                 .unwrap_err()
                 .field
         };
@@ -468,7 +519,7 @@ mod tests {
         }))
         .unwrap();
         let old = live();
-        let new = old.patched(&p, (NodeId(3), 0), &file()).unwrap();
+        let new = old.patched(&p, (NodeId(3), 0, SEED), &file()).unwrap();
         assert_eq!(new.version, 1);
         assert_eq!(new.author, NodeId(3));
         assert_eq!(new.target_on_site, Settings::UNLIMITED);
@@ -477,10 +528,14 @@ mod tests {
         assert_eq!(new.pass_expiry_ms, old.pass_expiry_ms);
         assert!(old.is_older_than(&new));
         let cleared = SettingsPatch::from_json(&json!({"new_users_per_minute": null})).unwrap();
-        let newer = new.patched(&cleared, (NodeId(1), 0), &file()).unwrap();
+        let newer = new
+            .patched(&cleared, (NodeId(1), 0, SEED), &file())
+            .unwrap();
         assert_eq!(newer.new_users_per_minute, None);
         // Two changes made at once: the higher author wins, everywhere.
-        let other = old.patched(&cleared, (NodeId(1), 0), &file()).unwrap();
+        let other = old
+            .patched(&cleared, (NodeId(1), 0, SEED), &file())
+            .unwrap();
         assert!(other.is_older_than(&new) && !new.is_older_than(&other));
         // The file configuration never replaces another node's.
         let mut elsewhere = live();
@@ -526,20 +581,32 @@ mod tests {
     fn a_lottery_stamps_everyone_the_time_it_opened() {
         let random = SettingsPatch::from_json(&json!({"queueing_method": "random"})).unwrap();
         let l = live()
-            .patched(&random, (NodeId(1), 5_000), &file())
+            .patched(&random, (NodeId(1), 5_000, SEED), &file())
             .unwrap();
         assert_eq!(
             (l.queueing_method, l.lottery_since),
             (QueueingMethod::Random, 5_000)
         );
-        assert_eq!(l.join_stamp(9_000), 5_000);
+        assert_eq!(l.join_stamp(9_000), (5_000, Some(&SEED)));
+        // Its record commits to the seed until the lottery is switched off, then shows it.
+        let commit = waitingroom_core::lottery::commitment(&SEED);
+        let open = &l.lotteries(9_000)[0];
+        assert_eq!(
+            (open.name.as_str(), &open.commit, &open.seed),
+            ("random", &commit, &None)
+        );
         // Changing something else keeps the lottery's opening.
         let other = SettingsPatch::from_json(&json!({"target_on_site": 7})).unwrap();
-        let l = l.patched(&other, (NodeId(1), 8_000), &file()).unwrap();
-        assert_eq!(l.join_stamp(9_000), 5_000);
+        let l = l
+            .patched(&other, (NodeId(1), 8_000, SEED), &file())
+            .unwrap();
+        assert_eq!(l.join_stamp(9_000).0, 5_000);
         let fifo = SettingsPatch::from_json(&json!({"queueing_method": "fifo"})).unwrap();
-        let l = l.patched(&fifo, (NodeId(1), 10_000), &file()).unwrap();
-        assert_eq!(l.join_stamp(11_000), 11_000);
+        let l = l
+            .patched(&fifo, (NodeId(1), 10_000, SEED), &file())
+            .unwrap();
+        assert_eq!(l.join_stamp(11_000), (11_000, None));
+        assert_eq!(l.lotteries(11_000)[0].revealed_seed(), Some(SEED));
     }
 
     #[test]
@@ -549,7 +616,7 @@ mod tests {
             "end_ms": 3_000, "shuffle_at_start": true, "settings": {"target_on_site": 5}}),
         );
         let l = live()
-            .with_event(e.clone(), (NodeId(2), 0), &file())
+            .with_event(e.clone(), (NodeId(2), 0, SEED), &file())
             .unwrap();
         assert_eq!(l.version, 1);
         assert_eq!(l.in_force_at(999).mode, Mode::Normal);
@@ -558,22 +625,25 @@ mod tests {
         assert_eq!((pre.mode, pre.target_on_site), (Mode::QueueAll, 5));
         assert_eq!(l.prequeue_until(1_500), Some(2_000));
         // Pre-queued visitors share the pre-queue's opening: their ticket ids draw the order.
-        assert_eq!(l.join_stamp(1_500), 1_000);
+        assert_eq!(l.join_stamp(1_500), (1_000, Some(&SEED)));
+        // Its lottery is committed to at once and revealed at the start.
+        assert_eq!(l.lotteries(1_999)[0].seed, None);
+        assert_eq!(l.lotteries(2_000)[0].revealed_seed(), Some(SEED));
         let on = l.in_force_at(2_500);
         assert_eq!((on.mode, on.target_on_site), (Mode::Normal, 5));
-        assert_eq!(l.join_stamp(2_500), 2_500);
+        assert_eq!(l.join_stamp(2_500).0, 2_500);
         assert_eq!(l.in_force_at(3_000).target_on_site, 100);
         assert_eq!(l.next_edge_after(0), 1_000);
         assert_eq!(l.next_edge_after(2_000), 3_000);
         assert_eq!(l.next_edge_after(3_000), Time::MAX);
         // Taken names, overlaps, past events and bad settings are refused.
-        let again = l.with_event(e.clone(), (NodeId(2), 0), &file());
+        let again = l.with_event(e.clone(), (NodeId(2), 0, SEED), &file());
         assert_eq!(again.unwrap_err().field, "name");
-        let past = live().with_event(e.clone(), (NodeId(2), 3_000), &file());
+        let past = live().with_event(e.clone(), (NodeId(2), 3_000, SEED), &file());
         assert_eq!(past.unwrap_err().field, "end_ms");
         let mut zero = e.clone();
         zero.settings.target_on_site = Some(0);
-        let zero = live().with_event(zero, (NodeId(2), 0), &file());
+        let zero = live().with_event(zero, (NodeId(2), 0, SEED), &file());
         assert_eq!(zero.unwrap_err().field, "target_on_site");
         // Deleting it makes a newer version without it.
         let gone = l.without_event("sale", NodeId(1)).unwrap();
@@ -584,17 +654,25 @@ mod tests {
     #[test]
     fn a_lottery_never_jumps_an_events_prequeue() {
         let random = SettingsPatch::from_json(&json!({"queueing_method": "random"})).unwrap();
-        let l = live().patched(&random, (NodeId(1), 500), &file()).unwrap();
+        let l = live()
+            .patched(&random, (NodeId(1), 500, SEED), &file())
+            .unwrap();
         let e = event(
             json!({"name": "sale", "prequeue_start_ms": 1_000, "start_ms": 2_000,
             "end_ms": 3_000}),
         );
-        let l = l.with_event(e, (NodeId(1), 600), &file()).unwrap();
-        assert_eq!(l.join_stamp(700), 500);
+        let l = l.with_event(e, (NodeId(1), 600, SEED), &file()).unwrap();
+        assert_eq!(l.join_stamp(700).0, 500);
         // Without a shuffle, pre-queued visitors keep their join order.
-        assert_eq!(l.join_stamp(1_500), 1_500);
-        assert_eq!(l.join_stamp(2_500), 2_000);
-        assert_eq!(l.join_stamp(3_500), 2_000);
+        assert_eq!(l.join_stamp(1_500).0, 1_500);
+        // After its start the room's lottery goes on, from the start and with its own seed.
+        assert_eq!(l.join_stamp(2_500), (2_000, Some(&SEED)));
+        assert_eq!(l.join_stamp(3_500).0, 2_000);
+        assert_eq!(
+            l.lotteries(2_500).len(),
+            1,
+            "an event that draws no lots has no record"
+        );
         // A closed room stays closed through a pre-queue.
         let mut closed = l.clone();
         closed.mode = Mode::Reject;

@@ -18,6 +18,7 @@ pub(crate) mod visitor;
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use waitingroom_core::lottery::LotterySeed;
 use waitingroom_core::{NodeId, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::channel::Channels;
@@ -563,13 +564,15 @@ impl Node {
 
     /// An operator's change made at this node: the next version of the live settings, in
     /// force here at once and on every member after the next round. An error names the
-    /// setting at fault and changes nothing.
+    /// setting at fault and changes nothing. A lottery it opens draws from `seed` (32 random
+    /// bytes from the driver: README, "Random queueing").
     pub fn change_settings(
         &mut self,
         now: Time,
         patch: &SettingsPatch,
+        seed: LotterySeed,
     ) -> Result<LiveSettings, SettingsError> {
-        let me = (self.id(), self.reference_time(now));
+        let me = (self.id(), self.reference_time(now), seed);
         let next = self
             .tag
             .change_settings(|live, file| live.patched(patch, me, file))?;
@@ -589,12 +592,14 @@ impl Node {
     /// An operator schedules an event at this node (README, "Scheduled events"): the next
     /// version of the live settings, carried to every member like any other change. An error
     /// names the field at fault (a taken name, an overlap, a time past) and changes nothing.
+    /// An event that draws lots draws from `seed` (32 random bytes from the driver).
     pub fn add_event(
         &mut self,
         now: Time,
         event: ScheduledEvent,
+        seed: LotterySeed,
     ) -> Result<LiveSettings, SettingsError> {
-        let me = (self.id(), self.reference_time(now));
+        let me = (self.id(), self.reference_time(now), seed);
         let next = self
             .tag
             .change_settings(|live, file| live.with_event(event, me, file))?;

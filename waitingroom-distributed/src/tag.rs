@@ -1471,7 +1471,7 @@ mod tests {
             pass_expiry_ms: Some(1_000),
             ..SettingsPatch::default()
         };
-        tag.change_settings(|l, f| l.patched(&shorter, (NodeId(1), 0), f))
+        tag.change_settings(|l, f| l.patched(&shorter, (NodeId(1), 0, [0; 32]), f))
             .unwrap();
         assert_eq!(tag.settings().pass_expiry_ms, 1_000);
         assert_eq!(tag.departed_for(), before);
@@ -1479,7 +1479,7 @@ mod tests {
             pass_expiry_ms: Some(20_000),
             ..SettingsPatch::default()
         };
-        tag.change_settings(|l, f| l.patched(&longer, (NodeId(1), 0), f))
+        tag.change_settings(|l, f| l.patched(&longer, (NodeId(1), 0, [0; 32]), f))
             .unwrap();
         assert!(tag.departed_for() > before);
     }

@@ -632,11 +632,24 @@ fn straight_through_admission_only_while_nobody_waits() {
     assert!(total <= 10, "{total}");
 }
 
+/// The seed every lottery of these tests draws from (a server draws a fresh one each time).
+const LOTTERY_SEED: [u8; 32] = [5; 32];
+
+/// Whether `ticket`'s id was drawn from `seed` with the draw it carries (README, "Random
+/// queueing": a provable lottery).
+fn drawn_from(seed: &[u8; 32], ticket: &waitingroom_core::Ticket) -> bool {
+    ticket
+        .draw
+        .is_some_and(|d| waitingroom_core::lottery::drawn_id(seed, d) == ticket.id)
+}
+
 /// Changes node `id`'s live settings as an operator would (README, "Live settings").
 fn change(net: &mut Net, id: u64, patch: serde_json::Value) -> LiveSettings {
     let patch = SettingsPatch::from_json(&patch).expect("a valid patch");
-    net.with(NodeId(id), |n, now| n.change_settings(now, &patch))
-        .expect("valid settings")
+    net.with(NodeId(id), |n, now| {
+        n.change_settings(now, &patch, LOTTERY_SEED)
+    })
+    .expect("valid settings")
 }
 
 /// Times at which visitors were let out, in order.
@@ -828,6 +841,9 @@ fn random_queueing_lets_visitors_out_in_lottery_order() {
     // The lottery's visitors all share its join time: their order is their ticket ids.
     let lottery = &crowd.tickets[5..];
     assert!(lottery.iter().all(|t| t.join_time == random.lottery_since));
+    assert_eq!(random.lottery_seed, Some(LOTTERY_SEED));
+    assert!(lottery.iter().all(|t| drawn_from(&LOTTERY_SEED, t)));
+    assert!(crowd.tickets[..5].iter().all(|t| t.draw.is_none()));
     let mut by_id: Vec<_> = lottery.iter().map(|t| t.id).collect();
     by_id.sort_unstable();
     let admitted: Vec<_> = order[5..].iter().filter(|id| by_id.contains(id)).collect();
@@ -852,7 +868,7 @@ fn a_prequeue_is_shuffled_at_the_start_ahead_of_later_joiners() {
         "shuffle_at_start": true, "settings": {"new_users_per_minute": 300}}))
     .unwrap();
     let added = net
-        .with(NodeId(3), |n, at| n.add_event(at, event))
+        .with(NodeId(3), |n, at| n.add_event(at, event, LOTTERY_SEED))
         .expect("a valid event");
     assert_eq!(added.events.len(), 1);
     net.run_for(1_500);
@@ -891,6 +907,11 @@ fn a_prequeue_is_shuffled_at_the_start_ahead_of_later_joiners() {
     let later: Vec<_> = crowd.tickets[40..].iter().map(|t| t.id).collect();
     let first_later = order.iter().position(|id| later.contains(id)).unwrap();
     let prequeued_in = order[..first_later].len();
+    assert!(
+        crowd.tickets[..40]
+            .iter()
+            .all(|t| drawn_from(&LOTTERY_SEED, t))
+    );
     let kept = (0..40).filter(|&i| !gone(i) || crowd.admitted[i]).count();
     assert_eq!(prequeued_in, kept, "the pre-queue goes first");
     let ranks = ranks_by_ticket(&crowd);

@@ -1,21 +1,26 @@
 //! `waitingroom-node audit`: checks a cluster's published admission records (README,
 //! "Fairness records") — signatures against its JWKS, the hash chain, round numbers, cutoffs
 //! that never go back — and passes visitors hold against them (each covered by the round it
-//! names, by no earlier one), with `waitingroom_core::rounds::audit`.
+//! names, by no earlier one), with `waitingroom_core::rounds::audit`; and its lotteries (README,
+//! "Random queueing"): each revealed seed against its commitment, and each lottery pass's id
+//! against the seed and its draw, with `waitingroom_core::lottery::audit_draws`.
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::Value;
 use std::path::PathBuf;
 
+use waitingroom_core::lottery::{self, DrawnPass, LotteryAudit};
 use waitingroom_core::rounds::{self, AdmittedPass, Finding};
 use waitingroom_core::{NodeId, QueueKey, VerifyingKeySet};
 use waitingroom_http::rounds::claim;
 
 /// Fetch a cluster's round records from one node (its public URL) and check them: every
 /// signature against the cluster's published keys, the chain of records, the round numbers,
-/// and that no round's cutoff goes back; with --passes, that each pass was let out by the
-/// round it names and not before its turn. Exits non-zero on any violation.
+/// and that no round's cutoff goes back; the lotteries' records (a revealed seed is the one
+/// committed to); with --passes, that each pass was let out by the round it names and not
+/// before its turn, and that a lottery pass's id was drawn from its lottery's seed. Exits
+/// non-zero on any violation.
 #[derive(Debug, Args)]
 pub struct AuditArgs {
     /// A node's (or the balancer's) public base URL.
@@ -43,38 +48,59 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<()> {
         None => Passes::default(),
     };
     let report = rounds::audit(&records, &keys, &passes.in_rounds);
+    let lotteries = fetch_list(&client, &format!("{base}/api/lotteries"), "lotteries").await?;
+    let draws = lottery::audit_draws(&lotteries, &keys, &passes.drawn);
     let violations: Vec<&Finding> = report.violations().collect();
+    let draw_violations = draws.findings.iter().filter(|f| f.is_violation()).count();
+    let total = violations.len() + draw_violations;
     if args.json {
         let findings: Vec<String> = report.findings.iter().map(|f| format!("{f:?}")).collect();
+        let lottery_findings: Vec<String> =
+            draws.findings.iter().map(|f| format!("{f:?}")).collect();
         let out = serde_json::json!({
             "rounds": report.rounds,
             "passes": report.passes,
             "passes_without_round": passes.without_round,
-            "violations": violations.len(),
+            "lotteries": draws.lotteries,
+            "lotteries_revealed": draws.revealed,
+            "lottery_passes": passes.drawn.len(),
+            "draws_verified": draws.draws_verified,
+            "violations": total,
             "findings": findings,
+            "lottery_findings": lottery_findings,
         });
         println!("{out}");
     } else {
-        println!("rounds checked: {}", report.rounds);
-        println!("passes checked: {}", report.passes);
-        println!(
-            "passes naming no round (let straight through, or bypass): {}",
-            passes.without_round
-        );
-        println!("violations: {}", violations.len());
-        for f in &report.findings {
-            let kind = if f.is_violation() {
-                "VIOLATION"
-            } else {
-                "note"
-            };
-            println!("  {kind}: {f:?}");
-        }
+        print_text(&report, &draws, &passes, total);
     }
-    if !violations.is_empty() {
-        bail!("{} violations in the round records", violations.len());
+    if total > 0 {
+        bail!("{total} violations in the round and lottery records");
     }
     Ok(())
+}
+
+fn print_text(report: &rounds::Audit, draws: &LotteryAudit, passes: &Passes, violations: usize) {
+    println!("rounds checked: {}", report.rounds);
+    println!("passes checked: {}", report.passes);
+    println!(
+        "passes naming no round (let straight through, or bypass): {}",
+        passes.without_round
+    );
+    println!(
+        "lotteries: {} ({} revealed); lottery passes: {}, drawn from their seed: {}",
+        draws.lotteries,
+        draws.revealed,
+        passes.drawn.len(),
+        draws.draws_verified
+    );
+    println!("violations: {violations}");
+    let label = |violation: bool| if violation { "VIOLATION" } else { "note" };
+    for f in &report.findings {
+        println!("  {}: {f:?}", label(f.is_violation()));
+    }
+    for f in &draws.findings {
+        println!("  {}: {f:?}", label(f.is_violation()));
+    }
 }
 
 /// The passes of a file, as the audit takes them.
@@ -84,6 +110,8 @@ struct Passes {
     in_rounds: Vec<AdmittedPass>,
     /// Valid passes that name none.
     without_round: usize,
+    /// Passes of lottery visitors: their id and draw.
+    drawn: Vec<DrawnPass>,
 }
 
 /// Reads and verifies (signature, and valid when issued) the passes in `path`.
@@ -106,6 +134,9 @@ fn read_passes(path: &PathBuf, keys: &VerifyingKeySet) -> anyhow::Result<Passes>
             ticket: pass.id,
             node: NodeId(0),
         };
+        if let Some(draw) = pass.draw {
+            passes.drawn.push(DrawnPass { id: pass.id, draw });
+        }
         match pass.round {
             Some(round) => passes.in_rounds.push(AdmittedPass { round, key }),
             None => passes.without_round += 1,
@@ -120,13 +151,7 @@ async fn fetch_records(client: &reqwest::Client, base: &str) -> anyhow::Result<V
     let mut after: Option<u64> = None;
     loop {
         let query = after.map_or(String::new(), |a| format!("?after={a}"));
-        let page = get(client, &format!("{base}/api/rounds{query}")).await?;
-        let got: Vec<String> = page["rounds"]
-            .as_array()
-            .context("the answer has no `rounds` list")?
-            .iter()
-            .filter_map(|r| r.as_str().map(str::to_owned))
-            .collect();
+        let got = fetch_list(client, &format!("{base}/api/rounds{query}"), "rounds").await?;
         let Some(last) = got.last().and_then(|jws| round_of(jws)) else {
             return Ok(records);
         };
@@ -136,6 +161,22 @@ async fn fetch_records(client: &reqwest::Client, base: &str) -> anyhow::Result<V
         }
         after = Some(last);
     }
+}
+
+/// The strings of the list `field` of the JSON object `url` answers.
+async fn fetch_list(
+    client: &reqwest::Client,
+    url: &str,
+    field: &str,
+) -> anyhow::Result<Vec<String>> {
+    let answer = get(client, url).await?;
+    let list = answer[field]
+        .as_array()
+        .with_context(|| format!("{url}: the answer has no `{field}` list"))?;
+    Ok(list
+        .iter()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect())
 }
 
 /// The round number a record's claims carry (unverified: the audit checks it).

@@ -15,8 +15,10 @@
 //! passes and peer requests made with any of them (see [`KeyRing`] for the steps).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use thiserror::Error;
+use waitingroom_core::lottery::{self, LotteryRecord};
 use waitingroom_core::rounds::{self, RoundRecord};
 use waitingroom_core::{Pass, Ticket, Time};
 
@@ -51,6 +53,9 @@ pub enum LoadKeyError {
 #[derive(Clone)]
 pub struct Crypto {
     keys: KeyRing,
+    /// The lottery records last signed, with their JWS: they change only with the settings or
+    /// at a reveal, so `GET /api/lotteries` signs nothing most of the time.
+    lotteries: Arc<Mutex<Vec<(LotteryRecord, String)>>>,
 }
 
 impl std::fmt::Debug for Crypto {
@@ -64,8 +69,13 @@ impl std::fmt::Debug for Crypto {
 impl Crypto {
     /// Wraps a cluster key.
     pub fn new(key: ClusterKey) -> Self {
+        Crypto::from_ring(KeyRing::new(key))
+    }
+
+    fn from_ring(keys: KeyRing) -> Self {
         Crypto {
-            keys: KeyRing::new(key),
+            keys,
+            lotteries: Arc::default(),
         }
     }
 
@@ -73,7 +83,7 @@ impl Crypto {
     /// overlap of a key rotation. Fails if a previous key is a different key under a key id
     /// already in use.
     pub fn with_previous(current: ClusterKey, previous: Vec<ClusterKey>) -> Result<Self, KeyError> {
-        KeyRing::with_previous(current, previous).map(|keys| Crypto { keys })
+        KeyRing::with_previous(current, previous).map(Crypto::from_ring)
     }
 
     /// A fresh random key (from the OS generator).
@@ -125,6 +135,28 @@ impl Crypto {
     /// Signs a round record with the current key (`typ` `wr-round+jwt`).
     pub fn sign_record(&self, record: &RoundRecord) -> String {
         rounds::sign_record(self.keys.current(), record)
+    }
+
+    /// Signs lottery records with the current key (`typ` `wr-lottery+jwt`), reusing the
+    /// signature of a record signed before.
+    pub fn sign_lotteries(&self, records: Vec<LotteryRecord>) -> Vec<String> {
+        let mut cache = self
+            .lotteries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let signed: Vec<(LotteryRecord, String)> = records
+            .into_iter()
+            .map(|r| match cache.iter().find(|(old, _)| *old == r) {
+                Some((_, jws)) => (r, jws.clone()),
+                None => {
+                    let jws = lottery::sign_lottery(self.keys.current(), &r);
+                    (r, jws)
+                }
+            })
+            .collect();
+        let out = signed.iter().map(|(_, jws)| jws.clone()).collect();
+        *cache = signed;
+        out
     }
 
     /// Verifies a ticket token at `now`.
@@ -206,6 +238,7 @@ mod tests {
             expires_at: now + 10_000,
             previous_position: Some(3),
             eviction_time: None,
+            draw: None,
         }
     }
 
@@ -252,6 +285,7 @@ mod tests {
             expires_at: 11_000,
             eviction_time: 900,
             round: None,
+            draw: None,
         };
         let (old_ticket, old_pass) = (old.sign_ticket(&t), old.sign_pass(&pass));
         let old_mac = old.peer_mac(b"request");

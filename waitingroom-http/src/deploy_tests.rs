@@ -44,6 +44,7 @@ async fn the_pass_check_answers_any_method_and_path_below_it() {
         expires_at: now + 60_000,
         eviction_time: now - 1_000,
         round: None,
+        draw: None,
     });
     let check = |method: Method, path: &str, cookie: Option<&str>| {
         let mut req = Request::builder().method(method).uri(path);

@@ -397,6 +397,7 @@ mod tests {
             expires_at,
             eviction_time: 1_500,
             round: None,
+            draw: None,
         }
     }
 
@@ -536,6 +537,7 @@ mod tests {
             expires_at: later(),
             previous_position: None,
             eviction_time: Some(1_500),
+            draw: None,
         });
         let room_url = "https://room.example/?lang=en&return_to=%2Fshop%2Fcart%3Fitem%3D3";
         for token in [

@@ -673,6 +673,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
         expires_at: now + 60_000,
         eviction_time: now,
         round: None,
+        draw: None,
     };
     let good = right.sign_pass(&pass);
     assert_eq!(verify(&c, url, &good).await, StatusCode::NO_CONTENT);
@@ -693,6 +694,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
         expires_at: now + 60_000,
         previous_position: None,
         eviction_time: Some(now),
+        draw: None,
     });
     for (what, token) in [
         ("other key", forged),
@@ -824,6 +826,7 @@ async fn bad_input_gets_json_errors() {
         expires_at: now - 5_000,
         previous_position: None,
         eviction_time: None,
+        draw: None,
     });
     let (s, v) = post(
         &c,
@@ -1674,6 +1677,16 @@ async fn a_prequeue_is_let_out_first_in_a_random_order() {
         "settings": {"new_users_per_minute": 600}});
     let v = events(&cl, 2, token, Some(event)).await;
     assert_eq!(v["events"][0]["phase"], "prequeue", "{v}");
+    // README, "Random queueing": its lottery is committed to before anyone joins (on the node it
+    // was scheduled at, at once), its seed unpublished until the start.
+    let committed = lotteries(&cl, 2).await;
+    assert_eq!(committed.len(), 1);
+    assert_eq!(
+        (committed[0].name.as_str(), &committed[0].seed),
+        ("sale", &None)
+    );
+    assert_eq!(v["events"][0]["lottery_commit"], json!(committed[0].commit));
+    assert!(v["events"][0].get("seed").is_none(), "{v}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while events(&cl, 0, token, None).await["events"][0]["phase"] != "prequeue" {
         assert!(Instant::now() < deadline, "node 1 never took the event");
@@ -1726,12 +1739,24 @@ async fn a_prequeue_is_let_out_first_in_a_random_order() {
         tickets.push(join(&c, cl.url(i % 3)).await);
     }
     let nodes: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
-    let (order, _, _) = admit_all(&c, &nodes, tickets, Duration::from_secs(40)).await;
+    let (order, _, passes) = admit_all(&c, &nodes, tickets, Duration::from_secs(40)).await;
     let first_later = order.iter().position(|&i| i >= 30).unwrap();
     assert_eq!(first_later, 30, "the pre-queue goes first: {order:?}");
     let tau = waitingroom_core::kendall_tau_permutation(&order[..30]);
     assert!((0.25..0.75).contains(&tau), "against join order: {tau}");
     eprintln!("pre-queue let out with Kendall-Tau {tau:.3} against join order");
+    // From the start every node shows the seed it committed to, and the audit recomputes each
+    // pre-queued visitor's id from it and their pass's draw.
+    for i in 0..3 {
+        let revealed = lotteries(&cl, i).await;
+        assert_eq!(revealed[0].commit, committed[0].commit, "node {}", i + 1);
+        assert!(revealed[0].revealed_seed().is_some(), "node {}", i + 1);
+    }
+    let text = audit_passes(&cl, 0, &passes, true);
+    assert!(
+        text.contains("lotteries: 1 (1 revealed); lottery passes: 30, drawn from their seed: 30"),
+        "{text}"
+    );
     let _ = std::fs::remove_file(token_file);
 }
 
@@ -1763,13 +1788,37 @@ async fn random_queueing_lets_visitors_out_by_lottery() {
     })
     .await;
     let nodes: Vec<String> = (0..3).map(|i| cl.url(i).to_owned()).collect();
-    let (order, _, _) = admit_all(&c, &nodes, tickets, Duration::from_secs(40)).await;
+    let (order, _, passes) = admit_all(&c, &nodes, tickets, Duration::from_secs(40)).await;
     let tau = waitingroom_core::kendall_tau_permutation(&order);
     assert!(
         (0.25..0.75).contains(&tau),
         "against join order: {tau} ({order:?})"
     );
     eprintln!("random queueing let 30 out with Kendall-Tau {tau:.3} against join order");
+    // README, "Random queueing": while the lottery runs its seed is committed to, not shown,
+    // and the audit can check nothing of the draws yet (and finds nothing wrong); once it is
+    // switched off, the seed is shown and every draw checks.
+    let text = audit_passes(&cl, 1, &passes, true);
+    assert!(
+        text.contains("lotteries: 1 (0 revealed); lottery passes: 30, drawn from their seed: 0"),
+        "{text}"
+    );
+    let commit = lotteries(&cl, 1).await[0].commit.clone();
+    admin(&cl, 1, token, Some(json!({"queueing_method": "fifo"}))).await;
+    let shown = lotteries(&cl, 1).await;
+    assert_eq!(shown[0].commit, commit);
+    let text = audit_passes(&cl, 1, &passes, true);
+    assert!(
+        text.contains("lotteries: 1 (1 revealed); lottery passes: 30, drawn from their seed: 30"),
+        "{text}"
+    );
+    // A pass whose draw does not give its id (an id picked, not drawn) is caught.
+    let now = waitingroom_http::clock::now_ms();
+    let mut pass = cl.crypto().verify_pass(&passes[0], now).unwrap();
+    pass.draw = pass.draw.map(|d| d ^ 1);
+    let forged = cl.crypto().sign_pass(&pass);
+    let text = audit_passes(&cl, 1, &[forged], false);
+    assert!(text.contains("NotDrawn"), "{text}");
     let _ = std::fs::remove_file(token_file);
 }
 
@@ -1842,6 +1891,37 @@ async fn a_bypass_pass_works_everywhere_and_takes_no_place() {
     let visitor = vec![join(&c, cl.url(0)).await];
     admit_all(&c, &nodes, visitor, Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(token_file);
+}
+
+/// The lottery records node `i` publishes, verified against the cluster's JWKS.
+async fn lotteries(cl: &Cluster, i: usize) -> Vec<waitingroom_core::lottery::LotteryRecord> {
+    let c = client();
+    let jwks = get_json(&c, format!("{}/.well-known/jwks.json", cl.url(i))).await;
+    let keys = waitingroom_core::VerifyingKeySet::from_jwks_json(&jwks.to_string()).unwrap();
+    let list = get_json(&c, format!("{}/api/lotteries", cl.url(i))).await;
+    list["lotteries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|jws| waitingroom_core::lottery::verify_lottery(&keys, jws.as_str().unwrap()).unwrap())
+        .collect()
+}
+
+/// `waitingroom-node audit` of node `i` with `passes`: its report, which must say it `passed`
+/// (or not).
+fn audit_passes(cl: &Cluster, i: usize, passes: &[String], passed: bool) -> String {
+    let file = cl.dir.join(format!("passes-{i}.txt"));
+    std::fs::write(&file, passes.join("\n")).unwrap();
+    let out = Command::new(BIN)
+        .args(["audit", "--url", cl.url(i), "--passes"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.success(), passed, "{text}{err}");
+    eprintln!("{text}");
+    text
 }
 
 /// 300 visitors of the load generator through all of `cl`'s nodes (node `kill`, if any,

@@ -286,6 +286,7 @@ fn a_pass(now: u64) -> Pass {
         expires_at: now + 600_000,
         eviction_time: now - 2_000,
         round: None,
+        draw: None,
     }
 }
 
@@ -608,6 +609,7 @@ async fn token_with_alg_none_is_refused() {
         expires_at: now + 10_000,
         previous_position: None,
         eviction_time: Some(now),
+        draw: None,
     });
     let [_, ticket_claims, _] = parts(&ticket);
     for path in ["/api/checkin", "/api/leave"] {
@@ -637,6 +639,7 @@ async fn a_ticket_from_a_clock_ahead_is_kept_not_replaced() {
         expires_at: ahead + 30_000,
         previous_position: None,
         eviction_time: None,
+        draw: None,
     });
     let r = n.post("/api/checkin", json!({ "ticket": ticket })).await;
     r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "token_not_yet_valid");

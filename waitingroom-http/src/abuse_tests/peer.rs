@@ -357,6 +357,7 @@ async fn a_forwarded_ticket_of_another_node_is_refused() {
         expires_at: now + 10_000,
         previous_position: None,
         eviction_time: Some(now - 500),
+        draw: None,
     };
     let batch = |node: u64| {
         json!([{ "op": "leave", "claims": ticket(node) }])

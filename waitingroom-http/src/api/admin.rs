@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq as _;
+use waitingroom_core::lottery;
 use waitingroom_core::{Pass, Settings, TicketId};
 use waitingroom_distributed::{EventPhase, LiveSettings, ScheduledEvent, SettingsPatch};
 
@@ -99,7 +100,7 @@ pub(super) async fn patch_settings(
     leased_if_limited(app.cfg.protocol.admission, target, rate_cap).map_err(invalid)?;
     let next = app
         .driver
-        .with(|n, now| n.change_settings(now, &patch))
+        .with(|n, now| n.change_settings(now, &patch, lottery_seed()))
         .map_err(invalid)?;
     tracing::info!(version = next.version, change = %change, "admin: live settings changed");
     let confirmed = wait_confirmed(&app, &next).await;
@@ -160,6 +161,7 @@ pub(super) async fn post_pass(
         expires_at: now.saturating_add(ttl),
         eviction_time: now,
         round: None,
+        draw: None,
     };
     app.metrics.bypass_passes.inc();
     tracing::info!(label = %label, id = %pass.id, expires_at_ms = pass.expires_at,
@@ -250,7 +252,7 @@ pub(super) async fn post_event(
     let name = event.name.clone();
     let next = app
         .driver
-        .with(|n, now| n.add_event(now, event))
+        .with(|n, now| n.add_event(now, event, lottery_seed()))
         .map_err(invalid)?;
     tracing::info!(version = next.version, event = %name, "admin: event scheduled");
     Ok(events_answer(&app, &next).await)
@@ -302,6 +304,14 @@ fn events_view(live: &LiveSettings, now: u64) -> Value {
             };
             let mut v = serde_json::to_value(e).unwrap_or_default();
             v["phase"] = json!(phase);
+            // The seed stays unpublished until the event's start (`GET /api/lotteries`); the
+            // commitment to it is public already.
+            if let Some(fields) = v.as_object_mut() {
+                fields.remove("seed");
+            }
+            if let Some(seed) = &e.seed {
+                v["lottery_commit"] = json!(lottery::commitment(seed));
+            }
             v
         })
         .collect();
@@ -347,9 +357,16 @@ fn view(live: &LiveSettings, confirmed: bool) -> Value {
         "mode": live.mode.name(),
         "queueing_method": live.queueing_method.name(),
         "lottery_since_ms": live.lottery_since,
+        "lottery_commit": live.lottery_seed.as_ref().map(lottery::commitment),
         "events": live.events.len(),
         "pass_expiry_ms": live.pass_expiry_ms,
         "session_duration_ms": live.session_duration_ms,
         "confirmed": confirmed,
     })
+}
+
+/// A fresh seed for a lottery a change may open (README, "Random queueing"): from the thread's
+/// generator, which the OS seeds, so that nobody can know it before it is committed.
+fn lottery_seed() -> [u8; 32] {
+    rand::random()
 }

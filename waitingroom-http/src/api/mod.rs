@@ -202,6 +202,7 @@ fn public_ops_table() -> Vec<Route> {
     vec![
         ("/.well-known/jwks.json", get(ops::jwks)),
         ("/api/rounds", get(ops::rounds)),
+        ("/api/lotteries", get(ops::lotteries)),
     ]
 }
 

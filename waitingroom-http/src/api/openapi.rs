@@ -33,6 +33,7 @@ use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
         visitor::verify_pass_any,
         ops::jwks,
         ops::rounds,
+        ops::lotteries,
         ops::livez,
         ops::readyz,
         document,

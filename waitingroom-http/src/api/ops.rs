@@ -107,6 +107,24 @@ pub(super) async fn jwks(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
+#[utoipa::path(get, path = "/api/lotteries", tag = "pass",
+    summary = "The lotteries' signed records: seeds committed before anyone joins, revealed later",
+    description = "`{\"lotteries\": [\"<jws>\", …]}`: one record per lottery the live \
+        settings hold (the room's random queueing, named `random`, and each event that draws \
+        lots, by its name). Each is a compact JWS (`typ` `wr-lottery+jwt`, `kid` in \
+        `/.well-known/jwks.json`) of `name`, `commit` (the SHA-256 of the seed, base64url), \
+        `reveal_at_ms` (an event's start; null for the room's lottery, revealed when it is \
+        switched off) and, from the reveal on, `seed` (base64url). A lottery visitor's ticket \
+        id is the first 8 bytes of SHA-256(\"waitingroom lottery draw v1\" ‖ seed ‖ draw), the \
+        draw being the `draw` claim of their pass; `waitingroom-node audit` checks it.",
+    responses((status = 200, description = "The records", body = Object)))]
+pub(super) async fn lotteries(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    let records = app
+        .driver
+        .read(|n| n.live_settings().lotteries(n.reference_time(now_ms())));
+    Json(serde_json::json!({ "lotteries": app.crypto.sign_lotteries(records) }))
+}
+
 /// Most records one `GET /api/rounds` answers.
 const ROUNDS_PAGE_MAX: usize = 1_000;
 

@@ -148,7 +148,7 @@ grafana_dashboard() {
 }
 
 caddyfile() {
-    GATE_ADDRESS=http://127.0.0.1:1 WAITING_ROOM=127.0.0.1:2 WAITING_PAGE=http://room.invalid/ \
+    GATE_ADDRESS=http://127.0.0.1:1 WAITING_ROOM=127.0.0.1:2 WAITING_PAGE=http://room.invalid/ GATE_SECRET=secret \
         ORIGIN=127.0.0.1:3 caddy validate --adapter caddyfile --config "$DEPLOY/caddy/Caddyfile"
 }
 

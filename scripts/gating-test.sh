@@ -51,6 +51,7 @@ start_nginx() {
         -e "s#@WAITING_PAGE@#$FRONT/#" \
         -e "s#@ORIGIN@#http://127.0.0.1:$ORIGIN_PORT#" \
         -e "s#@ORIGIN_LISTEN@#127.0.0.1:$ORIGIN_PORT#" \
+        -e "s#@GATE_SECRET@#$GATE_SECRET#" \
         -e "s#@STATE@#$STATE/nginx#g" \
         "$ROOT/scripts/gating-nginx.conf" >"$STATE/nginx/nginx.conf"
     nginx -t -q -c "$STATE/nginx/nginx.conf" -p "$STATE/nginx"
@@ -68,7 +69,7 @@ start_caddy() {
             "$ORIGIN_PORT"
     } >"$STATE/caddy/Caddyfile"
     export GATE_ADDRESS="http://127.0.0.1:$GATE_PORT" WAITING_ROOM="127.0.0.1:$FRONT_PORT" \
-        WAITING_PAGE="$FRONT/" ORIGIN="127.0.0.1:$ORIGIN_PORT"
+        WAITING_PAGE="$FRONT/" ORIGIN="127.0.0.1:$ORIGIN_PORT" GATE_SECRET="$GATE_SECRET"
     # Caddy keeps its state under XDG_DATA_HOME and XDG_CONFIG_HOME: keep it in STATE.
     XDG_DATA_HOME="$STATE/caddy" XDG_CONFIG_HOME="$STATE/caddy" HOME="$STATE/caddy" \
         caddy run --adapter caddyfile --config "$STATE/caddy/Caddyfile" \
@@ -93,6 +94,8 @@ check() {
 bash "$ROOT/scripts/cluster.sh" up 2 -- --pass-expiry-ms 3000 --target-on-site 1000 \
     --admit-straight-through true --log-level warn >/dev/null
 FRONT="http://127.0.0.1:$FRONT_PORT"
+# The return-path secret the gate signs the way back with (not the cluster key).
+GATE_SECRET="$("${NODE_BIN:-$(node_bin)}" gate-secret --key-file "$CLUSTER_DIR/key.pem")"
 
 start_"$GATE_KIND"
 GATE="http://127.0.0.1:$GATE_PORT"
@@ -110,7 +113,9 @@ location() { grep -i '^location:' "$STATE/headers" | tr -d '\r' | cut -d' ' -f2;
 
 code=$(fetch "$GATE/shop/cart")
 check "no pass: redirected" 302 "$code"
-check "no pass: to the waiting room" "$FRONT/" "$(location)"
+back="$(location)"
+check "no pass: to the waiting room, with the signed way back" \
+    "$FRONT/?return_to=%2Fshop%2Fcart&return_sig=" "${back%%return_sig=*}return_sig="
 
 code=$(fetch -H "Cookie: wr_pass=not.a.pass" "$GATE/shop/cart")
 check "garbage pass: redirected" 302 "$code"
@@ -133,6 +138,15 @@ pass_id=$(cut -d. -f2 <<<"$pass" | tr '_-' '/+' | base64 -d 2>/dev/null | jq -r 
 code=$(fetch -H "Cookie: wr_pass=$pass" "$GATE/shop/cart")
 check "valid pass (cookie): origin answers" 200 "$code"
 check "valid pass: origin content, pass id passed on" "origin: welcome, pass $pass_id" "$(cat "$STATE/body")"
+
+# The room sends a visitor with a pass on to the page they asked for, if the gate signed it;
+# a way back made up by someone else is ignored (the visitor lands on the front page).
+code=$(fetch -H "Cookie: wr_pass=$pass" "$back")
+check "the room sends the visitor back to the page they asked for" "303 /shop/cart" \
+    "$code $(location | sed 's#^https\?://[^/]*##')"
+code=$(fetch -H "Cookie: wr_pass=$pass" "$FRONT/?return_to=%2Fadmin%2Fdelete")
+check "a way back without the gate's signature is ignored" "303 1" \
+    "$code $(location | grep -vc '/admin/delete')"
 
 code=$(fetch -H "Authorization: Bearer $pass" "$GATE/")
 check "valid pass (bearer): origin answers" 200 "$code"

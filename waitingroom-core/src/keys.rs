@@ -31,6 +31,8 @@ use crate::token::{DEFAULT_LEEWAY_MS, TokenKind, encoded_header};
 const TICKET_MAC_INFO: &[u8] = b"waitingroom v1 ticket hmac-sha256";
 /// HKDF `info` label of the secret that keys peer request MACs.
 const PEER_MAC_INFO: &[u8] = b"waitingroom v1 peer request hmac-sha256";
+/// HKDF `info` label of the secret that keys return-path MACs (the origin's gate holds it).
+const RETURN_PATH_INFO: &[u8] = b"waitingroom v1 return path hmac-sha256";
 
 /// The fixed DER prefix of an RFC 8410 PKCS#8 v1 Ed25519 private key: SEQUENCE { version 0,
 /// AlgorithmIdentifier { 1.3.101.112 }, OCTET STRING { OCTET STRING (32 bytes) } }. The 32-byte
@@ -269,6 +271,17 @@ impl ClusterKey {
             signing,
             kid,
         }
+    }
+
+    /// The secret that keys the MACs of return paths (the page a visitor asked for, which the
+    /// origin's gate signs and the room checks): derived like the other secrets, so that the
+    /// gate holds it without holding the cluster key.
+    pub fn return_path_secret(&self) -> [u8; 32] {
+        let mut secret = [0u8; 32];
+        Hkdf::<Sha256>::new(None, self.signing.as_bytes())
+            .expand(RETURN_PATH_INFO, &mut secret)
+            .expect("32 bytes is a valid HKDF-SHA256 output length");
+        secret
     }
 
     /// Reads an unencrypted PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----`), as written by
@@ -555,6 +568,11 @@ impl KeyRing {
         &self.current
     }
 
+    /// The earlier keys still accepted (a rotation's overlap).
+    pub fn previous(&self) -> &[ClusterKey] {
+        &self.previous
+    }
+
     /// Every key's public half, current first: what origins check passes with.
     pub fn public(&self) -> &VerifyingKeySet {
         &self.public
@@ -650,6 +668,11 @@ mod tests {
             a.peer_mac.tag(&[b"ab", b"c"]),
             a.peer_mac.tag(&[b"a", b"bc"])
         );
+        // The gate's return-path secret: per key, and none of the MAC keys.
+        assert_ne!(a.return_path_secret(), b.return_path_secret());
+        let gate = MacKey(Hmac::new_from_slice(&a.return_path_secret()).unwrap());
+        assert_ne!(gate.tag(&message), peer(&a));
+        assert_ne!(gate.tag(&message), a.ticket_mac().tag(&message));
     }
 
     // RFC 8037 appendix A.1 / A.2.

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
 use waitingroom_core::lottery::{self, LotteryRecord};
 use waitingroom_core::rounds::{self, RoundRecord};
+
+use crate::return_path::ReturnPathKey;
 use waitingroom_core::{Pass, Ticket, Time};
 
 use waitingroom_core::{ClusterKey, KeyRing, VerifyingKeySet};
@@ -56,6 +58,8 @@ pub struct Crypto {
     /// The lottery records last signed, with their JWS: they change only with the settings or
     /// at a reveal, so `GET /api/lotteries` signs nothing most of the time.
     lotteries: Arc<Mutex<Vec<(LotteryRecord, String)>>>,
+    /// Return-path keys of the current key and the earlier ones (`return_path.rs`).
+    return_keys: Vec<ReturnPathKey>,
 }
 
 impl std::fmt::Debug for Crypto {
@@ -73,7 +77,11 @@ impl Crypto {
     }
 
     fn from_ring(keys: KeyRing) -> Self {
+        let secrets = std::iter::once(keys.current()).chain(keys.previous());
         Crypto {
+            return_keys: secrets
+                .map(|k| ReturnPathKey::new(&k.return_path_secret()))
+                .collect(),
             keys,
             lotteries: Arc::default(),
         }
@@ -157,6 +165,19 @@ impl Crypto {
         let out = signed.iter().map(|(_, jws)| jws.clone()).collect();
         *cache = signed;
         out
+    }
+
+    /// The return-path keys: the current key's first, then those of a rotation's overlap.
+    pub fn return_keys(&self) -> &[ReturnPathKey] {
+        &self.return_keys
+    }
+
+    /// The current return-path secret as `waitingroom-node gate-secret` prints it (base64url),
+    /// for the origin's gate.
+    pub fn gate_secret(&self) -> String {
+        use base64::Engine as _;
+        let secret = self.keys.current().return_path_secret();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
     }
 
     /// Verifies a ticket token at `now`.

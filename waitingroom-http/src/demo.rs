@@ -149,6 +149,14 @@ impl DemoArgs {
     }
 }
 
+/// The return-path secret of the key in `key_file`, in a file beside it (for the origin's gate).
+fn gate_secret_file(key_file: &Path) -> anyhow::Result<PathBuf> {
+    let path = key_file.with_file_name("gate-secret");
+    let secret = Crypto::load(key_file)?.gate_secret();
+    crate::write_private(&path, &format!("{secret}\n"), true)?;
+    Ok(path)
+}
+
 /// The cluster key in `dir` (a new temporary directory if none), made if missing.
 fn cluster_key(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let dir = match dir {
@@ -210,6 +218,8 @@ async fn start_all(
             format!("{}/", args.node_url(0)),
             "--jwks-url".into(),
             format!("{}/.well-known/jwks.json", args.node_url(0)),
+            "--gate-secret-file".into(),
+            gate_secret_file(key_file)?.display().to_string(),
         ],
     )?);
     wait_ready(client, &format!("{origin_url}healthz")).await

@@ -7,7 +7,8 @@
 //! `Authorization: Bearer`), so the keys from the room's `/.well-known/jwks.json` are all it
 //! needs. A valid pass reaches the inner service as a request extension
 //! ([`waitingroom_core::Pass`]); anything else (no pass, garbage, forged, expired, a ticket) is
-//! sent to the room with a `302` and the path it asked for in `return_to`.
+//! sent to the room with a `302` and the path it asked for in `return_to`, signed with the
+//! return-path secret ([`GateConfig::return_key`], `return_path.rs`).
 //!
 //! Keys rotate (`run --extra-verify-key`): a pass signed with a key this gate has not seen yet
 //! names an unknown `kid`, and the gate fetches the JWKS again, at most once per
@@ -32,10 +33,7 @@ use crate::client_addr::Cidr;
 use crate::clock::now_ms;
 use crate::cookies;
 use crate::crypto::{KeyError, PassVerifier};
-
-/// Longest return path handed to the room; a longer one is dropped (the room then sends the
-/// visitor to the site's front page).
-pub const MAX_RETURN_PATH: usize = 2048;
+use crate::return_path::{ReturnPathKey, safe_return_path};
 
 /// Where the gate gets its keys and sends visitors.
 #[derive(Debug, Clone)]
@@ -51,6 +49,9 @@ pub struct GateConfig {
     pub bypass: Bypass,
     /// The pass cookie's name: `wr_pass`, with the room's `cookie_name_suffix` if it has one.
     pub pass_cookie: String,
+    /// Signs the way back (`waitingroom-node gate-secret`); without it visitors are sent to the
+    /// room without one, and land on the site's front page once let in.
+    pub return_key: Option<ReturnPathKey>,
 }
 
 impl GateConfig {
@@ -62,6 +63,7 @@ impl GateConfig {
             refetch_interval: Duration::from_secs(30),
             bypass: Bypass::default(),
             pass_cookie: cookies::PASS.to_owned(),
+            return_key: None,
         }
     }
 }
@@ -231,9 +233,9 @@ impl Gate {
             .then(|| uri.path_and_query().map(|p| p.as_str()))
             .flatten()
             .and_then(safe_return_path);
-        if let Some(path) = back {
+        if let (Some(path), Some(key)) = (back, &self.cfg.return_key) {
             location.push(if location.contains('?') { '&' } else { '?' });
-            location.push_str(&return_query(path));
+            location.push_str(&key.query(path));
         }
         let mut resp = StatusCode::FOUND.into_response();
         let headers = resp.headers_mut();
@@ -245,26 +247,6 @@ impl Gate {
         }
         resp
     }
-}
-
-/// `return_to=PATH`, form-encoded: how the path a visitor asked for rides in the room's query
-/// string (the gate adds it, the waiting page keeps it).
-pub fn return_query(path: &str) -> String {
-    form_urlencoded::Serializer::new(String::new())
-        .append_pair("return_to", path)
-        .finish()
-}
-
-/// `raw` if it is a path on this site that is safe to send a browser back to: it starts with
-/// exactly one `/` (`//host/...` is another site), holds no `\` (browsers read it as `/`), and
-/// only visible ASCII (browsers drop tabs and newlines, so `/\t/host` would become `//host`).
-/// Absolute URLs (`https://host/`) do not start with `/` and are refused too.
-pub fn safe_return_path(raw: &str) -> Option<&str> {
-    let ok = raw.len() <= MAX_RETURN_PATH
-        && raw.starts_with('/')
-        && !raw.starts_with("//")
-        && raw.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
-    ok.then_some(raw)
 }
 
 async fn fetch_jwks(client: &reqwest::Client, url: &str) -> Result<PassVerifier, GateError> {
@@ -409,7 +391,10 @@ mod tests {
     async fn gated(room: &Arc<Room>, keys: &Crypto) -> (Arc<Gate>, Router) {
         *room.jwks.lock().unwrap() = keys.jwks().to_string();
         let url = serve_room(room.clone()).await;
-        let cfg = GateConfig::new(url, "https://room.example/?lang=en");
+        let cfg = GateConfig {
+            return_key: Some(keys.return_keys()[0].clone()),
+            ..GateConfig::new(url, "https://room.example/?lang=en")
+        };
         let gate = Gate::connect(
             cfg,
             crate::tls::client_builder().build().unwrap(),
@@ -539,7 +524,9 @@ mod tests {
             eviction_time: Some(1_500),
             draw: None,
         });
-        let room_url = "https://room.example/?lang=en&return_to=%2Fshop%2Fcart%3Fitem%3D3";
+        let back = keys.return_keys()[0].query("/shop/cart?item=3");
+        assert!(back.starts_with("return_to=%2Fshop%2Fcart%3Fitem%3D3&return_sig="));
+        let room_url = format!("https://room.example/?lang=en&{back}");
         for token in [
             None,
             Some("not.a.pass"),
@@ -639,37 +626,8 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn only_paths_on_this_site_are_return_paths() {
-        for ok in [
-            "/",
-            "/shop/cart",
-            "/search?q=a+b&page=2",
-            "/a%2F%2Fb",
-            "/%5Cx",
-        ] {
-            assert_eq!(safe_return_path(ok), Some(ok));
-        }
-        let long = format!("/{}", "a".repeat(MAX_RETURN_PATH));
-        for bad in [
-            "",
-            "shop",
-            "//evil.example/x",
-            "///evil.example",
-            "/\\evil.example",
-            "\\\\evil.example",
-            "https://evil.example/",
-            "/\t/evil.example",
-            "/a b",
-            "/caf\u{e9}",
-            &long,
-        ] {
-            assert_eq!(safe_return_path(bad), None, "{bad:?}");
-        }
-    }
-
     #[tokio::test]
-    async fn unsafe_or_unrepeatable_requests_go_to_the_room_without_a_return_path() {
+    async fn unsafe_unrepeatable_or_unsigned_requests_go_to_the_room_without_a_return_path() {
         let (room, keys) = (Arc::new(Room::default()), Crypto::generate());
         let (gate, origin) = gated(&room, &keys).await;
         let resp = send(&origin, "//evil.example/x", None).await;
@@ -681,7 +639,8 @@ mod tests {
             crate::tls::client_builder().build().unwrap(),
             PassVerifier::from_jwks_json(&keys.jwks().to_string()).unwrap(),
         );
+        // A gate without the return-path secret sends no way back (the room would ignore it).
         let resp = plain.redirect(&Method::GET, &Uri::from_static("/a?b=c"));
-        assert_eq!(location(&resp), "/room?return_to=%2Fa%3Fb%3Dc");
+        assert_eq!(location(&resp), "/room");
     }
 }

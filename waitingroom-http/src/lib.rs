@@ -48,6 +48,7 @@ pub mod peer;
 pub mod peer_auth;
 pub mod rate_limit;
 pub mod replay;
+pub mod return_path;
 pub mod rounds;
 pub mod serve;
 pub mod server;

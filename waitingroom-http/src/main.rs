@@ -24,6 +24,7 @@ use waitingroom_http::config::{self, Options};
 use waitingroom_http::crypto::Crypto;
 use waitingroom_http::gate::{Gate, GateConfig};
 use waitingroom_http::origin;
+use waitingroom_http::return_path::ReturnPathKey;
 use waitingroom_http::server;
 
 /// A fair, distributed virtual waiting room node.
@@ -44,6 +45,11 @@ enum Command {
     Run(Box<RunArgs>),
     /// Write a new cluster signing key (PKCS#8 PEM) and print its public JWK.
     Keygen(KeygenArgs),
+    /// Print the return-path secret of a cluster key (base64url): the origin's gate signs the
+    /// way back to the page a visitor asked for with it (nginx and Caddy: the
+    /// X-Waitingroom-Gate-Secret header; the Rust gate: GateConfig::return_key). It is not the
+    /// cluster key, and cannot sign passes.
+    GateSecret(GateSecretArgs),
     /// Start a local cluster of nodes plus a demo origin site; Ctrl-C stops them all.
     Demo(demo::DemoArgs),
     /// Run the demo origin site (checks the pass cookie offline with the cluster's JWKS).
@@ -83,6 +89,13 @@ struct KeygenArgs {
 }
 
 #[derive(Debug, Args)]
+struct GateSecretArgs {
+    /// The cluster key file (as `run --key-file`).
+    #[arg(long, value_name = "PATH")]
+    key_file: PathBuf,
+}
+
+#[derive(Debug, Args)]
 struct OriginArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8090", value_name = "ADDR")]
@@ -94,6 +107,10 @@ struct OriginArgs {
     /// key id not in it (at most every 30 s).
     #[arg(long, value_name = "URL")]
     jwks_url: String,
+    /// File holding the return-path secret (`waitingroom-node gate-secret`): visitors sent to
+    /// the room come back to the page they asked for. Without it they land on the front page.
+    #[arg(long, value_name = "PATH")]
+    gate_secret_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -102,6 +119,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Keygen(args) => report(keygen(args)),
         Command::Demo(args) => report(runtime().and_then(|rt| rt.block_on(demo::run(args)))),
+        Command::GateSecret(args) => report(gate_secret(args)),
         Command::Origin(args) => report(runtime().and_then(|rt| rt.block_on(origin(args)))),
         Command::BenchCheckin(args) => {
             report(runtime().and_then(|rt| rt.block_on(bench::run(args))))
@@ -152,6 +170,12 @@ fn run(args: Box<RunArgs>) -> ExitCode {
     server::init_logging(cfg.log_format, &cfg.log_level);
     let result = runtime().and_then(|rt| rt.block_on(server::run(cfg)).map_err(Into::into));
     report(result)
+}
+
+fn gate_secret(args: GateSecretArgs) -> anyhow::Result<()> {
+    let crypto = Crypto::load(&args.key_file)?;
+    println!("{}", crypto.gate_secret());
+    Ok(())
 }
 
 fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
@@ -205,7 +229,20 @@ fn create_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 
 async fn origin(args: OriginArgs) -> anyhow::Result<()> {
     server::init_logging(config::LogFormat::Text, "info");
-    let cfg = GateConfig::new(args.jwks_url, args.waiting_room_url);
+    let return_key = match &args.gate_secret_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let key = ReturnPathKey::from_text(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Some(key)
+        }
+        None => None,
+    };
+    let cfg = GateConfig {
+        return_key,
+        ..GateConfig::new(args.jwks_url, args.waiting_room_url)
+    };
     let gate = Gate::connect(
         cfg,
         waitingroom_http::tls::client_builder().build()?,

@@ -111,6 +111,8 @@ pub struct Metrics {
     pub passes_released: Counter,
     /// Bypass passes minted at this node (`POST /admin/passes`).
     pub bypass_passes: Counter,
+    /// Ways back (`return_to`) ignored for a missing or wrong signature.
+    pub return_paths_refused: Counter,
     /// Admin API requests refused for a missing or wrong token.
     admin_refused: Counter,
     /// HTTP request latency by route.
@@ -192,6 +194,7 @@ impl Metrics {
             rate_limited: Counter::default(),
             passes_released: Counter::default(),
             bypass_passes: Counter::default(),
+            return_paths_refused: Counter::default(),
             admin_refused: Counter::default(),
             http_latency: Family::new_with_constructor(latency_histogram),
             queued: Gauge::default(),
@@ -419,6 +422,11 @@ impl Metrics {
             "bypass_passes_minted",
             "Bypass passes minted at this node (POST /admin/passes)",
             self.bypass_passes.clone(),
+        );
+        r.register(
+            "return_paths_refused",
+            "Ways back (return_to) the waiting page ignored: not signed by the origin's gate",
+            self.return_paths_refused.clone(),
         );
         r.register(
             "admin_requests_refused",

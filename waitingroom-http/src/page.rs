@@ -221,11 +221,11 @@ impl Page {
     /// used): the page takes one with its own POST — at once with JavaScript, with its button
     /// without — then checks in every `refresh_ms`.
     ///
-    /// `return_to` (a checked path) goes with the button's POST, so the visitor still lands on
-    /// the page they asked for.
-    pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64, return_to: Option<&str>) -> Response {
+    /// `back` (the signed way back: `return_to` and `return_sig`) goes with the button's POST,
+    /// so the visitor still lands on the page they asked for.
+    pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64, back: Option<&str>) -> Response {
         let lang = self.lang(headers);
-        let join_action = room_page(return_to);
+        let join_action = room_page(back);
         let view = View {
             position: "…",
             eta: lang.strings().take_place,
@@ -380,12 +380,10 @@ pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String
     resp
 }
 
-/// The waiting page's own URL, keeping the checked `return_to` path it came with.
-pub fn room_page(return_to: Option<&str>) -> String {
-    return_to.map_or_else(
-        || "/".to_owned(),
-        |p| format!("/?{}", crate::gate::return_query(p)),
-    )
+/// The waiting page's own URL, keeping the signed way back it came with (`back`: the
+/// `return_to` and `return_sig` query, `return_path.rs`).
+pub fn room_page(back: Option<&str>) -> String {
+    back.map_or_else(|| "/".to_owned(), |q| format!("/?{q}"))
 }
 
 /// A 303 to `to` (the origin, for an admitted visitor), with `cookies` set.

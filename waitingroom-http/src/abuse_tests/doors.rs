@@ -528,41 +528,40 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
             .insert(header::COOKIE, cookie.parse().expect("header value"));
         req
     };
-    for (query, to) in [
-        (
-            "return_to=%2Fshop%2Fcart%3Fitem%3D3",
-            "https://shop.example/shop/cart?item=3",
-        ),
-        (
-            "return_to=%2F%2Fevil.example%2Fx",
-            "https://shop.example/start",
-        ),
-        ("return_to=%2F%5Cevil.example", "https://shop.example/start"),
-        (
-            "return_to=https%3A%2F%2Fevil.example%2F",
-            "https://shop.example/start",
-        ),
-        ("return_to=%2Fa%20b", "https://shop.example/start"),
-        ("other=1", "https://shop.example/start"),
+    // Every way back signed as the origin's gate would: only a path on the origin is followed.
+    let signed = |path: &str| n.app.crypto.return_keys()[0].query(path);
+    for (path, to) in [
+        ("/shop/cart?item=3", "https://shop.example/shop/cart?item=3"),
+        ("//evil.example/x", "https://shop.example/start"),
+        ("/\\evil.example", "https://shop.example/start"),
+        ("https://evil.example/", "https://shop.example/start"),
+        ("/a b", "https://shop.example/start"),
     ] {
-        let r = n.send(page_at(query)).await;
-        assert_eq!(r.status, StatusCode::SEE_OTHER, "{query}");
-        assert_eq!(r.headers[header::LOCATION], to, "{query}");
+        let r = n.send(page_at(&signed(path))).await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(r.headers[header::LOCATION], to, "{path}");
     }
-    let form = Request::post("/?return_to=%2Fshop%2Fcart")
+    for unsigned in ["return_to=%2Fshop%2Fcart", "other=1"] {
+        let r = n.send(page_at(unsigned)).await;
+        assert_eq!(r.headers[header::LOCATION], "https://shop.example/start");
+    }
+    // The page's button and its no-JavaScript form keep the signed way back.
+    let back = signed("/shop/cart");
+    let form = Request::post(format!("/?{back}"))
         .header(header::ACCEPT, "text/html")
         .body(Body::empty())
         .expect("request");
     let r = n.send(form).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
-    assert_eq!(r.headers[header::LOCATION], "/?return_to=%2Fshop%2Fcart");
+    assert_eq!(r.headers[header::LOCATION], format!("/?{back}").as_str());
     let fresh = bodiless(
-        Request::get("/?return_to=%2Fshop"),
+        Request::get(format!("/?{back}")),
         header::ACCEPT,
         "text/html",
     );
     let html = String::from_utf8_lossy(&n.send(fresh).await.body).into_owned();
-    assert!(html.contains("action=\"/?return_to=%2Fshop\""), "{html}");
+    let action = format!("action=\"/?{}\"", back.replace('&', "&amp;"));
+    assert!(html.contains(&action), "{html}");
 }
 
 /// README, "Cookies": with a name suffix, a domain and `SameSite=Strict`, the room sets its

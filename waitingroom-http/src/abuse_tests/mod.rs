@@ -526,6 +526,68 @@ async fn ticket_presented_as_pass_is_refused() {
     .assert_error(StatusCode::UNAUTHORIZED, "invalid_token");
 }
 
+/// README, "Origin gating": the verify endpoint signs the way back only for a gate that holds
+/// the return-path secret, only for a path on the site; and the waiting page follows only a
+/// signed one (an unsigned or re-pointed one is ignored and counted).
+#[tokio::test]
+async fn only_the_gate_gets_a_way_back_signed_and_only_a_signed_one_is_followed() {
+    let n = TestNode::start(options(), true);
+    let verify = |secret: &str, path: &str| {
+        let mut req = Request::get("/api/pass/verify")
+            .header("x-original-uri", path)
+            .body(Body::empty())
+            .unwrap();
+        if !secret.is_empty() {
+            let v = axum::http::HeaderValue::from_str(secret).unwrap();
+            req.headers_mut().insert("x-waitingroom-gate-secret", v);
+        }
+        n.send(req)
+    };
+    let secret = n.app.crypto.gate_secret();
+    let r = verify(&secret, "/shop/cart").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let back = r.headers["x-waitingroom-return"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        back.starts_with("return_to=%2Fshop%2Fcart&return_sig="),
+        "{back}"
+    );
+    for (secret, path) in [
+        ("", "/shop/cart"),
+        ("wrong", "/shop/cart"),
+        (&*secret, "//evil.example/"),
+    ] {
+        let r = verify(secret, path).await;
+        assert!(
+            r.headers.get("x-waitingroom-return").is_none(),
+            "{secret:?} {path:?}"
+        );
+    }
+    // A visitor with a pass, sent to the page with the signed way back, goes on to that page;
+    // with a made-up one, or the signed one re-pointed, to the front page.
+    let (_, pass) = n.ticket_and_pass().await;
+    let cookie = format!("wr_pass={pass}");
+    let page = |query: String| {
+        let uri = format!("/?{query}");
+        n.send(bodiless(
+            Request::get(uri.as_str()),
+            header::COOKIE,
+            &cookie,
+        ))
+    };
+    let location = |r: &Reply| r.headers[header::LOCATION].to_str().unwrap().to_owned();
+    assert!(location(&page(back.clone()).await).ends_with("/shop/cart"));
+    let made_up = page("return_to=%2Fadmin".into()).await;
+    let moved = page(back.replace("cart", "admin")).await;
+    for r in [made_up, moved] {
+        assert_eq!(r.status, StatusCode::SEE_OTHER);
+        assert!(!location(&r).contains("/admin"), "{}", location(&r));
+    }
+    assert_eq!(n.app.metrics.return_paths_refused.get(), 2);
+}
+
 #[tokio::test]
 async fn pass_presented_as_ticket_is_refused() {
     let n = TestNode::start(options(), true);

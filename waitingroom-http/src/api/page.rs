@@ -19,6 +19,7 @@ use crate::cookies;
 use crate::errors::ApiError;
 use crate::leaves;
 use crate::page;
+use crate::return_path;
 
 /// Whether a request is a browser asking for a page.
 pub(super) fn wants_html(headers: &HeaderMap) -> bool {
@@ -49,8 +50,10 @@ pub(super) async fn waiting_page(
         // A monitor's HEAD must not make a visitor.
         return page::html_response(StatusCode::OK, Vec::new(), String::new());
     }
-    let back = return_to(&uri);
-    let onward = onward(&app.cfg.origin_url, back.as_deref());
+    let path = return_to(&app, &uri);
+    let onward = onward(&app.cfg.origin_url, path.as_deref());
+    // The way back goes on with the page's own links, signed again (with the current key).
+    let back = path.map(|p| app.crypto.return_keys()[0].query(&p));
     let names = &app.cfg.cookies;
     if let Some(pass) = cookies::get(&headers, &names.pass)
         && app.verify_pass(pass).is_ok()
@@ -112,7 +115,11 @@ pub(super) async fn join_form(
 ) -> Response {
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
     // Back to the page, keeping where the visitor is to go once let in.
-    let back = page::room_page(return_to(&uri).as_deref());
+    let path = return_to(&app, &uri);
+    let back = page::room_page(
+        path.map(|p| app.crypto.return_keys()[0].query(&p))
+            .as_deref(),
+    );
     match joined {
         Ok(a) => page::redirect(&back, vec![app.cfg.cookies.for_ticket(&a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),
@@ -120,13 +127,16 @@ pub(super) async fn join_form(
 }
 
 /// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds,
-/// if it is a safe path on the origin ([`crate::gate::safe_return_path`], the gate's own rule:
-/// one leading `/`, no `\\`, visible ASCII only, at most 2 KiB). Anything else is ignored: the
-/// visitor goes to `origin_url`.
-pub(super) fn return_to(uri: &Uri) -> Option<String> {
-    let query = uri.query()?;
-    let (_, path) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "return_to")?;
-    crate::gate::safe_return_path(&path).map(str::to_owned)
+/// if it is a safe path on the origin signed by the gate (`return_path.rs`: one leading `/`,
+/// no `\\`, visible ASCII only, at most 2 KiB, and a valid `return_sig`). Anything else is
+/// ignored: the visitor goes to `origin_url`.
+pub(super) fn return_to(app: &App, uri: &Uri) -> Option<String> {
+    let path = return_path::checked(uri.query()?, app.crypto.return_keys());
+    if path.is_none() && uri.query().is_some_and(|q| q.contains("return_to=")) {
+        tracing::debug!(query = ?uri.query(), "return_to without a valid signature: ignored");
+        app.metrics.return_paths_refused.inc();
+    }
+    path
 }
 
 /// Where an admitted visitor goes: `path` on the origin of `origin_url` (or on this host when

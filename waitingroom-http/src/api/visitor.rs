@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq as _;
 
 use super::body::{self, RawBody};
 use super::openapi::TicketRefusals;
@@ -18,6 +19,7 @@ use crate::cookies;
 use crate::errors::ApiError;
 use crate::errors::ErrorBody;
 use crate::leaves;
+use crate::return_path::safe_return_path;
 use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Response {
@@ -235,17 +237,53 @@ pub(super) async fn release_pass(
     summary = "Check a pass (for origin gates)",
     description = "The pass from `Authorization: Bearer` or the `wr_pass` cookie. For nginx \
         `auth_request`, Caddy `forward_auth`, Traefik `forwardAuth`. A pass past half its life \
-        comes back renewed in `Set-Cookie` (a session renewed by activity).",
+        comes back renewed in `Set-Cookie` (a session renewed by activity). A gate that sends the \
+        return-path secret in `X-Waitingroom-Gate-Secret` and the gated request's path in \
+        `X-Original-URI` (nginx) or `X-Forwarded-Uri` (Caddy, Traefik) gets, with a 401, the \
+        signed way back in `X-Waitingroom-Return` (`return_to=…&return_sig=…`) to add to the \
+        waiting page's URL.",
     responses(
         (status = 204, description = "Valid; `x-waitingroom-ticket-id` names the visitor"),
         (status = 401, description = "`missing_token`, `invalid_token`, `expired`", body = ErrorBody),
     ))]
-pub(super) async fn verify_pass(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let token = cookies::bearer(&headers)
-        .or_else(|| cookies::get(&headers, &app.cfg.cookies.pass))
+pub(super) async fn verify_pass(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    match check_pass(&app, &headers) {
+        Ok(resp) => resp,
+        Err(e) => {
+            let mut resp = e.into_response();
+            if let Some(back) = way_back(&app, &headers) {
+                resp.headers_mut().insert("x-waitingroom-return", back);
+            }
+            resp
+        }
+    }
+}
+
+/// The signed way back to the gated request's path, for a gate that proved it holds the
+/// return-path secret (so that this public endpoint signs nothing for anyone else:
+/// `return_path.rs`).
+fn way_back(app: &App, headers: &HeaderMap) -> Option<HeaderValue> {
+    let secret = headers.get("x-waitingroom-gate-secret")?.as_bytes();
+    if !bool::from(
+        app.crypto
+            .gate_secret()
+            .as_bytes()
+            .ct_eq(secret.trim_ascii()),
+    ) {
+        tracing::debug!("verify: wrong gate secret; no way back signed");
+        return None;
+    }
+    let path = ["x-original-uri", "x-forwarded-uri"]
+        .iter()
+        .find_map(|h| headers.get(*h)?.to_str().ok())?;
+    let path = safe_return_path(path)?;
+    HeaderValue::from_str(&app.crypto.return_keys()[0].query(path)).ok()
+}
+
+/// The pass check itself: 204 with the visitor's id (and a renewed pass past half its life).
+fn check_pass(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let token = cookies::bearer(headers)
+        .or_else(|| cookies::get(headers, &app.cfg.cookies.pass))
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -259,7 +297,7 @@ pub(super) async fn verify_pass(
         // Lets the gate pass the visitor's id on to the origin (auth_request_set).
         resp.headers_mut().insert("x-waitingroom-ticket-id", v);
     }
-    if let Some(renewed) = renew(&app, token, &pass) {
+    if let Some(renewed) = renew(app, token, &pass) {
         resp.headers_mut().insert(header::SET_COOKIE, renewed);
     }
     Ok(resp)
@@ -291,9 +329,6 @@ fn renew(app: &App, token: &str, pass: &waitingroom_core::Pass) -> Option<Header
         (status = 204, description = "Valid"),
         (status = 401, description = "`missing_token`, `invalid_token`, `expired`", body = ErrorBody),
     ))]
-pub(super) async fn verify_pass_any(
-    state: State<Arc<App>>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
+pub(super) async fn verify_pass_any(state: State<Arc<App>>, headers: HeaderMap) -> Response {
     verify_pass(state, headers).await
 }

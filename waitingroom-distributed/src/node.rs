@@ -589,6 +589,22 @@ impl Node {
         self.tag.reset_voters(members).clone()
     }
 
+    /// The voters the cluster last agreed on, as this node knows them (None before any
+    /// agreement): what a driver keeps on disk, so that this node still needs a majority of
+    /// them after a restart (README, "Admission leases").
+    pub fn agreed_voters(&self) -> Option<&Voters> {
+        let voters = self.tag.voters();
+        voters.agreed().then_some(voters)
+    }
+
+    /// Voters a driver kept from this node's earlier life ([`Node::agreed_voters`]), given
+    /// before it starts or joins a cluster: it then needs a majority of them again, as it did
+    /// before the restart, instead of counting as a new cluster with whoever it finds (newer
+    /// voters it hears of replace them, as always).
+    pub fn remember_voters(&mut self, voters: &Voters) {
+        self.tag.adopt_voters(voters);
+    }
+
     /// An operator schedules an event at this node (README, "Scheduled events"): the next
     /// version of the live settings, carried to every member like any other change. An error
     /// names the field at fault (a taken name, an overlap, a time past) and changes nothing.

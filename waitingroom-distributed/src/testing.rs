@@ -21,6 +21,7 @@ use waitingroom_core::{CheckInStatus, NodeId, Pass, QueueKey, Settings, Ticket, 
 use crate::invariants::{self, Violation};
 use crate::membership::Contact;
 use crate::messages::{Body, ChannelMsg, Envelope};
+use crate::voters::Voters;
 use crate::{AdmissionMode, Event, Ignored, Membership, Node, NodeConfig, Transmit, VisitorError};
 
 /// The transport address of node `id` on the rig.
@@ -140,6 +141,12 @@ impl Net {
     /// Starts node `id` (a new life of it if it ran before): the first node starts the cluster,
     /// the others ask every live node to let them in.
     pub fn add_node(&mut self, id: u64, seed: u64) {
+        self.add_node_remembering(id, seed, None);
+    }
+
+    /// As [`Net::add_node`], the node remembering `voters` from an earlier life (what a driver
+    /// keeps on disk: [`Node::remember_voters`]).
+    pub fn add_node_remembering(&mut self, id: u64, seed: u64, voters: Option<&Voters>) {
         let inc = self.incarnations.get(&NodeId(id)).map_or(1, |i| i + 1);
         self.incarnations.insert(NodeId(id), inc);
         self.dead.remove(&NodeId(id));
@@ -147,6 +154,9 @@ impl Net {
         cfg.admission = self.mode;
         cfg.seed = seed * 1000 + id;
         let mut node = Node::new(cfg).expect("a valid configuration");
+        if let Some(v) = voters {
+            node.remember_voters(v);
+        }
         if self.nodes.is_empty() {
             node.start_cluster(self.now);
         } else {

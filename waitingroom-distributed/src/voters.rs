@@ -31,8 +31,11 @@
 //! (the founder among them, or dead before any round completed) makes them the first voters,
 //! if they hold a majority of every member any of them has had ([`Voters::first`]).
 //!
-//! Voters live in memory: a restarted node learns them anew, so two restarted nodes cut off
-//! together from everyone else would count as a cluster of their own.
+//! Voters live in memory; a driver may keep them on disk (`Node::agreed_voters`, given back to
+//! the next life with `Node::remember_voters`: the server's `--voters-file`). Without that, a
+//! restarted node learns them anew, so two restarted nodes cut off together from everyone else
+//! would make themselves the first voters of a cluster of their own; with it they still need a
+//! majority of the voters they knew.
 
 use std::collections::BTreeSet;
 

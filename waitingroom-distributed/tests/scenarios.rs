@@ -338,6 +338,66 @@ fn an_operator_restores_admission_after_a_lost_majority() {
     assert!(crowd.all_admitted(), "everyone got in after the reset");
 }
 
+/// README, "Admission leases": two nodes of five that restart and are cut off together from
+/// the other three make themselves a cluster of their own, and let visitors out beside the
+/// three that hold the majority, unless they remember the voters from before (the server's
+/// `--voters-file`): then they need a majority of those and pause.
+#[test]
+fn restarted_nodes_that_remember_the_voters_need_a_majority_of_them() {
+    let let_out_by_the_two = |remember: bool| {
+        let settings = Settings {
+            target_on_site: 100,
+            pass_expiry_ms: 2_000,
+            ..queued_settings()
+        };
+        let mut net = Net::new(5, settings, AdmissionMode::Range, 32);
+        net.run_for(3_000);
+        let voters = net
+            .node(NodeId(1))
+            .agreed_voters()
+            .cloned()
+            .expect("agreed");
+        assert_eq!(voters.ids().count(), 5);
+        for id in [1, 2] {
+            net.kill(NodeId(id));
+            for other in [3, 4, 5] {
+                net.cut(NodeId(id), NodeId(other));
+            }
+        }
+        net.run_for(3_000);
+        for id in [1, 2] {
+            net.add_node_remembering(id, 32, remember.then_some(&voters));
+            net.run_for(2_000);
+        }
+        // They give up on the three they cannot reach and form a cluster of two.
+        let limit = net.now + 60_000;
+        while net.node(NodeId(1)).membership().members.len() != 2 {
+            assert!(net.now < limit, "the two never formed a cluster");
+            net.run_for(100);
+        }
+        let mut crowd = Crowd::default();
+        for i in 0..10 {
+            crowd.join(&mut net, NodeId(1 + i % 2));
+            net.run_for(20);
+        }
+        assert!(
+            crowd.tickets.iter().all(|t| t.node.0 <= 2),
+            "they joined at the two"
+        );
+        crowd.run(&mut net, 15_000);
+        let now = net.now;
+        let paused = net.node(NodeId(1)).pause(now);
+        (crowd.admitted.iter().filter(|a| **a).count(), paused)
+    };
+    let (forgot, _) = let_out_by_the_two(false);
+    assert!(
+        forgot > 0,
+        "without the voters the two go on as a cluster of their own"
+    );
+    let (remembered, paused) = let_out_by_the_two(true);
+    assert_eq!((remembered, paused), (0, Some(Pause::NoMajority)));
+}
+
 #[test]
 fn graceful_shutdown_is_noticed_without_failure_detection() {
     let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 10);

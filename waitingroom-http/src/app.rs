@@ -111,16 +111,26 @@ impl App {
             None => RoundLog::new(crypto.clone(), kept),
         };
         let mut node = node;
+        if let Some(path) = &cfg.voters_file {
+            match crate::voters_file::read(path, node.id()) {
+                Ok(Some(voters)) => {
+                    tracing::info!(epoch = voters.epoch, voters = ?voters.set,
+                        "voters file: this node needs a majority of the voters it knew");
+                    node.remember_voters(&voters);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "voters file: ignored"),
+            }
+        }
         if let Some((round, link)) = rounds.last() {
             // After a restart, a record this node decides as root follows the last one logged.
             node.resume_records(round, link);
         }
-        let driver = Arc::new(Driver::new(
-            node,
-            transport.clone(),
-            metrics.clone(),
-            rounds,
-        ));
+        let driver = Driver::new(node, transport.clone(), metrics.clone(), rounds);
+        let driver = Arc::new(match &cfg.voters_file {
+            Some(path) => driver.keep_voters_in(path.clone()),
+            None => driver,
+        });
         Arc::new(App::new(driver, crypto, transport, metrics, cfg))
     }
 

@@ -165,6 +165,12 @@ pub struct Options {
     /// each). (default: 100000)
     #[arg(long, env = "WAITINGROOM_ROUNDS_KEPT", value_name = "N")]
     pub rounds_kept: Option<usize>,
+    /// Keep the voters the cluster last agreed on in this file (JSON, rewritten when they
+    /// change) and read them back at start: a restarted node then needs a majority of them
+    /// again, instead of counting as a new cluster with whoever it finds (README, "Admission
+    /// leases"). A file written by another node id is ignored. (default: none, in memory)
+    #[arg(long, env = "WAITINGROOM_VOTERS_FILE", value_name = "PATH")]
+    pub voters_file: Option<PathBuf>,
 
     // ---- protocol ----
     /// How the root lets visitors out: range (one message per tree edge per round), batched
@@ -540,6 +546,8 @@ pub struct ServerConfig {
     pub rounds_log: Option<PathBuf>,
     /// Round records kept in memory.
     pub rounds_kept: usize,
+    /// Where the agreed voters are kept, if anywhere.
+    pub voters_file: Option<PathBuf>,
 }
 
 /// A secret read from a file: never shown by `Debug` (a configuration printed in a log or a
@@ -638,6 +646,7 @@ pub fn merge(flags_env: Options, file: Options) -> Options {
         admin_token_file,
         rounds_log,
         rounds_kept,
+        voters_file,
         visitor_body_limit,
         peer_body_limit,
         peer_clock_window_ms,
@@ -699,6 +708,7 @@ impl Options {
             admin_token: self.admin_token()?,
             rounds_log: self.rounds_log()?,
             rounds_kept: self.rounds_kept()?,
+            voters_file: self.voters_file.clone(),
             branding: self.branding()?,
             log_level: self.log_level()?,
             log_format: self.log_format.unwrap_or_default(),

@@ -7,12 +7,14 @@
 //! timer task is woken. There is no task per visitor: one timer task sleeps until
 //! [`Node::poll_timeout`].
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use waitingroom_core::Time;
+use waitingroom_distributed::voters::Voters;
 use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
 
 use crate::clock::now_ms;
@@ -32,6 +34,8 @@ pub struct Driver {
     metrics: Arc<Metrics>,
     /// The admission rounds' records (`crate::rounds`).
     rounds: RoundLog,
+    /// Where the agreed voters are kept (`crate::voters_file`), and the ones last written.
+    voters_file: Option<(PathBuf, Mutex<Option<Voters>>)>,
 }
 
 impl Driver {
@@ -49,6 +53,37 @@ impl Driver {
             transport,
             metrics,
             rounds,
+            voters_file: None,
+        }
+    }
+
+    /// Keeps the agreed voters in `path` from now on (`--voters-file`).
+    pub fn keep_voters_in(mut self, path: PathBuf) -> Self {
+        self.voters_file = Some((path, Mutex::new(None)));
+        self
+    }
+
+    /// Writes the agreed voters to the voters file if they changed since last written. Called
+    /// after each timer (results, which move them, come in between): a few ms late at most.
+    fn save_voters(&self) {
+        let Some((path, saved)) = &self.voters_file else {
+            return;
+        };
+        let (me, now) = {
+            let node = self.lock();
+            (node.id(), node.agreed_voters().cloned())
+        };
+        let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(now) = now.filter(|v| saved.as_ref() != Some(v)) else {
+            return;
+        };
+        match crate::voters_file::write(path, me, &now) {
+            Ok(()) => {
+                tracing::info!(epoch = now.epoch, voters = ?now.set, "voters kept on disk");
+                *saved = Some(now);
+            }
+            Err(e) => tracing::error!(error = %e, path = %path.display(),
+                "voters file: cannot write it; a restart will forget the voters"),
         }
     }
 
@@ -119,6 +154,7 @@ impl Driver {
             let now = now_ms();
             if deadline <= now {
                 self.with(|node, now| node.handle_timeout(now));
+                self.save_voters();
                 continue;
             }
             let sleep = Duration::from_millis((deadline - now).min(60_000));

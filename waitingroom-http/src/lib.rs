@@ -54,6 +54,7 @@ pub mod serve;
 pub mod server;
 pub mod tls;
 pub mod visitor;
+pub mod voters_file;
 pub mod wire;
 
 #[cfg(test)]

@@ -163,13 +163,34 @@ impl Cluster {
     /// Starts one more node, joining through the first (or starting the cluster).
     fn add_node(&mut self) -> usize {
         let i = self.nodes.len();
+        let first = self.nodes.first().map(|n| n.internal_url().to_owned());
+        let node = self.spawn(i, first.as_deref());
+        self.nodes.push(node);
+        i
+    }
+
+    /// Node `i` again, in a new process (the old one SIGKILLed if it still runs), joining
+    /// through `peer` (or starting a cluster).
+    fn restart(&mut self, i: usize, peer: Option<&str>) {
+        signal(&self.nodes[i], "-KILL");
+        let _ = self.nodes[i].child.wait();
+        self.nodes[i] = self.spawn(i, peer);
+    }
+
+    /// Starts node `i` (its settings with `{node}` replaced by `i + 1`), joining through
+    /// `peer` if given.
+    fn spawn(&self, i: usize, peer: Option<&str>) -> NodeProc {
         let log = self.dir.join(format!("node{}.log", i + 1));
         let mut cmd = Command::new(BIN);
+        let settings = self
+            .settings
+            .iter()
+            .map(|s| s.replace("{node}", &(i + 1).to_string()));
         cmd.args(["run", "--listen", "127.0.0.1:0", "--key-file"])
             .arg(&self.key)
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
             .args(FAST)
-            .args(&self.settings);
+            .args(settings);
         if self.two_ports {
             cmd.args(["--internal-listen", "127.0.0.1:0"]);
         }
@@ -178,8 +199,8 @@ impl Cluster {
             cmd.arg("--internal-tls-key").arg(&tls.key);
             cmd.arg("--internal-tls-ca").arg(&tls.ca);
         }
-        if let Some(first) = self.nodes.first() {
-            cmd.args(["--peers", first.internal_url()]);
+        if let Some(peer) = peer {
+            cmd.args(["--peers", peer]);
         }
         let mut child = cmd
             .stdin(Stdio::null())
@@ -204,13 +225,12 @@ impl Cluster {
         };
         let (_, url) = next();
         let internal = self.two_ports.then(|| next().1);
-        self.nodes.push(NodeProc {
+        NodeProc {
             child,
             url,
             internal,
             log,
-        });
-        i
+        }
     }
 
     fn url(&self, i: usize) -> &str {
@@ -1922,6 +1942,70 @@ fn audit_passes(cl: &Cluster, i: usize, passes: &[String], passed: bool) -> Stri
     assert_eq!(out.status.success(), passed, "{text}{err}");
     eprintln!("{text}");
     text
+}
+
+/// README, "Admission leases", `--voters-file`: a node that restarts alone after the others
+/// died remembers the voters and pauses (`no_majority`: one of three), where one that forgot
+/// them would found a cluster of its own and let visitors out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_remembers_the_voters() {
+    let voters = std::env::temp_dir().join(format!("wr-voters-test-{}", std::process::id()));
+    std::fs::create_dir_all(&voters).unwrap();
+    let file = voters.join("voters-{node}.json").display().to_string();
+    let extra = [
+        "--target-on-site",
+        "5",
+        "--node-id",
+        "{node}",
+        "--voters-file",
+        &file,
+    ];
+    let mut cl = Cluster::start("voters", 3, &extra).await;
+    let kept = voters.join("voters-1.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&kept).is_ok_and(|t| t.contains("\"set\":[1,2,3]")) {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 never kept the three voters"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in [1, 2] {
+        signal(&cl.nodes[i], "-KILL");
+    }
+    let c = client();
+    let queued_for_3_s = |cl: &Cluster| {
+        let url = format!("{}/api/join", cl.url(0));
+        let c = c.clone();
+        async move {
+            let (s, v) = post(&c, &url, json!({})).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            let mut ticket = v["ticket"].as_str().unwrap().to_owned();
+            let checkin = url.replace("/api/join", "/api/checkin");
+            for _ in 0..15 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let (_, v) = post(&c, &checkin, json!({ "ticket": ticket })).await;
+                if v["status"] == "admitted" {
+                    return false;
+                }
+                ticket = v["ticket"].as_str().unwrap().to_owned();
+            }
+            true
+        }
+    };
+    cl.restart(0, None);
+    assert!(
+        queued_for_3_s(&cl).await,
+        "a node that remembers the voters lets nobody out"
+    );
+    assert_eq!(status(&cl, 0).await["paused"], "no_majority");
+    std::fs::remove_file(&kept).unwrap();
+    cl.restart(0, None);
+    assert!(
+        !queued_for_3_s(&cl).await,
+        "one that forgot them founds a cluster of its own"
+    );
+    let _ = std::fs::remove_dir_all(&voters);
 }
 
 /// 300 visitors of the load generator through all of `cl`'s nodes (node `kill`, if any,

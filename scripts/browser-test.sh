@@ -235,13 +235,20 @@ new_visitor() {
         || fail "screenshot ($1) failed"
 }
 
+# After an admin change (made through admin_api just before, reaching every node within two
+# rounds), a new visitor's page at URL (profile NAME) in $DOM and docs/PNG, with data-status
+# STATUS: after_change NAME URL PNG STATUS
+after_change() {
+    sleep 1.5
+    new_visitor "$1" "$2" "$3"
+    grep -q "data-status=\"$4\"" <<<"$DOM" || fail "$1's page does not say $4: ${DOM:0:300}"
+}
+
 # An event is scheduled (admin API at node 1): pre-queue open now, start in ten minutes. A new
 # visitor (H) is pre-queued: the page counts down to the start.
 NOW_MS=$(($(date +%s%3N)))
 admin_api 0 POST /admin/events "{\"name\": \"launch\", \"prequeue_start_ms\": $NOW_MS, \"start_ms\": $((NOW_MS + 600000)), \"end_ms\": $((NOW_MS + 3600000)), \"shuffle_at_start\": true}"
-sleep 1.5 # two rounds: every node has the event
-new_visitor H "${NODES[2]}/" waiting-page-prequeue.png
-grep -q 'data-status="prequeue"' <<<"$DOM" || fail "the pre-queued page does not say so: ${DOM:0:300}"
+after_change H "${NODES[2]}/" waiting-page-prequeue.png prequeue
 grep -Eq 'id="position">(10:00|9:[0-5][0-9])<' <<<"$DOM" || fail "no countdown on the pre-queued page"
 echo "H's page counts down to the event's start; screenshot: docs/waiting-page-prequeue.png"
 admin_api 0 DELETE /admin/events/launch
@@ -249,9 +256,7 @@ admin_api 0 DELETE /admin/events/launch
 # The room closes to new visitors (mode reject, through the admin API at node 3): a new visitor's
 # page says so (its join is answered 503 "rejected").
 admin_api 2 PATCH /admin/settings '{"mode": "reject"}'
-sleep 1.5 # two rounds: every node has the change
-new_visitor G "${NODES[1]}/" waiting-page-closed.png
-grep -q 'data-status="closed"' <<<"$DOM" || fail "the closed room's page does not say so: ${DOM:0:300}"
+after_change G "${NODES[1]}/" waiting-page-closed.png closed
 grep -q 'closed to new visitors' <<<"$DOM" || fail "the closed page has no explanation"
 echo "G's page says the room is closed (mode reject); screenshot: docs/waiting-page-closed.png"
 

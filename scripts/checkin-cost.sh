@@ -10,6 +10,10 @@
 # is stopped by PID at the end.
 #
 #   scripts/checkin-cost.sh [SECONDS (8)] [CONNECTIONS (32)] [VISITORS (2000)]
+#
+#   QUEUED=N      first fill node 1's queue with N more waiting visitors (wrk joins,
+#                 scripts/wrk/join.lua) and print its resident memory: the check-ins then rank
+#                 among N (issue 13's million-visitor node: QUEUED=1000000)
 #   NODE_BIN=...  the node binary (default: the release build, built when missing)
 #   PROFILE_NODE2=FILE  also record node 2 with `perf record -g` into FILE (where forwarding goes)
 set -euo pipefail
@@ -54,6 +58,18 @@ NODE2="${PIDS[1]}"
 # CPU ticks (user + system) of PID $1.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ="$(getconf CLK_TCK)"
+
+# Resident memory of PID $1, MB.
+rss_mb() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+if [[ "${QUEUED:-0}" -gt 0 ]]; then
+    before="$(rss_mb "$NODE1")"
+    t0="$(date +%s.%N)"
+    JOINS_PER_THREAD=$((QUEUED / 2)) wrk -t 2 -c "$CONNS" -d 600s -s "$ROOT/scripts/wrk/join.lua" \
+        "http://127.0.0.1:$((PORT + 1))/api/join" >/dev/null
+    queued="$(curl -fsS "http://127.0.0.1:$((PORT + 1))/metrics" | awk '/^waitingroom_queued / {print $2}')"
+    printf 'queued %s visitors at node 1 in %.0f s; node 1 resident memory %s MB (before: %s MB)\n' \
+        "$queued" "$(echo "$(date +%s.%N) - $t0" | bc -l)" "$(rss_mb "$NODE1")" "$before"
+fi
 
 # Visitors join node 1; their tickets are what the check-ins carry.
 for _ in $(seq "$VISITORS"); do

@@ -32,9 +32,13 @@ trap 'stop_pids_and_remove "$WORK" 3' EXIT
 
 "$BIN" keygen --out "$WORK/key.pem" >/dev/null 2>&1
 # Everyone queued (target 1, no straight-through), check-ins every 30 s allowed at any rate, no
-# join limit (one address), tickets valid long enough for the whole run.
+# join limit (one address), tickets valid for an hour: longer than the whole run. With QUEUED,
+# visitors who never check in must stay queued for the whole run, and a queue entry lives three
+# refresh intervals without a check-in (Settings::queue_entry_ttl_ms): 20-minute intervals.
+[[ "${QUEUED:-0}" -gt 0 ]] && REFRESH_MS=1200000
 NODE_ARGS=(--key-file "$WORK/key.pem" --target-on-site 1 --admit-straight-through false
-    --refresh-interval-ms 30000 --ticket-expiry-ms 600000 --join-rate-limit 0 --log-level warn)
+    --refresh-interval-ms "${REFRESH_MS:-30000}" --ticket-expiry-ms 3600000 --join-rate-limit 0
+    --log-level warn)
 start() { # node $1 on PORT+$1, joining node 1 when $1 > 1
     local i="$1" peers=()
     ((i == 1)) || peers=(--peers "http://127.0.0.1:$((PORT + 1))")
@@ -59,24 +63,34 @@ NODE2="${PIDS[1]}"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ="$(getconf CLK_TCK)"
 
-# Resident memory of PID $1, MB.
-rss_mb() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
-if [[ "${QUEUED:-0}" -gt 0 ]]; then
-    before="$(rss_mb "$NODE1")"
-    t0="$(date +%s.%N)"
-    JOINS_PER_THREAD=$((QUEUED / 2)) wrk -t 2 -c "$CONNS" -d 600s -s "$ROOT/scripts/wrk/join.lua" \
-        "http://127.0.0.1:$((PORT + 1))/api/join" >/dev/null
-    queued="$(curl -fsS "http://127.0.0.1:$((PORT + 1))/metrics" | awk '/^waitingroom_queued / {print $2}')"
-    printf 'queued %s visitors at node 1 in %.0f s; node 1 resident memory %s MB (before: %s MB)\n' \
-        "$queued" "$(echo "$(date +%s.%N) - $t0" | bc -l)" "$(rss_mb "$NODE1")" "$before"
-fi
-
 # Visitors join node 1; their tickets are what the check-ins carry.
 for _ in $(seq "$VISITORS"); do
     curl -fsS -X POST -H 'content-type: application/json' -d '{}' \
         "http://127.0.0.1:$((PORT + 1))/api/join"
     echo
 done | sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p' >"$WORK/tickets"
+
+# Resident memory of PID $1, MB.
+rss_mb() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+if [[ "${QUEUED:-0}" -gt 0 ]]; then
+    before="$(rss_mb "$NODE1")"
+    t0="$(date +%s.%N)"
+    queued_now() {
+        curl -fsS "http://127.0.0.1:$((PORT + 1))/metrics" | awk '/^waitingroom_queued / {print $2}'
+    }
+    # wrk's threads stop at their count, but wrk itself waits out -d: stop it once all are in.
+    JOINS_PER_THREAD=$((QUEUED / 2)) wrk -t 2 -c "$CONNS" -d 900s -s "$ROOT/scripts/wrk/join.lua" \
+        "http://127.0.0.1:$((PORT + 1))/api/join" >/dev/null &
+    PIDS+=($!)
+    until (($(queued_now) >= QUEUED)); do
+        kill -0 "${PIDS[-1]}" 2>/dev/null || { echo "wrk stopped before the queue filled" >&2; exit 1; }
+        sleep 1
+    done
+    stop_process "${PIDS[-1]}" 2
+    queued="$(queued_now)"
+    printf 'queued %s visitors at node 1 in %.0f s; node 1 resident memory %s MB (before: %s MB)\n' \
+        "$queued" "$(echo "$(date +%s.%N) - $t0" | bc -l)" "$(rss_mb "$NODE1")" "$before"
+fi
 
 # run NAME URL [LUA]: a wrk run; prints one line and leaves "requests cpu1_us cpu2_us" in $WORK/NAME.
 run() {

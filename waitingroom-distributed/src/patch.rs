@@ -69,9 +69,11 @@ pub enum QueueingMethod {
     #[default]
     Fifo,
     /// A lottery: every visitor who joins while it is in force is stamped the same join time
-    /// (`LiveSettings::lottery_since`), so the queue orders them by their ticket ids, drawn at
-    /// random by the node they joined (its ChaCha8 generator, seeded at random by the server
-    /// and from the run's seed by the simulator, so a simulated run replays). Each round lets
+    /// (`LiveSettings::lottery_since`), so the queue orders them by their ticket ids: drawn
+    /// from the lottery's seed and a number from the node they joined (its ChaCha8 generator,
+    /// seeded at random by the server and from the run's seed by the simulator, so a simulated
+    /// run replays), which makes the order checkable once the seed is revealed
+    /// (`LiveSettings::lotteries`; a lottery set in the file configuration has no seed). Each round lets
     /// out the smallest ids waiting: a uniformly random pick among those waiting, late joiners
     /// included (one who joins between a round's count and its result may win that round at
     /// their node). Visitors who joined before it was switched on keep their places ahead. A

@@ -172,6 +172,11 @@ impl Crypto {
         &self.return_keys
     }
 
+    /// The signed way back to `path` (`return_to=…&return_sig=…`), under the current key.
+    pub fn return_query(&self, path: &str) -> String {
+        self.return_keys[0].query(path)
+    }
+
     /// The current return-path secret as `waitingroom-node gate-secret` prints it (base64url),
     /// for the origin's gate.
     pub fn gate_secret(&self) -> String {

@@ -53,7 +53,7 @@ pub(super) async fn waiting_page(
     let path = return_to(&app, &uri);
     let onward = onward(&app.cfg.origin_url, path.as_deref());
     // The way back goes on with the page's own links, signed again (with the current key).
-    let back = path.map(|p| app.crypto.return_keys()[0].query(&p));
+    let back = path.map(|p| app.crypto.return_query(&p));
     let names = &app.cfg.cookies;
     if let Some(pass) = cookies::get(&headers, &names.pass)
         && app.verify_pass(pass).is_ok()
@@ -116,10 +116,7 @@ pub(super) async fn join_form(
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
     // Back to the page, keeping where the visitor is to go once let in.
     let path = return_to(&app, &uri);
-    let back = page::room_page(
-        path.map(|p| app.crypto.return_keys()[0].query(&p))
-            .as_deref(),
-    );
+    let back = page::room_page(path.map(|p| app.crypto.return_query(&p)).as_deref());
     match joined {
         Ok(a) => page::redirect(&back, vec![app.cfg.cookies.for_ticket(&a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),

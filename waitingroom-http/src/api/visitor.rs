@@ -277,7 +277,7 @@ fn way_back(app: &App, headers: &HeaderMap) -> Option<HeaderValue> {
         .iter()
         .find_map(|h| headers.get(*h)?.to_str().ok())?;
     let path = safe_return_path(path)?;
-    HeaderValue::from_str(&app.crypto.return_keys()[0].query(path)).ok()
+    HeaderValue::from_str(&app.crypto.return_query(path)).ok()
 }
 
 /// The pass check itself: 204 with the visitor's id (and a renewed pass past half its life).

@@ -45,10 +45,11 @@ enum Command {
     Run(Box<RunArgs>),
     /// Write a new cluster signing key (PKCS#8 PEM) and print its public JWK.
     Keygen(KeygenArgs),
-    /// Print the return-path secret of a cluster key (base64url): the origin's gate signs the
-    /// way back to the page a visitor asked for with it (nginx and Caddy: the
-    /// X-Waitingroom-Gate-Secret header; the Rust gate: GateConfig::return_key). It is not the
-    /// cluster key, and cannot sign passes.
+    /// Print the return-path secret of a cluster key, for the origin's gate.
+    ///
+    /// The gate signs the way back to the page a visitor asked for with it (nginx and Caddy:
+    /// the X-Waitingroom-Gate-Secret header; the Rust gate: GateConfig::return_key), printed
+    /// as base64url. It is not the cluster key, and cannot sign passes.
     GateSecret(GateSecretArgs),
     /// Start a local cluster of nodes plus a demo origin site; Ctrl-C stops them all.
     Demo(demo::DemoArgs),
@@ -61,7 +62,7 @@ enum Command {
     Load(load::LoadArgs),
     /// The admin API of a running cluster: live settings, scheduled events, bypass passes.
     Admin(admin_cli::AdminArgs),
-    /// Check a cluster's published admission records: signatures, chain, cutoffs.
+    /// Check a cluster's published admission records (signatures, chain, cutoffs) and lotteries.
     Audit(audit_cli::AuditArgs),
     /// Print the OpenAPI 3.1 description of every route (the same as `GET /openapi.json`), to
     /// generate clients or check the API without a running node.

@@ -69,13 +69,14 @@ impl Driver {
         let Some((path, saved)) = &self.voters_file else {
             return;
         };
+        let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
+        // Compared in place: a copy only when they changed (rarely), not on every timer.
         let (me, now) = {
             let node = self.lock();
-            (node.id(), node.agreed_voters().cloned())
-        };
-        let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(now) = now.filter(|v| saved.as_ref() != Some(v)) else {
-            return;
+            match node.agreed_voters() {
+                Some(v) if saved.as_ref() != Some(v) => (node.id(), v.clone()),
+                _ => return,
+            }
         };
         match crate::voters_file::write(path, me, &now) {
             Ok(()) => {

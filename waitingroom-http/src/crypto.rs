@@ -60,6 +60,9 @@ pub struct Crypto {
     lotteries: Arc<Mutex<Vec<(LotteryRecord, String)>>>,
     /// Return-path keys of the current key and the earlier ones (`return_path.rs`).
     return_keys: Vec<ReturnPathKey>,
+    /// The current key's return-path secret, base64url: what a gate sends to have a way back
+    /// signed (derived once, compared on every refused check a gate makes).
+    gate_secret: String,
 }
 
 impl std::fmt::Debug for Crypto {
@@ -77,11 +80,14 @@ impl Crypto {
     }
 
     fn from_ring(keys: KeyRing) -> Self {
-        let secrets = std::iter::once(keys.current()).chain(keys.previous());
+        use base64::Engine as _;
+        let secrets: Vec<[u8; 32]> = std::iter::once(keys.current())
+            .chain(keys.previous())
+            .map(ClusterKey::return_path_secret)
+            .collect();
         Crypto {
-            return_keys: secrets
-                .map(|k| ReturnPathKey::new(&k.return_path_secret()))
-                .collect(),
+            return_keys: secrets.iter().map(ReturnPathKey::new).collect(),
+            gate_secret: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secrets[0]),
             keys,
             lotteries: Arc::default(),
         }
@@ -179,10 +185,8 @@ impl Crypto {
 
     /// The current return-path secret as `waitingroom-node gate-secret` prints it (base64url),
     /// for the origin's gate.
-    pub fn gate_secret(&self) -> String {
-        use base64::Engine as _;
-        let secret = self.keys.current().return_path_secret();
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+    pub fn gate_secret(&self) -> &str {
+        &self.gate_secret
     }
 
     /// Verifies a ticket token at `now`.

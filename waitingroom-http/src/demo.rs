@@ -152,8 +152,8 @@ impl DemoArgs {
 /// The return-path secret of the key in `key_file`, in a file beside it (for the origin's gate).
 fn gate_secret_file(key_file: &Path) -> anyhow::Result<PathBuf> {
     let path = key_file.with_file_name("gate-secret");
-    let secret = Crypto::load(key_file)?.gate_secret();
-    crate::write_private(&path, &format!("{secret}\n"), true)?;
+    let crypto = Crypto::load(key_file)?;
+    crate::write_private(&path, &format!("{}\n", crypto.gate_secret()), true)?;
     Ok(path)
 }
 

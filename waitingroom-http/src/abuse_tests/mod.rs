@@ -544,7 +544,7 @@ async fn only_the_gate_gets_a_way_back_signed_and_only_a_signed_one_is_followed(
         n.send(req)
     };
     let secret = n.app.crypto.gate_secret();
-    let r = verify(&secret, "/shop/cart").await;
+    let r = verify(secret, "/shop/cart").await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     let back = r.headers["x-waitingroom-return"]
         .to_str()
@@ -557,7 +557,7 @@ async fn only_the_gate_gets_a_way_back_signed_and_only_a_signed_one_is_followed(
     for (secret, path) in [
         ("", "/shop/cart"),
         ("wrong", "/shop/cart"),
-        (&*secret, "//evil.example/"),
+        (secret, "//evil.example/"),
     ] {
         let r = verify(secret, path).await;
         assert!(

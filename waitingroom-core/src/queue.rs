@@ -156,9 +156,9 @@ impl Borrow<TicketId> for ById {
 /// Flooding resistance buys nothing here: ticket ids are drawn from the room's own random
 /// generator and come back signed, so nobody outside chooses them. The mix still spreads small
 /// or patterned ids (as in tests) over both the low bits (bucket) and the high bits (tag) that
-/// the standard table uses.
+/// the standard table uses. Public for other tables keyed by ticket id (the simulator's).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TicketHasher;
+pub struct TicketHasher;
 
 impl BuildHasher for TicketHasher {
     type Hasher = FoldHasher;
@@ -169,7 +169,7 @@ impl BuildHasher for TicketHasher {
 }
 
 /// The hasher [`TicketHasher`] builds.
-pub(crate) struct FoldHasher(u64);
+pub struct FoldHasher(u64);
 
 impl Hasher for FoldHasher {
     fn write(&mut self, bytes: &[u8]) {

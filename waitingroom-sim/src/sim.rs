@@ -292,7 +292,7 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
     let i = v as usize;
     match ctx.visitors.phase[i] {
         Phase::Waiting => {
-            if ctx.now >= ctx.visitors.give_up_at[i] {
+            if ctx.visitors.gives_up(i, ctx.now) {
                 ctx.visitors.phase[i] = Phase::Abandoned;
                 ctx.visitors.unfinished -= 1;
                 ctx.trace.note(ctx.now, "abandon", &[u64::from(v)]);

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use rand::RngExt;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
+use waitingroom_core::queue::TicketHasher;
 use waitingroom_core::{CheckInStatus, NodeId, Pass, Settings, Ticket, TicketId, Time};
 use waitingroom_distributed::{Event, Node, NodeConfig, Pause, Transmit, VisitorError};
 
@@ -48,7 +49,7 @@ struct Visits {
     /// The node slot the load balancer sends each visitor to.
     sticky: Vec<u32>,
     /// Whose ticket is whose.
-    owner: HashMap<TicketId, u32>,
+    owner: HashMap<TicketId, u32, TicketHasher>,
     /// The node slot each visitor joined at.
     joined_at: Vec<u32>,
 }
@@ -63,7 +64,7 @@ impl Visits {
                 Vec::new()
             },
             sticky: vec![NONE; n],
-            owner: HashMap::with_capacity(n),
+            owner: HashMap::with_capacity_and_hasher(n, TicketHasher),
             joined_at: vec![NONE; n],
         }
     }
@@ -118,7 +119,7 @@ fn on_event(
     ctx: &mut Ctx,
     (slot, process): (usize, u32),
     e: Event,
-    owner: &HashMap<TicketId, u32>,
+    owner: &HashMap<TicketId, u32, TicketHasher>,
     alive: &[bool],
     tallies: &mut Tallies,
 ) {

@@ -4,12 +4,14 @@
 //! ```text
 //! cargo run --release -p waitingroom-distributed --example explore -- --scenario crash
 //! ```
-//! Scenarios: `base`, `crash`, `join`, `lossy`, `anytime`, `partition`, `pause` (or `all`). Options override the
-//! scenario: `--visitors N`, `--nodes N`, `--mode range|batched|sequential`, `--timers
-//! quiet|anytime`, `--drops N`, `--dups N`, `--event-rounds N`, `--extra-rounds N`,
-//! `--crash-victim ID`, `--target N`, `--max-states N`, `--max-depth N`, `--all-acks` (interleave bare
-//! acknowledgements too, even without loss), `--quiet-joins` (visitors join only while no
-//! message is in flight), `--to-horizon` (keep going after everything is over). Exits with status 1 on a violation.
+//! Scenarios: `base`, `crash`, `join`, `lossy`, `anytime`, `partition`, `pause` (or `all`).
+//! Options override the scenario: `--visitors N`, `--nodes N`, `--mode
+//! range|batched|sequential`, `--timers quiet|anytime`, `--drops N`, `--dups N`, `--event-rounds
+//! N`, `--extra-rounds N`, `--crash-victim ID`, `--target N`, `--max-states N`, `--max-depth N`,
+//! `--all-acks` (interleave bare acknowledgements too, even without loss), `--quiet-joins`
+//! (visitors join only while no message is in flight), `--to-horizon` (keep going after
+//! everything is over), `--no-progress` (no progress line on stderr every 10 s). Exits with
+//! status 1 on a violation.
 
 #[path = "../tests/explorer/mod.rs"]
 mod explorer;
@@ -91,6 +93,7 @@ fn override_with(cfg: &mut Config, args: &[String]) {
     cfg.all_acks |= args.iter().any(|a| a == "--all-acks");
     cfg.quiet_joins |= args.iter().any(|a| a == "--quiet-joins");
     cfg.to_horizon |= args.iter().any(|a| a == "--to-horizon");
+    cfg.progress = !args.iter().any(|a| a == "--no-progress");
     if let Some(m) = value(args, "--mode") {
         cfg.mode = m.parse().unwrap_or_else(|e| die(&format!("{e}")));
     }

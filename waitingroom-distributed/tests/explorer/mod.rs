@@ -108,6 +108,9 @@ pub struct Config {
     pub to_horizon: bool,
     /// Explore the delivery order of bare acknowledgements too (see [`Config::eager_acks`]).
     pub all_acks: bool,
+    /// Print the search's progress to stderr every few seconds (a long run is otherwise silent
+    /// until it ends).
+    pub progress: bool,
 }
 
 impl Config {
@@ -145,6 +148,7 @@ impl Config {
             max_states: 50_000_000,
             all_acks: false,
             to_horizon: false,
+            progress: false,
         };
         Some(match name {
             "base" => base,
@@ -253,6 +257,31 @@ impl fmt::Display for Report {
     }
 }
 
+/// How often a long search reports how far it has got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// One progress line: states so far, the current and deepest path, the rate.
+struct Progress<'a>(&'a Report, &'a [Frame], Instant);
+
+impl fmt::Display for Progress<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Progress(report, stack, started) = self;
+        let secs = started.elapsed().as_secs_f64();
+        write!(
+            f,
+            "explored {} states ({} transitions), path {} deep (deepest {}), {} terminal, \
+             {:.0} s, {:.0} states/s",
+            report.states,
+            report.transitions,
+            stack.len(),
+            report.max_depth,
+            report.terminal,
+            secs,
+            report.states as f64 / secs.max(1e-9)
+        )
+    }
+}
+
 struct Frame {
     state: State,
     steps: Vec<Step>,
@@ -280,6 +309,7 @@ pub fn explore(cfg: &Config) -> Report {
         steps,
         next: 0,
     }];
+    let mut shown = Instant::now();
     while let Some(top) = stack.last_mut() {
         let Some(&step) = top.steps.get(top.next) else {
             stack.pop();
@@ -289,6 +319,10 @@ pub fn explore(cfg: &Config) -> Report {
         let mut state = top.state.clone();
         let mut problems = state.apply(step);
         report.transitions += 1;
+        if cfg.progress && report.transitions % 4096 == 0 && shown.elapsed() >= PROGRESS_EVERY {
+            shown = Instant::now();
+            eprintln!("{}", Progress(&report, &stack, started));
+        }
         if !seen.insert(state.fingerprint()) {
             continue;
         }

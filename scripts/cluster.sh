@@ -222,6 +222,8 @@ defaults
     option httplog
     option dontlog-normal
     timeout connect 1s
+    # How long a request may wait for a free slot on a node (see maxconn below).
+    timeout queue 10s
     timeout client 60s
     # A node answers in milliseconds (a forwarded request within its --forward-timeout-ms); one
     # that takes seconds is frozen or cut off: give up on it well before a client would, and
@@ -255,7 +257,11 @@ backend nodes
     http-check expect status 200
     # Down after two failed checks, or at once when a request cannot connect to it (observe
     # layer4): a killed node leaves the rotation on the first refused connection.
-    default-server check inter 500ms fall 2 rise 1 maxconn 2000 observe layer4 error-limit 1 on-error mark-down
+    # At most 64 requests in progress per node, over kept-alive connections; the rest wait in
+    # the backend's queue for whichever node is free first. Without the cap, 2,000 visitors at
+    # once opened hundreds of connections to each node in a burst; connections that could not
+    # be made within the connect timeout marked healthy nodes down, and visitors got 503s.
+    default-server check inter 500ms fall 2 rise 1 maxconn 64 observe layer4 error-limit 1 on-error mark-down
 EOF
         for ((i = 1; i <= n; i++)); do
             echo "    server node$i $(sed 's#^http://##' "$CLUSTER_DIR/node-$i.url")"

@@ -32,7 +32,7 @@ pub struct Visitors {
     /// Arrival time, ascending (visitor `i` is the `i`-th to arrive).
     pub arrival: Vec<Time>,
     /// When the visitor gives up if still waiting; `Time::MAX` for the patient ones. Empty
-    /// when everyone is patient, which spares every check-in a cache miss on a large run.
+    /// when everyone is patient (76 MB less for ten million visitors); ask [`Self::gives_up`].
     pub give_up_at: Vec<Time>,
     /// A random ticket id, for strategies that do not issue their own.
     pub ticket: Vec<u64>,
@@ -84,7 +84,8 @@ impl Visitors {
         let abandon = cfg.abandon_probability;
         let give_up_at = if abandon > 0.0 {
             let patience = cfg.patience_ms as f64;
-            (arrival.iter())
+            arrival
+                .iter()
                 .map(|&a| {
                     if rng.random_bool(abandon.clamp(0.0, 1.0)) {
                         let u: f64 = 1.0 - rng.random::<f64>();

@@ -39,4 +39,9 @@ pub struct LoadArgs {
     /// audit --passes`).
     #[arg(long, value_name = "FILE")]
     pub(super) save_passes: Option<std::path::PathBuf>,
+    /// Threads driving the visitors. One carries thousands of visitors at once and leaves the
+    /// other cores to the cluster when both run on one machine; give it more on a machine of
+    /// its own.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
 }

@@ -180,9 +180,10 @@ impl Config {
             },
             // Admission leases (README, "Admission leases"): one place, two visitors; a node
             // cut off at any point and never healed, with rounds enough after it for its
-            // places to stop being counted. `pause`: the node is frozen instead (only between
-            // messages) and resumes 3 s later with what reached it; with one visitor and one
-            // victim it does not finish within 3M states, so it is not in `all` or in CI.
+            // places to stop being counted. `pause`: the node is frozen instead (while nothing
+            // but messages to it is in flight) and resumes 3 s later with what reached it; with
+            // one visitor and one victim it does not finish within 20M states, so it is not in
+            // `all` or in CI.
             "partition" | "pause" => Config {
                 partition: true,
                 pause: name == "pause",

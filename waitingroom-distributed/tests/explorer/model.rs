@@ -618,11 +618,17 @@ impl State {
         {
             steps.push(Step::StartJoin);
         }
-        // A node freezes only between messages (at any instant): freezing it with messages in
-        // flight multiplies the states past what can be visited.
-        let may_cut = !cfg.pause || self.in_flight.is_empty();
-        if cfg.partition && may_cut && !self.cut_used && self.now < timing.crash_until {
-            steps.extend(victims().map(Step::Cut));
+        // A node freezes only while every message in flight is on its way to it (at any
+        // instant; none in flight too): it stops before reading what it was sent, a round's
+        // result to it among them, which it then reads on resuming. Freezing it with other
+        // messages in flight multiplies the states past what can be visited.
+        let may_freeze = |id: NodeId| self.in_flight.iter().all(|m| addr_id(&m.t.to_addr) == id);
+        if cfg.partition && !self.cut_used && self.now < timing.crash_until {
+            steps.extend(
+                victims()
+                    .filter(|&id| !cfg.pause || may_freeze(id))
+                    .map(Step::Cut),
+            );
         }
     }
 

@@ -73,10 +73,10 @@ pub enum QueueingMethod {
     /// from the lottery's seed and a number from the node they joined (its ChaCha8 generator,
     /// seeded at random by the server and from the run's seed by the simulator, so a simulated
     /// run replays), which makes the order checkable once the seed is revealed
-    /// (`LiveSettings::lotteries`; a lottery set in the file configuration has no seed). Each round lets
-    /// out the smallest ids waiting: a uniformly random pick among those waiting, late joiners
-    /// included (one who joins between a round's count and its result may win that round at
-    /// their node). Visitors who joined before it was switched on keep their places ahead. A
+    /// (`LiveSettings::lotteries`; a lottery set in the file configuration has no seed). Each
+    /// round lets out the smallest ids waiting: a uniformly random pick among those waiting,
+    /// late joiners included (one who joins between a round's count and its result may win
+    /// that round at their node). Visitors who joined before it was switched on keep their places ahead. A
     /// visitor who joins several times holds several draws, as far as the per-client join
     /// limit lets them.
     Random,

@@ -524,7 +524,7 @@ mod tests {
             eviction_time: Some(1_500),
             draw: None,
         });
-        let back = keys.return_keys()[0].query("/shop/cart?item=3");
+        let back = keys.return_query("/shop/cart?item=3");
         assert!(back.starts_with("return_to=%2Fshop%2Fcart%3Fitem%3D3&return_sig="));
         let room_url = format!("https://room.example/?lang=en&{back}");
         for token in [

@@ -529,7 +529,7 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
         req
     };
     // Every way back signed as the origin's gate would: only a path on the origin is followed.
-    let signed = |path: &str| n.app.crypto.return_keys()[0].query(path);
+    let signed = |path: &str| n.app.crypto.return_query(path);
     for (path, to) in [
         ("/shop/cart?item=3", "https://shop.example/shop/cart?item=3"),
         ("//evil.example/x", "https://shop.example/start"),

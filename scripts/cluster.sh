@@ -253,6 +253,12 @@ frontend waitingroom
 
 backend nodes
     balance roundrobin
+    # Affinity: a visitor's first answer (the join) sets a cookie naming the node that gave it,
+    # which holds their ticket; their later requests go to that node instead of one that would
+    # forward them to it. When that node is down or gone the cookie is ignored, the request goes
+    # to another node (which takes the visitor over, as without affinity) and the cookie is
+    # set anew. Measured: about 0.04 ms of node CPU less per visitor (README, "Benchmarks").
+    cookie wr_node insert indirect nocache httponly
     option httpchk GET /readyz
     http-check expect status 200
     # Down after two failed checks, or at once when a request cannot connect to it (observe
@@ -264,7 +270,7 @@ backend nodes
     default-server check inter 500ms fall 2 rise 1 maxconn 64 observe layer4 error-limit 1 on-error mark-down
 EOF
         for ((i = 1; i <= n; i++)); do
-            echo "    server node$i $(sed 's#^http://##' "$CLUSTER_DIR/node-$i.url")"
+            echo "    server node$i $(sed 's#^http://##' "$CLUSTER_DIR/node-$i.url") cookie node$i"
         done
     } >"$cfg"
 }

@@ -48,6 +48,7 @@
 //! is reached every visitor stops and the unadmitted ones count as lost.
 
 mod args;
+mod jar;
 mod report;
 mod shared;
 mod visit;

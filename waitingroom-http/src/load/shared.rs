@@ -13,6 +13,7 @@ use waitingroom_core::Time;
 use waitingroom_http::clock::now_ms;
 
 use super::args::LoadArgs;
+use super::jar::Jar;
 use crate::latency::micros_since;
 
 /// The requests a visitor makes.
@@ -274,12 +275,13 @@ impl Shared {
         false
     }
 
-    /// Sends one request and records its latency; `None` when the budget is spent.
+    /// Sends one request with the visitor's cookies (`jar`, which keeps what the answer sets)
+    /// and records its latency; `None` when the budget is spent.
     pub(super) async fn request(
         &self,
         ep: Endpoint,
-        body: Option<&str>,
-        header: Option<(&str, &str)>,
+        (body, header): (Option<&str>, Option<(&str, &str)>),
+        jar: &mut Jar,
     ) -> Option<Reply> {
         if self.out_of_budget() {
             return None;
@@ -294,9 +296,15 @@ impl Shared {
         if let Some((name, value)) = header {
             req = req.header(name, value);
         }
+        if let Some(cookies) = jar.header() {
+            req = req.header(reqwest::header::COOKIE, cookies.clone());
+        }
         let t0 = Instant::now();
         let reply = match req.send().await {
-            Ok(resp) => read_reply(resp).await,
+            Ok(resp) => {
+                jar.store(resp.headers());
+                read_reply(resp).await
+            }
             Err(_) => Reply::Failed,
         };
         let us = micros_since(t0);
@@ -319,9 +327,10 @@ impl Shared {
         ep: Endpoint,
         body: Option<&str>,
         header: Option<(&str, &str)>,
+        jar: &mut Jar,
         read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
-        self.attempts_within(ep, (body, header), |wait| wait, read)
+        self.attempts_within(ep, (body, header), jar, |wait| wait, read)
             .await
     }
 
@@ -330,13 +339,14 @@ impl Shared {
         &self,
         ep: Endpoint,
         (body, header): (Option<&str>, Option<(&str, &str)>),
+        jar: &mut Jar,
         cap: impl Fn(u64) -> u64,
         mut read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
         let (mut attempt, mut later) = (0, 0);
         while attempt < ATTEMPTS {
             let sent_ms = now_ms();
-            let wait = match self.request(ep, body, header).await? {
+            let wait = match self.request(ep, (body, header), jar).await? {
                 Reply::Later { after_ms } => {
                     inc(&self.counters.retried_later);
                     later += 1;

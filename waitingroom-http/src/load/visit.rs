@@ -11,6 +11,7 @@ use serde::Deserialize;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
 
+use super::jar::Jar;
 use super::shared::{Endpoint, JoinKey, Reply, Shared, inc, later_wait_ms, retry_wait_ms};
 
 /// How far a node's clock may run ahead of this client's and a pass it calls expired still
@@ -132,6 +133,7 @@ pub(super) async fn visitor(s: Arc<Shared>) {
         admission_seen: false,
         later: 0,
         failed: 0,
+        jar: Jar::default(),
     };
     let mut status = Status::Joining;
     let outcome = loop {
@@ -163,6 +165,8 @@ struct Visit<'a> {
     later: u32,
     /// Check-ins that failed in a row (for the back-off).
     failed: u32,
+    /// The visitor's cookies (a balancer's affinity cookie among them).
+    jar: Jar,
 }
 
 impl Visit<'_> {
@@ -170,15 +174,21 @@ impl Visit<'_> {
     async fn join(&mut self) -> Status {
         let s = self.s;
         let answer = s
-            .attempts(Endpoint::Join, None, None, |reply, _| match reply {
-                Reply::Ok(b) => serde_json::from_slice::<VisitorAnswer>(&b)
-                    .map_err(|_| s.error(Endpoint::Join, None))
-                    .ok(),
-                r => {
-                    s.error(Endpoint::Join, Some(&r));
-                    None
-                }
-            })
+            .attempts(
+                Endpoint::Join,
+                None,
+                None,
+                &mut self.jar,
+                |reply, _| match reply {
+                    Reply::Ok(b) => serde_json::from_slice::<VisitorAnswer>(&b)
+                        .map_err(|_| s.error(Endpoint::Join, None))
+                        .ok(),
+                    r => {
+                        s.error(Endpoint::Join, Some(&r));
+                        None
+                    }
+                },
+            )
             .await;
         let Some(answer) = answer else {
             return Status::Done(Outcome::NotJoined);
@@ -212,7 +222,11 @@ impl Visit<'_> {
             return Status::Done(Outcome::RunEnded);
         }
         let Some(reply) = s
-            .request(Endpoint::Checkin, Some(&body(&ticket)), None)
+            .request(
+                Endpoint::Checkin,
+                (Some(&body(&ticket)), None),
+                &mut self.jar,
+            )
             .await
         else {
             return Status::Done(Outcome::RunEnded);
@@ -259,6 +273,7 @@ impl Visit<'_> {
             .attempts_within(
                 Endpoint::Leave,
                 (Some(body.as_str()), header),
+                &mut self.jar,
                 cap,
                 |reply, _| {
                     match reply {
@@ -308,22 +323,29 @@ impl Visit<'_> {
         let bearer = format!("Bearer {}", pass.pass);
         let header = Some((reqwest::header::AUTHORIZATION.as_str(), bearer.as_str()));
         let outcome = s
-            .attempts(Endpoint::Verify, None, header, |reply, _| match reply {
-                Reply::Ok(_) => Some(Outcome::Verified),
-                // Expired by the time the gate checked it (a short pass, a slow answer):
-                // refused as it must be, not an error. The node's clock may run a little
-                // ahead of this one (wall time at its start plus monotonic time since).
-                Reply::Status(StatusCode::UNAUTHORIZED, code)
-                    if code == "expired_token"
-                        && pass.expires_at_ms <= now_ms().saturating_add(CLOCK_TOLERANCE_MS) =>
-                {
-                    Some(Outcome::VerifyExpired)
-                }
-                r => {
-                    s.error(Endpoint::Verify, Some(&r));
-                    None
-                }
-            })
+            .attempts(
+                Endpoint::Verify,
+                None,
+                header,
+                &mut self.jar,
+                |reply, _| match reply {
+                    Reply::Ok(_) => Some(Outcome::Verified),
+                    // Expired by the time the gate checked it (a short pass, a slow answer):
+                    // refused as it must be, not an error. The node's clock may run a little
+                    // ahead of this one (wall time at its start plus monotonic time since).
+                    Reply::Status(StatusCode::UNAUTHORIZED, code)
+                        if code == "expired_token"
+                            && pass.expires_at_ms
+                                <= now_ms().saturating_add(CLOCK_TOLERANCE_MS) =>
+                    {
+                        Some(Outcome::VerifyExpired)
+                    }
+                    r => {
+                        s.error(Endpoint::Verify, Some(&r));
+                        None
+                    }
+                },
+            )
             .await;
         Status::Done(outcome.unwrap_or(Outcome::VerifyFailed))
     }

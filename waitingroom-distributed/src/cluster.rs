@@ -12,6 +12,7 @@
 //! round, forget SWIM's strikes) it learns from what these methods return.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, Time};
@@ -277,8 +278,9 @@ impl Cluster {
     /// Sends `m` to all its members but this node (§4.7: the node that changed the tree
     /// broadcasts it).
     pub(crate) fn broadcast(&self, m: &Membership, out: &mut Outbox) {
+        let shared = Arc::new(m.clone());
         for c in m.members.values().filter(|c| c.id != self.me.id) {
-            out.raw(c.clone(), Body::tree(m.clone()));
+            out.raw(c.clone(), Body::shared_tree(shared.clone()));
         }
     }
 

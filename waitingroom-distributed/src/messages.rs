@@ -2,6 +2,7 @@
 //! them; the node never looks at how they travel.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::rounds::RoundRecord;
@@ -83,7 +84,7 @@ pub enum Body {
     /// newest voters the sender knows (filled in as it is sent, `Node::send_raw`): a node that
     /// joins learns them with its membership, so it never takes itself and other newcomers for
     /// a cluster without voters (`voters.rs`).
-    Tree(Box<Membership>, Voters),
+    Tree(Arc<Membership>, Voters),
     /// SWIM indirect probe: please ping `target` for me.
     PingReq {
         /// Who to ping.
@@ -207,7 +208,13 @@ pub struct Stamp {
 impl Body {
     /// A tree message for `m` (the voters are filled in as it is sent).
     pub fn tree(m: Membership) -> Body {
-        Body::Tree(Box::new(m), Voters::default())
+        Body::shared_tree(Arc::new(m))
+    }
+
+    /// A tree message for `m`, shared with the other messages of a broadcast: one copy of the
+    /// membership for all of them instead of one per member.
+    pub fn shared_tree(m: Arc<Membership>) -> Body {
+        Body::Tree(m, Voters::default())
     }
 }
 

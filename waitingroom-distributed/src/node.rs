@@ -16,6 +16,7 @@ mod routes;
 pub(crate) mod visitor;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::lottery::LotterySeed;
@@ -257,7 +258,7 @@ impl Node {
             } => self.on_ping_ack(now, &from, (nonce, target), (view, clock)),
             Body::Tree(m, voters) => {
                 self.tag.adopt_voters(&voters);
-                self.on_tree(now, from.id, *m)
+                self.on_tree(now, from.id, Arc::unwrap_or_clone(m))
             }
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),

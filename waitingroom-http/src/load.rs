@@ -47,8 +47,8 @@
 //! Bounded: `--max-seconds` of wall time and `--max-requests` requests in total; when either
 //! is reached every visitor stops and the unadmitted ones count as lost.
 
+mod affinity;
 mod args;
-mod jar;
 mod report;
 mod shared;
 mod visit;

@@ -39,6 +39,12 @@ pub struct LoadArgs {
     /// audit --passes`).
     #[arg(long, value_name = "FILE")]
     pub(super) save_passes: Option<std::path::PathBuf>,
+    /// The balancer's affinity cookie (`scripts/cluster.sh`'s HAProxy sets `wr_node`): each
+    /// visitor keeps it and sends it back, as a browser would, so that the balancer sends it to
+    /// the node holding its ticket. No other cookie is kept: tickets travel in request bodies.
+    /// Empty: none.
+    #[arg(long, default_value = "wr_node", value_name = "NAME")]
+    pub(super) affinity_cookie: String,
     /// Threads driving the visitors. One carries thousands of visitors at once and leaves the
     /// other cores to the cluster when both run on one machine; give it more on a machine of
     /// its own.

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use waitingroom_core::Time;
 use waitingroom_http::clock::now_ms;
 
+use super::affinity::Affinity;
 use super::args::LoadArgs;
-use super::jar::Jar;
 use crate::latency::micros_since;
 
 /// The requests a visitor makes.
@@ -195,6 +195,8 @@ const ATTEMPTS: u32 = 10;
 pub(super) struct Shared {
     client: reqwest::Client,
     urls: Vec<String>,
+    /// The balancer's affinity cookie, `--affinity-cookie`.
+    affinity_cookie: String,
     next_url: AtomicU64,
     pub(super) start: Instant,
     deadline: Instant,
@@ -240,6 +242,7 @@ impl Shared {
         Ok(Shared {
             client,
             urls,
+            affinity_cookie: args.affinity_cookie.trim().to_owned(),
             next_url: AtomicU64::new(0),
             start,
             deadline: start + Duration::from_secs(args.max_seconds),
@@ -275,13 +278,13 @@ impl Shared {
         false
     }
 
-    /// Sends one request with the visitor's cookies (`jar`, which keeps what the answer sets)
+    /// Sends one request with the visitor's affinity cookie (which keeps what the answer sets)
     /// and records its latency; `None` when the budget is spent.
     pub(super) async fn request(
         &self,
         ep: Endpoint,
         (body, header): (Option<&str>, Option<(&str, &str)>),
-        jar: &mut Jar,
+        affinity: &mut Affinity,
     ) -> Option<Reply> {
         if self.out_of_budget() {
             return None;
@@ -296,13 +299,13 @@ impl Shared {
         if let Some((name, value)) = header {
             req = req.header(name, value);
         }
-        if let Some(cookies) = jar.header() {
-            req = req.header(reqwest::header::COOKIE, cookies.clone());
+        if let Some(cookie) = affinity.header() {
+            req = req.header(reqwest::header::COOKIE, cookie.clone());
         }
         let t0 = Instant::now();
         let reply = match req.send().await {
             Ok(resp) => {
-                jar.store(resp.headers());
+                affinity.store(resp.headers(), &self.affinity_cookie);
                 read_reply(resp).await
             }
             Err(_) => Reply::Failed,
@@ -327,10 +330,10 @@ impl Shared {
         ep: Endpoint,
         body: Option<&str>,
         header: Option<(&str, &str)>,
-        jar: &mut Jar,
+        affinity: &mut Affinity,
         read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
-        self.attempts_within(ep, (body, header), jar, |wait| wait, read)
+        self.attempts_within(ep, (body, header), affinity, |wait| wait, read)
             .await
     }
 
@@ -339,14 +342,14 @@ impl Shared {
         &self,
         ep: Endpoint,
         (body, header): (Option<&str>, Option<(&str, &str)>),
-        jar: &mut Jar,
+        affinity: &mut Affinity,
         cap: impl Fn(u64) -> u64,
         mut read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
         let (mut attempt, mut later) = (0, 0);
         while attempt < ATTEMPTS {
             let sent_ms = now_ms();
-            let wait = match self.request(ep, (body, header), jar).await? {
+            let wait = match self.request(ep, (body, header), affinity).await? {
                 Reply::Later { after_ms } => {
                     inc(&self.counters.retried_later);
                     later += 1;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
 
-use super::jar::Jar;
+use super::affinity::Affinity;
 use super::shared::{Endpoint, JoinKey, Reply, Shared, inc, later_wait_ms, retry_wait_ms};
 
 /// How far a node's clock may run ahead of this client's and a pass it calls expired still
@@ -133,7 +133,7 @@ pub(super) async fn visitor(s: Arc<Shared>) {
         admission_seen: false,
         later: 0,
         failed: 0,
-        jar: Jar::default(),
+        affinity: Affinity::default(),
     };
     let mut status = Status::Joining;
     let outcome = loop {
@@ -165,8 +165,8 @@ struct Visit<'a> {
     later: u32,
     /// Check-ins that failed in a row (for the back-off).
     failed: u32,
-    /// The visitor's cookies (a balancer's affinity cookie among them).
-    jar: Jar,
+    /// The balancer's affinity cookie, once set.
+    affinity: Affinity,
 }
 
 impl Visit<'_> {
@@ -178,7 +178,7 @@ impl Visit<'_> {
                 Endpoint::Join,
                 None,
                 None,
-                &mut self.jar,
+                &mut self.affinity,
                 |reply, _| match reply {
                     Reply::Ok(b) => serde_json::from_slice::<VisitorAnswer>(&b)
                         .map_err(|_| s.error(Endpoint::Join, None))
@@ -225,7 +225,7 @@ impl Visit<'_> {
             .request(
                 Endpoint::Checkin,
                 (Some(&body(&ticket)), None),
-                &mut self.jar,
+                &mut self.affinity,
             )
             .await
         else {
@@ -273,7 +273,7 @@ impl Visit<'_> {
             .attempts_within(
                 Endpoint::Leave,
                 (Some(body.as_str()), header),
-                &mut self.jar,
+                &mut self.affinity,
                 cap,
                 |reply, _| {
                     match reply {
@@ -327,7 +327,7 @@ impl Visit<'_> {
                 Endpoint::Verify,
                 None,
                 header,
-                &mut self.jar,
+                &mut self.affinity,
                 |reply, _| match reply {
                     Reply::Ok(_) => Some(Outcome::Verified),
                     // Expired by the time the gate checked it (a short pass, a slow answer):

@@ -76,9 +76,9 @@ pub enum QueueingMethod {
     /// (`LiveSettings::lotteries`; a lottery set in the file configuration has no seed). Each
     /// round lets out the smallest ids waiting: a uniformly random pick among those waiting,
     /// late joiners included (one who joins between a round's count and its result may win
-    /// that round at their node). Visitors who joined before it was switched on keep their places ahead. A
-    /// visitor who joins several times holds several draws, as far as the per-client join
-    /// limit lets them.
+    /// that round at their node). Visitors who joined before it was switched on keep their
+    /// places ahead. A visitor who joins several times holds several draws, as far as the
+    /// per-client join limit lets them.
     Random,
 }
 

@@ -328,12 +328,11 @@ impl Shared {
     pub(super) async fn attempts<T>(
         &self,
         ep: Endpoint,
-        body: Option<&str>,
-        header: Option<(&str, &str)>,
+        sent: (Option<&str>, Option<(&str, &str)>),
         affinity: &mut Affinity,
         read: impl FnMut(Reply, Time) -> Option<T>,
     ) -> Option<T> {
-        self.attempts_within(ep, (body, header), affinity, |wait| wait, read)
+        self.attempts_within(ep, sent, affinity, |wait| wait, read)
             .await
     }
 

@@ -176,8 +176,7 @@ impl Visit<'_> {
         let answer = s
             .attempts(
                 Endpoint::Join,
-                None,
-                None,
+                (None, None),
                 &mut self.affinity,
                 |reply, _| match reply {
                     Reply::Ok(b) => serde_json::from_slice::<VisitorAnswer>(&b)
@@ -325,8 +324,7 @@ impl Visit<'_> {
         let outcome = s
             .attempts(
                 Endpoint::Verify,
-                None,
-                header,
+                (None, header),
                 &mut self.affinity,
                 |reply, _| match reply {
                     Reply::Ok(_) => Some(Outcome::Verified),

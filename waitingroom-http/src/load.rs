@@ -5,8 +5,8 @@
 //! `--concurrency` visitors are active at once (joined and not finished); each has at most one
 //! request in flight, so in-flight requests are bounded by the concurrency too. A visitor is one
 //! small tokio task (an async state machine, a few hundred bytes), not a thread; every request
-//! goes through one shared keep-alive `reqwest::Client`, with the visitor's affinity cookie once
-//! the balancer has set one (`affinity`).
+//! takes a keep-alive connection from one shared pool (`client`: hyper's HTTP/1, plain or TLS)
+//! and carries the visitor's affinity cookie once the balancer has set one (`affinity`).
 //!
 //! What is measured (all times on this client's clock):
 //! - `admitted`: visitors who saw "admitted" in a join or check-in answer; `admitted_per_s` =
@@ -50,6 +50,7 @@
 
 mod affinity;
 mod args;
+mod client;
 mod report;
 mod shared;
 mod visit;

@@ -17,6 +17,7 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_platform_verifier::BuilderVerifierExt as _;
 use waitingroom_core::SettingsError;
 
 /// The start of every HTTP client this crate builds (peers, the gate's JWKS fetch, the load
@@ -44,6 +45,18 @@ pub fn plain_peer_config() -> ClientConfig {
         .expect("ring supports the default protocol versions")
         .with_root_certificates(RootCertStore::empty())
         .with_no_client_auth()
+}
+
+/// The TLS configuration of a client of public `https://` URLs (the load generator's): the
+/// system's certificate authorities, found as reqwest finds them, with *ring*.
+pub fn public_client_config() -> Result<ClientConfig, rustls::Error> {
+    let mut config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_platform_verifier()?
+            .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// Where the internal listener's certificate, key and CA are.

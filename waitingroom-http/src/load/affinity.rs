@@ -9,11 +9,12 @@
 //! about 700 bytes. Attributes (path, expiry) are not looked at: a run is shorter than the
 //! cookie's life and every request goes to the same site.
 
-use reqwest::header::{HeaderMap, HeaderValue, SET_COOKIE};
+use hyper::HeaderMap;
+use hyper::header::SET_COOKIE;
 
 /// The affinity cookie one visitor holds, as the `Cookie` header to send back.
 #[derive(Debug, Default)]
-pub(super) struct Affinity(Option<HeaderValue>);
+pub(super) struct Affinity(Option<String>);
 
 impl Affinity {
     /// Keeps the cookie called `name` if `headers` set it (an empty `name` keeps nothing).
@@ -26,15 +27,15 @@ impl Affinity {
                 continue;
             };
             if pair.split_once('=').is_some_and(|(n, _)| n.trim() == name) {
-                // A value that cannot be a header (a control character) is not sent back.
-                self.0 = HeaderValue::from_str(pair.trim()).ok();
+                // `to_str` took only visible ASCII: the pair is a valid header value.
+                self.0 = Some(pair.trim().to_owned());
             }
         }
     }
 
     /// The `Cookie` header to send, once the balancer has set the cookie.
-    pub(super) fn header(&self) -> Option<&HeaderValue> {
-        self.0.as_ref()
+    pub(super) fn header(&self) -> Option<&str> {
+        self.0.as_deref()
     }
 }
 

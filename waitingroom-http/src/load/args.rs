@@ -5,8 +5,9 @@ use clap::Args;
 /// The flags of `waitingroom-node load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Base URL of the cluster (the load balancer); several comma-separated URLs are used in
-    /// turn, request by request.
+    /// Base URL of the cluster (the load balancer), `http://` or `https://` (checked against
+    /// the system's certificate authorities); several comma-separated URLs are used in turn,
+    /// request by request.
     #[arg(long, value_delimiter = ',', required = true)]
     pub(super) url: Vec<String>,
     /// Visitors in total.

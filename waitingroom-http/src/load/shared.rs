@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use reqwest::StatusCode;
+use anyhow::bail;
+use hyper::header::RETRY_AFTER;
+use hyper::{Method, StatusCode};
 use serde::Deserialize;
 use waitingroom_core::Time;
 use waitingroom_http::clock::now_ms;
 
 use super::affinity::Affinity;
 use super::args::LoadArgs;
+use super::client::{Answer, Client};
 use crate::latency::micros_since;
 
 /// The requests a visitor makes.
@@ -43,12 +45,13 @@ impl Endpoint {
         }
     }
 
-    fn request(self, client: &reqwest::Client, base: &str) -> reqwest::RequestBuilder {
+    /// The method and path of its request.
+    fn route(self) -> (Method, &'static str) {
         match self {
-            Endpoint::Join => client.post(format!("{base}/api/join")),
-            Endpoint::Checkin => client.post(format!("{base}/api/checkin")),
-            Endpoint::Leave => client.post(format!("{base}/api/leave")),
-            Endpoint::Verify => client.get(format!("{base}/api/pass/verify")),
+            Endpoint::Join => (Method::POST, "/api/join"),
+            Endpoint::Checkin => (Method::POST, "/api/checkin"),
+            Endpoint::Leave => (Method::POST, "/api/leave"),
+            Endpoint::Verify => (Method::GET, "/api/pass/verify"),
         }
     }
 }
@@ -161,15 +164,15 @@ pub(super) fn retry_wait_ms(n: u32) -> u64 {
 
 /// Reads an answer: its body on success, else its status and error code (a "retry later" 503
 /// with the wait it asks for).
-async fn read_reply(resp: reqwest::Response) -> Reply {
-    let status = resp.status();
-    let retry_after_s = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
+fn read_reply(answer: Answer) -> Reply {
+    let Answer {
+        status,
+        headers,
+        body: b,
+    } = answer;
+    let retry_after_s = headers
+        .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-    let Ok(b) = resp.bytes().await else {
-        return Reply::Failed;
-    };
     if status.is_success() {
         return Reply::Ok(b);
     }
@@ -193,8 +196,7 @@ const ATTEMPTS: u32 = 10;
 
 /// Everything the visitors share.
 pub(super) struct Shared {
-    client: reqwest::Client,
-    urls: Vec<String>,
+    client: Client,
     /// The balancer's affinity cookie, `--affinity-cookie`.
     affinity_cookie: String,
     next_url: AtomicU64,
@@ -230,18 +232,10 @@ impl Shared {
         if urls.is_empty() {
             bail!("--url is required");
         }
-        let client = waitingroom_http::tls::client_builder()
-            .no_proxy()
-            .pool_max_idle_per_host(args.concurrency)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .timeout(Duration::from_millis(args.request_timeout_ms))
-            .build()
-            .context("cannot build the HTTP client")?;
+        let client = Client::new(&urls, Duration::from_millis(args.request_timeout_ms))?;
         let start = Instant::now();
         Ok(Shared {
             client,
-            urls,
             affinity_cookie: args.affinity_cookie.trim().to_owned(),
             next_url: AtomicU64::new(0),
             start,
@@ -259,9 +253,8 @@ impl Shared {
     }
 
     /// The next base URL, in turn.
-    fn base_url(&self) -> &str {
-        let i = self.next_url.fetch_add(1, Ordering::Relaxed) as usize % self.urls.len();
-        &self.urls[i]
+    fn base_url(&self) -> usize {
+        self.next_url.fetch_add(1, Ordering::Relaxed) as usize % self.client.targets()
     }
 
     /// Whether the run is over (deadline or request budget reached; then for good).
@@ -290,23 +283,19 @@ impl Shared {
             return None;
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let mut req = ep.request(&self.client, self.base_url());
-        if let Some(b) = body {
-            req = req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(b.to_owned());
-        }
-        if let Some((name, value)) = header {
-            req = req.header(name, value);
-        }
+        let mut headers = Vec::with_capacity(2);
+        headers.extend(header);
         if let Some(cookie) = affinity.header() {
-            req = req.header(reqwest::header::COOKIE, cookie.clone());
+            headers.push(("cookie", cookie));
         }
         let t0 = Instant::now();
-        let reply = match req.send().await {
-            Ok(resp) => {
-                affinity.store(resp.headers(), &self.affinity_cookie);
-                read_reply(resp).await
+        let sent = self
+            .client
+            .send(self.base_url(), ep.route(), &headers, body);
+        let reply = match sent.await {
+            Ok(answer) => {
+                affinity.store(&answer.headers, &self.affinity_cookie);
+                read_reply(answer)
             }
             Err(_) => Reply::Failed,
         };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use reqwest::StatusCode;
+use hyper::StatusCode;
 use serde::Deserialize;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::leaves::IDEMPOTENCY_HEADER;
@@ -320,7 +320,7 @@ impl Visit<'_> {
                 .push(pass.pass.clone());
         }
         let bearer = format!("Bearer {}", pass.pass);
-        let header = Some((reqwest::header::AUTHORIZATION.as_str(), bearer.as_str()));
+        let header = Some((hyper::header::AUTHORIZATION.as_str(), bearer.as_str()));
         let outcome = s
             .attempts(
                 Endpoint::Verify,

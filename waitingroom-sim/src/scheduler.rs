@@ -140,6 +140,24 @@ impl Scheduler {
         Some((self.now, ev))
     }
 
+    /// The visitor of the next event, if that is a visitor's step (a hint only: an event
+    /// scheduled meanwhile for the current millisecond comes after it).
+    pub fn next_visitor(&self) -> Option<u32> {
+        if self.in_wheel == 0 {
+            return None;
+        }
+        let slot = self.now as usize % WHEEL;
+        let slot = if self.wheel[slot].is_empty() {
+            self.next_occupied(slot)
+        } else {
+            slot
+        };
+        match self.wheel[slot].front() {
+            Some(Ev::Visitor(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
     /// The first occupied slot at or after `from`, wrapping around (the wheel is not empty).
     fn next_occupied(&self, from: usize) -> usize {
         let words = WHEEL / 64;
@@ -283,5 +301,24 @@ mod tests {
                 .windows(2)
                 .all(|w| w[0].0 != w[1].0 || w[0].1 < w[1].1)
         );
+    }
+
+    #[test]
+    fn next_visitor_names_the_next_event_if_it_is_a_visitors_step() {
+        let mut s = Scheduler::default();
+        assert_eq!(s.next_visitor(), None);
+        s.at(5, Ev::Visitor(3));
+        s.at(5, Ev::Tick);
+        s.at(9, Ev::Visitor(4));
+        s.at(WHEEL as Time + 50, Ev::Visitor(5));
+        assert_eq!(s.next_visitor(), Some(3));
+        assert_eq!(s.pop().map(|(t, _)| t), Some(5));
+        assert_eq!(s.next_visitor(), None, "the tick is next");
+        s.pop();
+        assert_eq!(s.next_visitor(), Some(4), "in a later slot");
+        s.pop();
+        // Only in the far heap: no hint.
+        assert_eq!(s.next_visitor(), None);
+        assert_eq!(s.pop().map(|(t, _)| t), Some(WHEEL as Time + 50));
     }
 }

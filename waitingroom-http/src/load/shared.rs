@@ -252,8 +252,8 @@ impl Shared {
         })
     }
 
-    /// The next base URL, in turn.
-    fn base_url(&self) -> usize {
+    /// Which base URL the next request goes to: each in turn.
+    fn next_target(&self) -> usize {
         self.next_url.fetch_add(1, Ordering::Relaxed) as usize % self.client.targets()
     }
 
@@ -291,7 +291,7 @@ impl Shared {
         let t0 = Instant::now();
         let sent = self
             .client
-            .send(self.base_url(), ep.route(), &headers, body);
+            .send(self.next_target(), ep.route(), &headers, body);
         let reply = match sent.await {
             Ok(answer) => {
                 affinity.store(&answer.headers, &self.affinity_cookie);

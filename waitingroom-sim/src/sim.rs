@@ -51,8 +51,9 @@ pub trait Room {
         None
     }
     /// Reads what the next step of visitor `v` reads first, so that its cache misses overlap the
-    /// current event's work instead of stalling the next one (a large run is bound by memory
-    /// latency; see the README). Changes nothing.
+    /// current event's work (in part: a read, unlike a prefetch, still waits for its data)
+    /// instead of stalling the next one. A large run is bound by memory latency (README).
+    /// Changes nothing.
     fn touch(&self, _v: u32) {}
     /// An event of the room's own (messages, timers, disturbances, ticks).
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev);
@@ -189,7 +190,6 @@ fn event_loop(ctx: &mut Ctx, room: &mut dyn Room, progress: &mut Progress) -> Ra
         ctx.now = t;
         ran.events += 1;
         if let Some(next) = ctx.sched.next_visitor() {
-            // Its cache misses overlap this event's work instead of stalling the next one.
             std::hint::black_box(ctx.visitors.phase[next as usize]);
             room.touch(next);
         }

@@ -21,7 +21,6 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -61,29 +60,27 @@ impl Client {
     /// A client for `urls` (`http://host[:port][/prefix]` or `https://…`), trusting the
     /// system's certificate authorities for the `https://` ones.
     pub(super) fn new(urls: &[String], timeout: Duration) -> anyhow::Result<Self> {
-        let https = urls.iter().any(|u| u.starts_with("https://"));
-        let config = https
+        let targets: Vec<Target> = urls.iter().map(|u| target(u)).collect::<Result<_, _>>()?;
+        let tls = targets
+            .iter()
+            .any(|t| t.tls.is_some())
             .then(waitingroom_http::tls::public_client_config)
             .transpose()
             .context("cannot set up TLS with the system's certificate authorities")?;
-        Self::with_tls(urls, timeout, config)
-    }
-
-    /// As [`Client::new`], with `tls` for the `https://` URLs (a test trusts its own CA).
-    fn with_tls(
-        urls: &[String],
-        timeout: Duration,
-        tls: Option<ClientConfig>,
-    ) -> anyhow::Result<Self> {
-        let targets: Vec<Target> = urls.iter().map(|u| target(u)).collect::<Result<_, _>>()?;
-        if targets.iter().any(|t| t.tls.is_some()) && tls.is_none() {
-            bail!("an https:// URL needs a TLS configuration");
-        }
         Ok(Client {
             targets,
             timeout,
             tls: tls.map(|c| TlsConnector::from(Arc::new(c))),
         })
+    }
+
+    /// The same client with `tls` for its `https://` URLs (a test trusts its own CA).
+    #[cfg(test)]
+    fn with_tls(self, tls: rustls::ClientConfig) -> Self {
+        Client {
+            tls: Some(TlsConnector::from(Arc::new(tls))),
+            ..self
+        }
     }
 
     /// How many base URLs there are.
@@ -154,7 +151,8 @@ impl Client {
         tcp.set_nodelay(true)?;
         match (&target.tls, &self.tls) {
             (Some(name), Some(tls)) => handshake(tls.connect(name.clone(), tcp).await?).await,
-            _ => handshake(tcp).await,
+            (Some(_), None) => bail!("no TLS configuration"),
+            (None, _) => handshake(tcp).await,
         }
     }
 }
@@ -219,7 +217,7 @@ mod tests {
     use axum::extract::ConnectInfo;
     use axum::routing::post;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-    use rustls::{RootCertStore, ServerConfig};
+    use rustls::{ClientConfig, RootCertStore, ServerConfig};
     use tokio::net::TcpListener;
     use tokio_rustls::TlsAcceptor;
 
@@ -307,11 +305,12 @@ mod tests {
             .with_root_certificates(roots)
             .with_no_client_auth();
         let timeout = Duration::from_secs(5);
-        let client = Client::with_tls(std::slice::from_ref(&url), timeout, Some(trusting)).unwrap();
+        let client = Client::new(std::slice::from_ref(&url), timeout).unwrap();
+        let client = client.with_tls(trusting);
         round_trips(&client).await;
         // Without the server's CA the handshake fails: no answer, no panic.
         let untrusting = waitingroom_http::tls::plain_peer_config();
-        let client = Client::with_tls(&[url], timeout, Some(untrusting)).unwrap();
+        let client = Client::new(&[url], timeout).unwrap().with_tls(untrusting);
         assert!(
             client
                 .send(0, (Method::POST, "/echo"), &[], None)
@@ -339,7 +338,7 @@ mod tests {
         );
         assert_eq!(t.host, "127.0.0.1:18480");
         assert!(t.tls.is_none());
-        let t = target("https://room.example/queue/").unwrap();
+        let t = target("HTTPS://room.example/queue/").unwrap();
         assert_eq!(
             (t.addr.as_str(), t.prefix.as_str()),
             ("room.example:443", "/queue")

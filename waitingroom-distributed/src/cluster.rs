@@ -129,7 +129,9 @@ impl Cluster {
     }
 
     pub(crate) fn is_member(&self) -> bool {
-        self.phase == Phase::Member
+        // Not `==`: the derived comparison of the whole enum (its `Joining` holds a vector)
+        // costs more, and this is asked on every visitor operation.
+        matches!(self.phase, Phase::Member)
     }
 
     pub(crate) fn is_joining(&self) -> bool {

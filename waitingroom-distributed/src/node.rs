@@ -149,7 +149,7 @@ impl Node {
 
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.next().map(|(t, _)| t)
+        self.timers.next_at()
     }
 
     /// Fires every timer due at `now`.

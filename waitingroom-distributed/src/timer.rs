@@ -69,6 +69,26 @@ impl TimerTable {
         self.retransmit.is_some()
     }
 
+    /// When the earliest pending timer is due. Asked after every visitor operation
+    /// (`Node::poll_timeout`), so it folds bare times rather than building [`Self::next`]'s
+    /// pairs (the `flatten().min()` of `next` costs about four times the instructions).
+    pub(crate) fn next_at(&self) -> Option<Time> {
+        let earliest = |a: Option<Time>, b: Option<Time>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        [
+            self.cleanup,
+            self.probe,
+            self.probe_timeout.map(|(t, _)| t),
+            self.retransmit,
+            self.join_retry.first().copied(),
+            self.former_probe,
+        ]
+        .into_iter()
+        .fold(self.evict, earliest)
+    }
+
     /// The earliest pending timer: the first kind in [`Timer`] order among those due first.
     pub(crate) fn next(&self) -> Option<(Time, Timer)> {
         let pending = [
@@ -147,6 +167,30 @@ mod tests {
             [Cleanup, Evict, ProbeTimeout(7), Retransmit, FormerProbe]
         );
         assert_eq!(t.next(), None);
+    }
+
+    #[test]
+    fn next_at_is_the_time_of_next() {
+        use Timer::*;
+        let kinds = [
+            Evict,
+            Cleanup,
+            Probe,
+            ProbeTimeout(3),
+            Retransmit,
+            JoinRetry,
+            FormerProbe,
+        ];
+        assert_eq!(TimerTable::default().next_at(), None);
+        // Every subset of kinds, each armed at a time of its own, earliest anywhere.
+        for subset in 1u32..(1 << kinds.len()) {
+            let armed: Vec<(Timer, Time)> = (0..kinds.len())
+                .filter(|i| subset & (1 << i) != 0)
+                .map(|i| (kinds[i], 100 + (i as Time * 37 + u64::from(subset)) % 11))
+                .collect();
+            let t = table(&armed);
+            assert_eq!(t.next_at(), t.next().map(|(at, _)| at), "{armed:?}");
+        }
     }
 
     #[test]

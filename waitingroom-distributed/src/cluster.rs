@@ -498,7 +498,7 @@ impl Cluster {
     /// Leaves gracefully: a member tells the others at once instead of waiting for failure
     /// detection.
     pub(crate) fn leave(&mut self, out: &mut Outbox) {
-        if self.phase == Phase::Member
+        if self.is_member()
             && let Some(next) =
                 self.membership
                     .with_removed(self.me.id, self.me.incarnation, self.max_degree)

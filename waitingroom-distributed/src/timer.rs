@@ -71,7 +71,8 @@ impl TimerTable {
 
     /// When the earliest pending timer is due. Asked after every visitor operation
     /// (`Node::poll_timeout`), so it folds bare times rather than building [`Self::next`]'s
-    /// pairs (the `flatten().min()` of `next` costs about four times the instructions).
+    /// pairs (the `flatten().min()` of `next` costs about four times the instructions). Lists
+    /// the same slots as `next`; `next_at_is_the_time_of_next` keeps the two in step.
     pub(crate) fn next_at(&self) -> Option<Time> {
         let earliest = |a: Option<Time>, b: Option<Time>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),

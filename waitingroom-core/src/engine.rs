@@ -28,7 +28,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::error::{EngineError, SettingsError};
 use crate::lottery::{self, LotterySeed};
-use crate::queue::{KeyTree, TicketHasher};
+use crate::queue::{KeyTree, SeenRank, TicketHasher};
 use crate::settings::Settings;
 use crate::types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
 
@@ -64,7 +64,12 @@ enum Visitor {
     /// In the local queue under the key with this join time, the visitor's ticket id and this
     /// node; the entry is dropped `Settings::queue_entry_ttl_ms` after `last_seen` (the
     /// visitor keeps their place: checking in again re-queues them under their join time).
-    Queued { last_seen: Time, join_time: Time },
+    /// `seen` spares most check-ins the search for their rank.
+    Queued {
+        last_seen: Time,
+        join_time: Time,
+        seen: SeenRank,
+    },
     /// Let out, not yet left; holds a place on the site until `claim_by`.
     Admitted { eviction_time: Time, claim_by: Time },
     /// Holds a pass. Counts as on the site while `counted` (until `pass_expires`); the ticket
@@ -400,6 +405,7 @@ impl WaitingRoom {
                 Visitor::Queued {
                     last_seen,
                     join_time,
+                    ..
                 } => {
                     if last_seen.saturating_add(self.settings.queue_entry_ttl_ms()) <= now {
                         self.queue.remove(QueueKey {
@@ -499,6 +505,7 @@ impl WaitingRoom {
             Visitor::Queued {
                 last_seen: now,
                 join_time: key.join_time,
+                seen: SeenRank::NONE,
             },
         );
     }
@@ -545,14 +552,18 @@ impl WaitingRoom {
         ticket.next_refresh =
             now.saturating_add(refresh_after(self.settings.refresh_interval_ms, ticket.id));
         ticket.expires_at = now.saturating_add(self.settings.ticket_expiry_ms);
-        let (status, eta_ms) = match self.visitors.get(&ticket.id).map(|record| record.state) {
+        let state = self
+            .visitors
+            .get_mut(&ticket.id)
+            .map(|record| &mut record.state);
+        let (status, eta_ms) = match state {
             Some(Visitor::Admitted { eviction_time, .. }) => {
-                ticket.eviction_time = Some(eviction_time);
+                ticket.eviction_time = Some(*eviction_time);
                 (CheckInStatus::Admitted, None)
             }
-            _ => {
+            state => {
                 let key = ticket.key_on(self.node);
-                let rank = self.queue.rank(&key) as u64 + 1;
+                let rank = rank_of(&self.queue, state, &key) as u64 + 1;
                 let position = ticket.previous_position.map_or(rank, |p| p.min(rank));
                 ticket.previous_position = Some(position);
                 (
@@ -568,6 +579,29 @@ impl WaitingRoom {
             starts_in_ms: None,
         }
     }
+}
+
+/// How many queued keys are below `key`, from the note its visitor's record keeps when that
+/// still holds (`SeenRank`), else by a search noted for next time.
+fn rank_of(queue: &KeyTree, state: Option<&mut Visitor>, key: &QueueKey) -> usize {
+    let Some(Visitor::Queued {
+        join_time, seen, ..
+    }) = state
+    else {
+        return queue.rank(key);
+    };
+    if *join_time != key.join_time {
+        return queue.rank(key);
+    }
+    let (rank, noted) = match queue.rank_again(key, *seen) {
+        Some((rank, noted)) => {
+            debug_assert_eq!(rank, queue.rank(key), "a noted rank went stale");
+            (rank, noted)
+        }
+        None => queue.rank_noted(key),
+    };
+    *seen = noted;
+    rank
 }
 
 /// The refresh interval give or take up to a tenth, by ticket id: visitors who joined together

@@ -356,5 +356,17 @@ mod tests {
             panic!("not run");
         };
         assert!(cmd.config.validate().is_err());
+        // Ticket times beyond 32 bits of milliseconds are refused before the run.
+        let cli = parse(&["run", "--max-time-ms", "5000000000"]).unwrap();
+        let Command::Run(cmd) = cli.command else {
+            panic!("not run");
+        };
+        let err = cmd.config.validate().unwrap_err();
+        assert!(err.contains("49 days"), "{err}");
+        let cli = parse(&["run", "--max-time-ms", "4000000000"]).unwrap();
+        let Command::Run(cmd) = cli.command else {
+            panic!("not run");
+        };
+        cmd.config.validate().unwrap();
     }
 }

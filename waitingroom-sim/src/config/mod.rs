@@ -364,12 +364,35 @@ impl RunConfig {
         if self.sample_d == 0 {
             return Err("--sample-d must be at least 1".into());
         }
+        if self.latest_ticket_time() > Time::from(u32::MAX) {
+            // Simulated clients keep ticket times in 32 bits (strategies::qpid::clients).
+            return Err(
+                "the run would reach past 49 days of simulated time: shorten \
+                        --max-time-ms, --window-ms, --warmup-ms, --clock-skew-ms or \
+                        --ticket-expiry-ms"
+                    .into(),
+            );
+        }
         let total_nodes =
             u64::from(self.nodes) + u64::from(self.faults.churn) + self.adds_scripted();
         if total_nodes > 60_000 {
             return Err("too many nodes (at most 60000 over a run)".into());
         }
         Ok(())
+    }
+
+    /// The latest time a ticket of this run can name (on a node's clock): an expiry, or a
+    /// check-in asked for, issued at the time limit.
+    fn latest_ticket_time(&self) -> Time {
+        let p = &self.protocol;
+        self.workload
+            .warmup_ms
+            .saturating_add(self.time_limit())
+            .saturating_add(self.faults.clock_skew_ms)
+            .saturating_add(
+                p.ticket_expiry_ms
+                    .max(p.refresh_interval_ms.saturating_mul(2)),
+            )
     }
 
     fn adds_scripted(&self) -> u64 {

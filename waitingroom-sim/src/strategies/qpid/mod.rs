@@ -10,7 +10,7 @@ use rand::RngExt;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::queue::TicketHasher;
-use waitingroom_core::{CheckInStatus, NodeId, Pass, Settings, Ticket, TicketId, Time};
+use waitingroom_core::{CheckInStatus, NodeId, Pass, Settings, TicketId, Time};
 use waitingroom_distributed::{Event, Node, NodeConfig, Pause, Transmit, VisitorError};
 
 use crate::config::{Disturbance, PartitionKind, RunConfig};
@@ -22,15 +22,14 @@ use crate::seeds::{self, Stream};
 use crate::sim::{Ctx, Reply, Room};
 
 mod checks;
+mod clients;
 mod nodes;
 mod wire;
 
 use checks::Checker;
+use clients::{Client, NONE};
 use nodes::{Nodes, Slot, addr, slot_of_addr, slot_of_id};
 use wire::{Wire, body_code};
-
-/// No node chosen yet.
-const NONE: u32 = u32::MAX;
 
 /// Something planned for a time.
 #[derive(Debug, Clone, Copy)]
@@ -42,12 +41,11 @@ enum Action {
 
 /// What the load balancer remembers of each visitor, as a client and a sticky balancer would.
 struct Visits {
-    /// Each visitor's latest ticket while they wait.
-    tickets: Vec<Option<Ticket>>,
+    /// Each visitor's latest ticket while they wait, and the node slot the load balancer sends
+    /// them to.
+    clients: Vec<Client>,
     /// Each visitor's pass while on the site (only kept when sessions refresh passes).
     passes: Vec<Option<Pass>>,
-    /// The node slot the load balancer sends each visitor to.
-    sticky: Vec<u32>,
     /// Whose ticket is whose.
     owner: HashMap<TicketId, u32, TicketHasher>,
     /// The node slot each visitor joined at.
@@ -57,13 +55,12 @@ struct Visits {
 impl Visits {
     fn new(n: usize, keep_passes: bool) -> Self {
         Visits {
-            tickets: vec![None; n],
+            clients: vec![Client::NEW; n],
             passes: if keep_passes {
                 vec![None; n]
             } else {
                 Vec::new()
             },
-            sticky: vec![NONE; n],
             owner: HashMap::with_capacity_and_hasher(n, TicketHasher),
             joined_at: vec![NONE; n],
         }
@@ -163,7 +160,7 @@ impl Visits {
     /// when it expires.
     fn hold(&mut self, v: u32, pass: Pass) -> Time {
         let expires = pass.expires_at;
-        self.tickets[v as usize] = None;
+        self.clients[v as usize].drop_ticket();
         if let Some(p) = self.passes.get_mut(v as usize) {
             *p = Some(pass);
         }
@@ -346,7 +343,7 @@ impl QpidRoom {
     /// The node the load balancer sends visitor `v` to: their usual one while it serves,
     /// otherwise a random serving node (which becomes their usual one).
     fn route(&mut self, ctx: &mut Ctx, v: u32) -> Option<usize> {
-        let cur = self.visits.sticky[v as usize];
+        let cur = self.visits.clients[v as usize].sticky;
         if cur != NONE && self.nodes.is_serving(cur as usize) {
             return Some(cur as usize);
         }
@@ -360,7 +357,7 @@ impl QpidRoom {
         let s = (0..self.nodes.slots.len())
             .filter(|&s| self.nodes.is_serving(s))
             .nth(k)?;
-        self.visits.sticky[v as usize] = s as u32;
+        self.visits.clients[v as usize].sticky = s as u32;
         Some(s)
     }
 
@@ -373,7 +370,7 @@ impl QpidRoom {
         match r {
             Ok(c) => {
                 let status = c.status;
-                self.visits.tickets[v as usize] = Some(c.ticket);
+                self.visits.clients[v as usize].keep(&c.ticket);
                 match status {
                     CheckInStatus::Admitted => Reply::Admitted,
                     CheckInStatus::Queued { .. } => Reply::Queued,
@@ -562,7 +559,7 @@ impl Room for QpidRoom {
     }
 
     fn check_in(&mut self, ctx: &mut Ctx, v: u32) -> Reply {
-        let Some(ticket) = self.visits.tickets[v as usize].clone() else {
+        let Some(ticket) = self.visits.clients[v as usize].ticket() else {
             return self.join(ctx, v);
         };
         let Some(s) = self.route(ctx, v) else {
@@ -613,7 +610,7 @@ impl Room for QpidRoom {
     }
 
     fn leave(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time> {
-        let ticket = self.visits.tickets[v as usize].clone()?;
+        let ticket = self.visits.clients[v as usize].ticket()?;
         let now = ctx.now;
         // The node that said "admitted" issued this ticket; leave there, or anywhere if it
         // went away meanwhile (the ticket carries the eviction time).
@@ -646,14 +643,12 @@ impl Room for QpidRoom {
 
     fn touch(&self, v: u32) {
         // The visitor's ticket and node: the first things a check-in reads.
-        let v = v as usize;
-        std::hint::black_box(self.visits.tickets[v].as_ref().map(|t| t.id));
-        std::hint::black_box(self.visits.sticky[v]);
+        std::hint::black_box(self.visits.clients[v as usize].ticket_id());
     }
 
     fn next_check_in(&self, v: u32) -> Option<Time> {
-        let t = self.visits.tickets[v as usize].as_ref()?;
-        Some(self.true_time(t.node, t.next_refresh))
+        let (node, next_refresh) = self.visits.clients[v as usize].asked()?;
+        Some(self.true_time(node, next_refresh))
     }
 
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {

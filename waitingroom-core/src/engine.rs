@@ -330,9 +330,18 @@ impl WaitingRoom {
         self.queue.rank(key) as u64
     }
 
-    /// How many queued visitors joined before `time`.
+    /// How many queued visitors joined before `time`: at once for the time last marked.
     pub fn queued_before(&self, time: Time) -> u64 {
-        self.queue.rank(&QueueKey::first_at(time)) as u64
+        let key = QueueKey::first_at(time);
+        self.queue
+            .marked(&key)
+            .unwrap_or_else(|| self.queue.rank(&key)) as u64
+    }
+
+    /// Keeps [`WaitingRoom::queued_before`] of `time` counted from now on, instead of searched
+    /// for each time (for one time at once: a later mark replaces it).
+    pub fn mark_before(&mut self, time: Time) {
+        self.queue.mark(QueueKey::first_at(time));
     }
 
     /// The (at most) `limit` smallest queued keys that joined before `cutoff`, ascending.

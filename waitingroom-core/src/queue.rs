@@ -400,6 +400,10 @@ pub(crate) struct KeyTree {
     /// The last `SHIFT_LOG` of those changes: change `s` (counted from 0) is at `s % SHIFT_LOG`,
     /// with whether its key was inserted (or removed).
     shift_log: Vec<(QueueKey, bool)>,
+    /// A key (queued or not) and its rank, kept on every change (`KeyTree::mark`): the
+    /// cluster's position estimate asks for the rank of its last count's cutoff on every
+    /// check-in, and a search reads a leaf and the nodes above it.
+    mark: Option<(QueueKey, usize)>,
 }
 
 /// Changes remembered for [`SeenRank`]: a node re-queueing the visitors of a crashed one gets
@@ -537,6 +541,7 @@ impl KeyTree {
             front_pops: 0,
             shifts: 0,
             shift_log: Vec::new(),
+            mark: None,
         }
     }
 
@@ -688,6 +693,7 @@ impl KeyTree {
         if self.head.is_none_or(|head| key < head) {
             self.head = Some(key);
         }
+        self.moved_mark(key, 1);
         // Behind every key, or in the newest join time's millisecond (see `SeenRank`).
         if key.join_time < self.newest {
             self.shifted(key, true);
@@ -800,7 +806,33 @@ impl KeyTree {
         } else {
             self.shifted(key, false);
         }
+        self.moved_mark(key, -1);
         Some(key)
+    }
+
+    /// Keeps the rank of `key` from now on (of one key at a time), for [`KeyTree::marked`].
+    pub(crate) fn mark(&mut self, key: QueueKey) {
+        if self.mark.is_none_or(|(marked, _)| marked != key) {
+            self.mark = Some((key, self.rank(&key)));
+        }
+    }
+
+    /// The rank of `key` if it is the one marked.
+    pub(crate) fn marked(&self, key: &QueueKey) -> Option<usize> {
+        let (marked, rank) = self.mark?;
+        debug_assert!(
+            marked != *key || rank == self.rank(key),
+            "a marked rank went stale"
+        );
+        (marked == *key).then_some(rank)
+    }
+
+    fn moved_mark(&mut self, key: QueueKey, by: isize) {
+        if let Some((marked, rank)) = &mut self.mark
+            && key < *marked
+        {
+            *rank = rank.wrapping_add_signed(by);
+        }
     }
 
     fn remove_under(&mut self, node: u32, level: u32, target: Target) -> Option<QueueKey> {
@@ -1002,6 +1034,9 @@ impl KeyTree {
         );
         assert_eq!(count, self.len as u64);
         assert_eq!(self.head, self.find_first(), "stale head");
+        if let Some((key, rank)) = self.mark {
+            assert_eq!(rank, self.rank(&key), "stale mark");
+        }
 
         let mut chain = Vec::new();
         let mut leaf = self.first_leaf();
@@ -1405,6 +1440,7 @@ mod tests {
         let (mut tree, mut model) = (KeyTree::new(), Vec::<QueueKey>::new());
         let mut notes: Vec<(QueueKey, SeenRank)> = Vec::new();
         let (mut clock, mut answered, mut last) = (100, 0, 0);
+        let mut mark = None;
         let rank = |model: &[QueueKey], k: &QueueKey| model.partition_point(|m| m < k);
         for step in steps {
             let joined = match *step {
@@ -1428,6 +1464,10 @@ mod tests {
                     let (r, seen) = tree.rank_noted(&k);
                     assert_eq!(r, rank(&model, &k));
                     notes.push((k, seen));
+                    // A time's first key, queued or not, marked (as the cluster's cutoffs are).
+                    let at = QueueKey::first_at(k.join_time - i as u64 % 3);
+                    tree.mark(at);
+                    mark = Some(at);
                     None
                 }
                 Step::Remove(_) | Step::Note(_) => None,
@@ -1437,6 +1477,9 @@ mod tests {
             {
                 model.insert(at, k);
                 tree.insert(k);
+            }
+            if let Some(m) = mark {
+                assert_eq!(tree.marked(&m), Some(rank(&model, &m)), "stale mark {m:?}");
             }
             // A key that left takes its note along (a record that changes drops it).
             notes.retain(|(k, _)| model.binary_search(k).is_ok());

@@ -62,6 +62,9 @@ pub(crate) struct Cluster {
     membership: Membership,
     /// `membership.view()`, kept because every probe carries it.
     view: View,
+    /// The lowest-id member, whose clock is the cluster's reference (`Node::reference_time`),
+    /// kept because every visitor operation asks for it.
+    reference: Option<NodeId>,
     /// Members we lost, probed now and then so that a healed partition merges.
     formers: BTreeMap<NodeId, Contact>,
     /// Every seed address this node was given or learned; those not in the cluster are probed
@@ -114,6 +117,7 @@ impl Cluster {
             phase: Phase::Idle,
             membership: Membership::default(),
             view: Membership::default().view(),
+            reference: None,
             formers: BTreeMap::new(),
             seed_addrs: Vec::new(),
         }
@@ -146,6 +150,17 @@ impl Cluster {
     /// The applied membership's view, as probes carry it.
     pub(crate) fn view(&self) -> View {
         self.view
+    }
+
+    /// The lowest-id member: the cluster's reference clock.
+    pub(crate) fn reference(&self) -> Option<NodeId> {
+        self.reference
+    }
+
+    /// Keeps what is derived from the membership in step with it.
+    fn derive(&mut self) {
+        self.view = self.membership.view();
+        self.reference = self.membership.members.keys().next().copied();
     }
 
     /// This node's tree neighbours, in id order.
@@ -369,7 +384,7 @@ impl Cluster {
             return Applied::Unchanged;
         }
         let old = std::mem::replace(&mut self.membership, m);
-        self.view = self.membership.view();
+        self.derive();
         let same = |a: &Membership, c: &Contact| {
             a.members
                 .get(&c.id)
@@ -406,7 +421,7 @@ impl Cluster {
     pub(crate) fn rejoin(&mut self, now: Time, mut seeds: Vec<String>, out: &mut Outbox) {
         out.emit(Event::Rejoining);
         let old = std::mem::take(&mut self.membership);
-        self.view = self.membership.view();
+        self.derive();
         for c in old.members.into_values() {
             self.remember_former(c);
         }

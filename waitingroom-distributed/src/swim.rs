@@ -44,6 +44,8 @@ pub(crate) struct Swim {
     urgent: Option<NodeId>,
     /// The latest clock samples per member, (round trip, offset of its clock from ours), ms.
     clocks: BTreeMap<NodeId, Vec<(u64, i64)>>,
+    /// Bumped whenever `clocks` changes, so that an offset derived from it can be kept.
+    clock_changes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +81,7 @@ impl Swim {
             nonce: 0,
             urgent: None,
             clocks: BTreeMap::new(),
+            clock_changes: 0,
         }
     }
 
@@ -91,6 +94,7 @@ impl Swim {
     pub(crate) fn forget(&mut self, id: NodeId) {
         self.strikes.remove(&id);
         self.clocks.remove(&id);
+        self.clock_changes += 1;
     }
 
     /// How far `id`'s clock is ahead of ours, and the round trip of the sample that says so
@@ -124,6 +128,12 @@ impl Swim {
             samples.remove(0);
         }
         samples.push((rtt, offset));
+        self.clock_changes += 1;
+    }
+
+    /// A number that changes whenever any clock sample does.
+    pub(crate) fn clock_changes(&self) -> u64 {
+        self.clock_changes
     }
 
     /// Probes `id` next.

@@ -1116,8 +1116,16 @@ fn make_bounds(oldest: Option<Time>, cutoff: Time) -> Vec<Time> {
     }
 }
 
-/// Linear interpolation of a cumulative "joined before bound" histogram at time `t`.
+/// Linear interpolation of a cumulative "joined before bound" histogram at time `t`, whose
+/// bounds ascend.
 fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
+    // Most visitors who check in joined after the count, so `t` is its cutoff, the last bound:
+    // the answer is the last step's, without reading the lines before it.
+    let n = bounds.len().min(below.len());
+    if n >= 2 && t == bounds[n - 1] && bounds[n - 2] < t {
+        let (pc, c) = (below[n - 2], below[n - 1]);
+        return pc + c.saturating_sub(pc);
+    }
     let mut prev = (bounds.first().map_or(0, |b| b.saturating_sub(1)), 0u64);
     for (&b, &c) in bounds.iter().zip(below) {
         if t <= b {
@@ -1446,6 +1454,17 @@ mod tests {
         assert_eq!(interpolate(&bounds, &below, 150), 20);
         assert_eq!(interpolate(&bounds, &below, 200), 30);
         assert_eq!(interpolate(&bounds, &below, 1_000), 30);
+        assert_eq!(interpolate(&bounds, &below, 300), 30, "at the cutoff");
+        assert_eq!(
+            interpolate(&[100, 300, 300], &[10, 20, 25], 300),
+            20,
+            "a repeated last bound"
+        );
+        assert_eq!(
+            interpolate(&[100, 300], &[10, 5], 300),
+            10,
+            "counts that fall"
+        );
         let mut last = 0;
         for t in 0..400 {
             let v = interpolate(&bounds, &below, t);

@@ -89,12 +89,20 @@ impl Node {
     /// within the measurement's error (half a probe's round trip), whatever the clocks say. An
     /// offset within that error is no evidence of one, and is not applied.
     pub fn reference_time(&self, now: Time) -> Time {
-        let reference = self.cluster.membership().members.keys().next().copied();
-        let offset = reference
-            .filter(|&r| r != self.id())
-            .and_then(|r| self.swim.clock_offset(r))
-            .filter(|&(offset, rtt)| offset.unsigned_abs() > rtt / 2)
-            .map_or(0, |(offset, _)| offset);
+        let from = (self.cluster.reference(), self.swim.clock_changes());
+        let offset = match self.reference.0.get() {
+            Some((kept, offset)) if kept == from => offset,
+            _ => {
+                let offset = from
+                    .0
+                    .filter(|&r| r != self.id())
+                    .and_then(|r| self.swim.clock_offset(r))
+                    .filter(|&(offset, rtt)| offset.unsigned_abs() > rtt / 2)
+                    .map_or(0, |(offset, _)| offset);
+                self.reference.0.set(Some((from, offset)));
+                offset
+            }
+        };
         now.saturating_add_signed(offset)
     }
 
@@ -274,7 +282,16 @@ impl Node {
 
     /// Replaces the engine's local position by the cluster-wide estimate (never above what the
     /// visitor was shown before) and the ETA by one from the cluster's admission rate.
-    fn with_cluster_position(&self, now: Time, mut answer: CheckIn, shown: Option<u64>) -> CheckIn {
+    fn with_cluster_position(
+        &mut self,
+        now: Time,
+        mut answer: CheckIn,
+        shown: Option<u64>,
+    ) -> CheckIn {
+        if let Some(cutoff) = self.tag.summary().map(|s| s.stamp.time) {
+            // `Tag::visitors_ahead` asks how many queued here before the count's cutoff.
+            self.local.room_mut().mark_before(cutoff);
+        }
         if let CheckInStatus::Queued { position: local } = answer.status {
             let key = answer.ticket.key_on(self.id());
             let room = self.local.room();

@@ -243,6 +243,7 @@ impl QpidRoom {
             tallies,
             ..
         } = self;
+        nodes.looked_at(slot);
         let s = &mut nodes.slots[slot];
         let skew = s.skew;
         let Some(node) = s.node.as_mut() else {
@@ -347,18 +348,13 @@ impl QpidRoom {
         if cur != NONE && self.nodes.is_serving(cur as usize) {
             return Some(cur as usize);
         }
-        let count = (0..self.nodes.slots.len())
-            .filter(|&s| self.nodes.is_serving(s))
-            .count();
-        if count == 0 {
+        let serving = self.nodes.serving();
+        if serving.is_empty() {
             return None;
         }
-        let k = ctx.rng.random_range(0..count);
-        let s = (0..self.nodes.slots.len())
-            .filter(|&s| self.nodes.is_serving(s))
-            .nth(k)?;
-        self.visits.clients[v as usize].sticky = s as u32;
-        Some(s)
+        let s = serving[ctx.rng.random_range(0..serving.len())];
+        self.visits.clients[v as usize].sticky = s;
+        Some(s as usize)
     }
 
     fn answer(

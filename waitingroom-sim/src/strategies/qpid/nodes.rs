@@ -39,11 +39,50 @@ pub(super) struct Nodes {
     pub(super) slots: Vec<Slot>,
     /// Whether each node process (by number) is still running.
     pub(super) alive: Vec<bool>,
+    /// Whether each slot's node serves visitors (runs and is a member), and those slots in
+    /// order, as of the last look at each node (`Nodes::looked_at`, after every call into a
+    /// node). The load balancer asks on every visitor operation; asking the nodes themselves
+    /// touched every node for every arrival.
+    serves: Vec<bool>,
+    serving: Vec<u32>,
 }
 
 impl Nodes {
     /// Whether the node in `slot` serves visitors (runs and is a member).
     pub(super) fn is_serving(&self, slot: usize) -> bool {
+        let serves = self.serves.get(slot).copied().unwrap_or(false);
+        debug_assert_eq!(
+            serves,
+            self.asks_serving(slot),
+            "a node changed phase unseen"
+        );
+        serves
+    }
+
+    /// The serving slots, in order.
+    pub(super) fn serving(&self) -> &[u32] {
+        &self.serving
+    }
+
+    /// Notes whether the node in `slot` serves now: called after anything was asked of it.
+    pub(super) fn looked_at(&mut self, slot: usize) {
+        let serves = self.asks_serving(slot);
+        if slot >= self.serves.len() {
+            self.serves.resize(slot + 1, false);
+        }
+        if self.serves[slot] == serves {
+            return;
+        }
+        self.serves[slot] = serves;
+        match self.serving.binary_search(&(slot as u32)) {
+            Ok(i) => {
+                self.serving.remove(i);
+            }
+            Err(i) => self.serving.insert(i, slot as u32),
+        }
+    }
+
+    fn asks_serving(&self, slot: usize) -> bool {
         self.slots[slot]
             .node
             .as_ref()
@@ -82,6 +121,7 @@ impl Nodes {
         s.incarnation = s.incarnation.max(node.contact().incarnation);
         s.timer_at = None;
         self.alive[s.process as usize] = false;
+        self.looked_at(slot);
         true
     }
 
@@ -95,6 +135,7 @@ impl Nodes {
         s.timer_at = None;
         s.incarnation = incarnation;
         s.skew = skew;
+        self.looked_at(slot);
     }
 
     /// The clock of the process in `slot` at true time `now`.

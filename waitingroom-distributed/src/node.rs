@@ -15,7 +15,6 @@
 mod routes;
 pub(crate) mod visitor;
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
@@ -70,10 +69,12 @@ pub struct Node {
 
 /// The reference clock's offset from this node's, kept with what it was derived from: every
 /// visitor operation and timer asks for it, and deriving it walks two maps, about ten cache
-/// lines of the node's that a check-in does not otherwise touch. Left out of `Debug` (and so of
-/// the exhaustive explorer's state fingerprints): it is a cache, not state.
+/// lines of the node's that a check-in does not otherwise touch. Brought up to date when the
+/// node looks at its clock (`Node::look_at_clock`, first thing in every visitor operation and
+/// timer). Left out of `Debug` (and so of the exhaustive explorer's state fingerprints): it is
+/// a cache, not state.
 #[derive(Clone, Default)]
-struct ReferenceOffset(Cell<Option<(OffsetFrom, i64)>>);
+struct ReferenceOffset(Option<(OffsetFrom, i64)>);
 
 /// What the reference clock's offset is derived from: the reference member, and the version of
 /// this node's clock samples (`Swim::clock_changes`).
@@ -187,6 +188,10 @@ impl Node {
     /// Scheduled events switch settings on and off by the reference clock (`events.rs`): looked
     /// at on every timer and visitor operation.
     fn look_at_clock(&mut self, now: Time) {
+        let from = self.offset_from();
+        if !matches!(self.reference.0, Some((kept, _)) if kept == from) {
+            self.reference.0 = Some((from, self.derive_offset(from)));
+        }
         let reference_now = self.reference_time(now);
         if self.tag.settings_at(reference_now) {
             self.apply_settings();

@@ -8,7 +8,7 @@
 use thiserror::Error;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket, TicketId, Time};
 
-use super::{Node, next_boundary};
+use super::{Node, OffsetFrom, next_boundary};
 use crate::cluster::Phase;
 use crate::lease::Pause;
 use crate::membership::Contact;
@@ -89,21 +89,26 @@ impl Node {
     /// within the measurement's error (half a probe's round trip), whatever the clocks say. An
     /// offset within that error is no evidence of one, and is not applied.
     pub fn reference_time(&self, now: Time) -> Time {
-        let from = (self.cluster.reference(), self.swim.clock_changes());
-        let offset = match self.reference.0.get() {
+        let from = self.offset_from();
+        let offset = match self.reference.0 {
             Some((kept, offset)) if kept == from => offset,
-            _ => {
-                let offset = from
-                    .0
-                    .filter(|&r| r != self.id())
-                    .and_then(|r| self.swim.clock_offset(r))
-                    .filter(|&(offset, rtt)| offset.unsigned_abs() > rtt / 2)
-                    .map_or(0, |(offset, _)| offset);
-                self.reference.0.set(Some((from, offset)));
-                offset
-            }
+            _ => self.derive_offset(from),
         };
         now.saturating_add_signed(offset)
+    }
+
+    /// What the reference clock's offset derives from: the reference member, and the version
+    /// of the clock samples.
+    pub(super) fn offset_from(&self) -> OffsetFrom {
+        (self.cluster.reference(), self.swim.clock_changes())
+    }
+
+    pub(super) fn derive_offset(&self, (reference, _): OffsetFrom) -> i64 {
+        reference
+            .filter(|&r| r != self.id())
+            .and_then(|r| self.swim.clock_offset(r))
+            .filter(|&(offset, rtt)| offset.unsigned_abs() > rtt / 2)
+            .map_or(0, |(offset, _)| offset)
     }
 
     /// Each member's clock offset from this node's (ms, positive: ahead), with the round trip

@@ -103,6 +103,7 @@ impl Node {
         (self.cluster.reference(), self.swim.clock_changes())
     }
 
+    /// The reference clock's offset worked out afresh from the member's clock samples.
     pub(super) fn derive_offset(&self, (reference, _): OffsetFrom) -> i64 {
         reference
             .filter(|&r| r != self.id())

@@ -189,10 +189,15 @@ impl Node {
     /// at on every timer and visitor operation.
     fn look_at_clock(&mut self, now: Time) {
         let from = self.offset_from();
-        if !matches!(self.reference.0, Some((kept, _)) if kept == from) {
-            self.reference.0 = Some((from, self.derive_offset(from)));
-        }
-        let reference_now = self.reference_time(now);
+        let offset = match self.reference.0 {
+            Some((kept, offset)) if kept == from => offset,
+            _ => {
+                let offset = self.derive_offset(from);
+                self.reference.0 = Some((from, offset));
+                offset
+            }
+        };
+        let reference_now = now.saturating_add_signed(offset);
         if self.tag.settings_at(reference_now) {
             self.apply_settings();
         }

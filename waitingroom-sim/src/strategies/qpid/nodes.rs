@@ -91,8 +91,10 @@ impl Nodes {
 
     /// The addresses of the serving nodes but `except`.
     pub(super) fn serving_addrs(&self, except: usize) -> Vec<String> {
-        (0..self.slots.len())
-            .filter(|&s| s != except && self.is_serving(s))
+        self.serving
+            .iter()
+            .map(|&s| s as usize)
+            .filter(|&s| s != except)
             .map(addr)
             .collect()
     }

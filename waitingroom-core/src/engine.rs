@@ -20,15 +20,15 @@
 //! ```
 
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{EngineError, SettingsError};
 use crate::lottery::{self, LotterySeed};
-use crate::queue::{KeyTree, SeenRank, TicketHasher};
+use crate::queue::{KeyTree, SeenRank};
+use crate::records::Records;
 use crate::settings::Settings;
 use crate::types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
 
@@ -99,7 +99,7 @@ pub struct WaitingRoom {
     /// The queue's ticket index is `visitors` itself (queued records hold the join time), which
     /// saves a second hash table and its cache misses on every join and admission.
     queue: KeyTree,
-    visitors: HashMap<TicketId, Record, TicketHasher>,
+    visitors: Records<Record>,
     /// Lazy deadlines: one live entry per visitor, at its `armed` time; an entry whose visitor
     /// has moved on is re-armed or dropped when it comes due.
     deadlines: Deadlines,
@@ -116,7 +116,7 @@ impl WaitingRoom {
             node,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: KeyTree::new(),
-            visitors: HashMap::with_hasher(TicketHasher),
+            visitors: Records::default(),
             deadlines: Deadlines::default(),
             on_site: 0,
             rate: AdmissionRate::default(),
@@ -178,9 +178,9 @@ impl WaitingRoom {
             let (id, draw) = match seed {
                 // Draws stay below 2^53: JSON readers that hold numbers as doubles keep them.
                 Some(seed) => (lottery::drawn_id(seed, word >> 11), Some(word >> 11)),
-                None => (TicketId(word), None),
+                None => (self.visitors.issue(word), None),
             };
-            if !self.visitors.contains_key(&id) {
+            if !self.visitors.contains(id) {
                 break (id, draw);
             }
         };
@@ -215,7 +215,7 @@ impl WaitingRoom {
         let mut ticket = ticket.clone();
         match self
             .visitors
-            .get_mut(&ticket.id)
+            .get_mut(ticket.id)
             .map(|record| &mut record.state)
         {
             Some(Visitor::Queued { last_seen, .. }) => *last_seen = now,
@@ -237,7 +237,7 @@ impl WaitingRoom {
         if now >= ticket.expires_at {
             return Err(EngineError::TicketExpired);
         }
-        let eviction_time = match self.visitors.get(&ticket.id).map(|record| record.state) {
+        let eviction_time = match self.visitors.get(ticket.id).map(|record| record.state) {
             Some(Visitor::Admitted { eviction_time, .. }) => eviction_time,
             Some(Visitor::Left { .. }) => return Err(EngineError::AlreadyLeft),
             Some(Visitor::Queued { .. }) => return Err(EngineError::NotYetAdmitted),
@@ -284,7 +284,7 @@ impl WaitingRoom {
             return Err(EngineError::PassLifetimeOver);
         }
         let pass_expires = now.saturating_add(self.settings.pass_expiry_ms).min(end);
-        match self.visitors.get(&pass.id).map(|record| record.state) {
+        match self.visitors.get(pass.id).map(|record| record.state) {
             Some(Visitor::Left { .. }) | None => {}
             Some(_) => return Err(EngineError::UnknownPass),
         }
@@ -356,7 +356,7 @@ impl WaitingRoom {
     /// Drops `ticket` from the queue (the visitor is queued elsewhere now). Returns whether it
     /// was queued here.
     pub fn forget_queued(&mut self, ticket: TicketId) -> bool {
-        let Some(Visitor::Queued { join_time, .. }) = self.visitors.get(&ticket).map(|r| r.state)
+        let Some(Visitor::Queued { join_time, .. }) = self.visitors.get(ticket).map(|r| r.state)
         else {
             return false;
         };
@@ -365,7 +365,7 @@ impl WaitingRoom {
             ticket,
             node: self.node,
         });
-        self.visitors.remove(&ticket);
+        self.visitors.remove(ticket);
         true
     }
 
@@ -373,7 +373,7 @@ impl WaitingRoom {
     /// counts it now (a visitor's place on the site is counted by one node). The record stays,
     /// so the ticket is still refused a second pass. Returns whether it was counted.
     pub fn uncount_pass(&mut self, ticket: TicketId) -> bool {
-        let Some(record) = self.visitors.get_mut(&ticket) else {
+        let Some(record) = self.visitors.get_mut(ticket) else {
             return false;
         };
         match &mut record.state {
@@ -389,21 +389,26 @@ impl WaitingRoom {
     /// Whether `ticket` was let out and has not left yet.
     pub fn is_admitted(&self, ticket: TicketId) -> bool {
         matches!(
-            self.visitors.get(&ticket).map(|r| r.state),
+            self.visitors.get(ticket).map(|r| r.state),
             Some(Visitor::Admitted { .. })
         )
     }
 
     /// Whether this room has any record of `ticket` (queued, admitted, or left).
     pub fn knows(&self, ticket: TicketId) -> bool {
-        self.visitors.contains_key(&ticket)
+        self.visitors.contains(ticket)
+    }
+
+    /// Fetches `ticket`'s record into the cache without waiting for it (a hint: changes nothing).
+    pub fn prefetch(&self, ticket: TicketId) {
+        self.visitors.prefetch(ticket);
     }
 
     /// Drops queue entries whose visitor stopped checking in, admissions never claimed, and
     /// passes that expired. Cost is proportional to what expired, times log n.
     pub fn cleanup(&mut self, now: Time) {
         while let Some((_, id)) = self.deadlines.pop_due(now) {
-            let Some(&Record { state, armed }) = self.visitors.get(&id) else {
+            let Some(&Record { state, armed }) = self.visitors.get(id) else {
                 continue;
             };
             if armed > now {
@@ -458,7 +463,7 @@ impl WaitingRoom {
                     self.deadlines.push(due, id);
                 }
                 None => {
-                    self.visitors.remove(&id);
+                    self.visitors.remove(id);
                 }
             }
         }
@@ -489,17 +494,16 @@ impl WaitingRoom {
     /// due too late.
     fn set_state(&mut self, id: TicketId, state: Visitor) {
         let due = self.deadline(&state);
-        match self.visitors.entry(id) {
-            Entry::Occupied(mut entry) => {
-                let record = entry.get_mut();
+        match self.visitors.get_mut(id) {
+            Some(record) => {
                 record.state = state;
                 if due < record.armed {
                     record.armed = due;
                     self.deadlines.push(due, id);
                 }
             }
-            Entry::Vacant(entry) => {
-                entry.insert(Record { state, armed: due });
+            None => {
+                self.visitors.insert(id, Record { state, armed: due });
                 self.deadlines.push(due, id);
             }
         }
@@ -507,7 +511,7 @@ impl WaitingRoom {
 
     /// Queues `key`, of a visitor this node has no record of.
     fn enqueue(&mut self, key: QueueKey, now: Time) {
-        debug_assert!(key.node == self.node && !self.visitors.contains_key(&key.ticket));
+        debug_assert!(key.node == self.node && !self.visitors.contains(key.ticket));
         self.queue.insert(key);
         self.set_state(
             key.ticket,
@@ -536,7 +540,7 @@ impl WaitingRoom {
     fn set_left(&mut self, id: TicketId, now: Time, pass_expires: Time) {
         let was_counted = self
             .visitors
-            .get(&id)
+            .get(id)
             .is_some_and(|record| visitor_counted(&record.state));
         let counted = pass_expires > now;
         match (was_counted, counted) {
@@ -563,7 +567,7 @@ impl WaitingRoom {
         ticket.expires_at = now.saturating_add(self.settings.ticket_expiry_ms);
         let state = self
             .visitors
-            .get_mut(&ticket.id)
+            .get_mut(ticket.id)
             .map(|record| &mut record.state);
         let (status, eta_ms) = match state {
             Some(Visitor::Admitted { eviction_time, .. }) => {

@@ -22,6 +22,7 @@ pub mod kendall;
 pub mod keys;
 pub mod lottery;
 pub mod queue;
+mod records;
 pub mod rounds;
 pub mod settings;
 pub mod token;

@@ -22,7 +22,11 @@ impl fmt::Display for NodeId {
     }
 }
 
-/// A random identifier given to a visitor when they join; the pass they get later carries it too.
+/// An identifier given to a visitor when they join; the pass they get later carries it too.
+///
+/// Its high 32 bits are random. A room's own ids carry in their low 32 bits the sequence number
+/// of the join, scrambled under the high half, by which the room finds the visitor's record
+/// without hashing (`records.rs`); lottery ids are drawn whole ([`crate::lottery::drawn_id`]).
 ///
 /// In JSON it is a 16-digit lowercase hex string: browsers parse JSON numbers as doubles, which
 /// cannot hold every `u64`.
@@ -55,9 +59,10 @@ impl<'de> Deserialize<'de> for TicketId {
 
 /// The weight of a queued visitor: compared by join time, then ticket id, then node id.
 ///
-/// The join time gives first-in-first-out order; the random ticket id breaks ties between
-/// visitors who joined in the same millisecond in a random but consistent way; the node id makes
-/// a visitor re-queued on another node a distinct entry (QPID allows no duplicate weights).
+/// The join time gives first-in-first-out order; the ticket id (random in its high half)
+/// breaks ties between visitors who joined in the same millisecond in a random but consistent
+/// way; the node id makes a visitor re-queued on another node a distinct entry (QPID allows no
+/// duplicate weights).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct QueueKey {
     /// When the visitor first joined the waiting room.
@@ -84,7 +89,7 @@ impl QueueKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ticket {
-    /// Random identifier, kept on the pass.
+    /// The visitor's identifier ([`TicketId`]), kept on the pass.
     pub id: TicketId,
     /// When the visitor joined the queue; their place in line.
     pub join_time: Time,

@@ -140,22 +140,30 @@ impl Scheduler {
         Some((self.now, ev))
     }
 
-    /// The visitor of the next event, if that is a visitor's step (a hint only: an event
-    /// scheduled meanwhile for the current millisecond comes after it).
-    pub fn next_visitor(&self) -> Option<u32> {
+    /// The visitors of the next two events, where those are visitors' steps (a hint only: an
+    /// event scheduled meanwhile may come before them).
+    pub fn next_visitors(&self) -> [Option<u32>; 2] {
         if self.in_wheel == 0 {
-            return None;
+            return [None, None];
         }
-        let slot = self.now as usize % WHEEL;
-        let slot = if self.wheel[slot].is_empty() {
-            self.next_occupied(slot)
+        let now = self.now as usize % WHEEL;
+        let slot = if self.wheel[now].is_empty() {
+            self.next_occupied(now)
         } else {
-            slot
+            now
         };
-        match self.wheel[slot].front() {
+        let visitor = |ev: Option<&Ev>| match ev {
             Some(Ev::Visitor(v)) => Some(*v),
             _ => None,
-        }
+        };
+        let events = &self.wheel[slot];
+        let second = match events.get(1) {
+            Some(ev) => Some(ev),
+            // Only the near wheel is looked at: the second event may be in the next slot.
+            None if self.in_wheel > 1 => self.wheel[self.next_occupied((slot + 1) % WHEEL)].front(),
+            None => None,
+        };
+        [visitor(events.front()), visitor(second)]
     }
 
     /// The first occupied slot at or after `from`, wrapping around (the wheel is not empty).
@@ -304,21 +312,28 @@ mod tests {
     }
 
     #[test]
-    fn next_visitor_names_the_next_event_if_it_is_a_visitors_step() {
+    fn next_visitors_name_the_next_two_events_if_they_are_visitors_steps() {
         let mut s = Scheduler::default();
-        assert_eq!(s.next_visitor(), None);
+        assert_eq!(s.next_visitors(), [None, None]);
         s.at(5, Ev::Visitor(3));
         s.at(5, Ev::Tick);
         s.at(9, Ev::Visitor(4));
+        s.at(9, Ev::Visitor(6));
         s.at(WHEEL as Time + 50, Ev::Visitor(5));
-        assert_eq!(s.next_visitor(), Some(3));
+        assert_eq!(s.next_visitors(), [Some(3), None], "the tick is second");
         assert_eq!(s.pop().map(|(t, _)| t), Some(5));
-        assert_eq!(s.next_visitor(), None, "the tick is next");
+        assert_eq!(s.next_visitors(), [None, Some(4)], "the tick is next");
         s.pop();
-        assert_eq!(s.next_visitor(), Some(4), "in a later slot");
+        assert_eq!(s.next_visitors(), [Some(4), Some(6)], "in a later slot");
+        s.pop();
+        assert_eq!(
+            s.next_visitors(),
+            [Some(6), None],
+            "the far heap is not looked at"
+        );
         s.pop();
         // Only in the far heap: no hint.
-        assert_eq!(s.next_visitor(), None);
+        assert_eq!(s.next_visitors(), [None, None]);
         assert_eq!(s.pop().map(|(t, _)| t), Some(WHEEL as Time + 50));
     }
 }

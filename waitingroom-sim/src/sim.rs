@@ -55,6 +55,9 @@ pub trait Room {
     /// instead of stalling the next one. A large run is bound by memory latency (README).
     /// Changes nothing.
     fn touch(&self, _v: u32) {}
+    /// Asks the processor to fetch what [`Room::touch`] will read of visitor `v`, without
+    /// waiting for it: one event earlier, so that the touch finds it cached. Changes nothing.
+    fn prefetch(&self, _v: u32) {}
     /// An event of the room's own (messages, timers, disturbances, ticks).
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev);
     /// Adds the room's own measurements to the report.
@@ -189,7 +192,12 @@ fn event_loop(ctx: &mut Ctx, room: &mut dyn Room, progress: &mut Progress) -> Ra
         }
         ctx.now = t;
         ran.events += 1;
-        if let Some(next) = ctx.sched.next_visitor() {
+        let [next, after] = ctx.sched.next_visitors();
+        if let Some(after) = after {
+            prefetch_index::prefetch_index(&ctx.visitors.phase, after as usize);
+            room.prefetch(after);
+        }
+        if let Some(next) = next {
             std::hint::black_box(ctx.visitors.phase[next as usize]);
             room.touch(next);
         }

@@ -638,8 +638,22 @@ impl Room for QpidRoom {
     }
 
     fn touch(&self, v: u32) {
-        // The visitor's ticket and node: the first things a check-in reads.
-        std::hint::black_box(self.visits.clients[v as usize].ticket_id());
+        // The visitor's ticket and node: the first things a check-in reads. Their record at
+        // that node is fetched without waiting (its address is known without reading it).
+        let client = &self.visits.clients[v as usize];
+        if let Some(id) = client.ticket_id()
+            && let Some(Some(node)) = self
+                .nodes
+                .slots
+                .get(client.sticky as usize)
+                .map(|s| s.node.as_ref())
+        {
+            node.room().prefetch(id);
+        }
+    }
+
+    fn prefetch(&self, v: u32) {
+        prefetch_index::prefetch_index(&self.visits.clients, v as usize);
     }
 
     fn next_check_in(&self, v: u32) -> Option<Time> {

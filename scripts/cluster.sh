@@ -77,6 +77,10 @@ is_ours() {
     [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$what"
 }
 
+# What a node's command line contains: the name of the binary `up` started (NODE_BIN may name
+# any file, e.g. an older build kept for a comparison).
+node_name() { cat "$CLUSTER_DIR/node-name" 2>/dev/null || echo waitingroom-node; }
+
 wait_http() {
     local url="$1" deadline=$((SECONDS + READY_TIMEOUT_S))
     until curl -fsS -m 2 -o /dev/null "$url" 2>/dev/null; do
@@ -194,7 +198,7 @@ wait_node() {
     url="$(cat "$CLUSTER_DIR/node-$i.url")"
     pid="$(cat "$CLUSTER_DIR/node-$i.pid")"
     until curl -fsS -m 2 -o /dev/null "$url/readyz" 2>/dev/null; do
-        if ! is_ours "$pid" waitingroom-node || ((SECONDS >= deadline)); then
+        if ! is_ours "$pid" "$(node_name)" || ((SECONDS >= deadline)); then
             tail -20 "$CLUSTER_DIR/node-$i.log" >&2 || true
             die "node $i ($url) did not become ready"
         fi
@@ -440,6 +444,7 @@ cmd_up() {
     echo "$FRONT_PORT" >"$CLUSTER_DIR/front_port"
     local bin
     bin="$(node_bin)"
+    basename "$bin" >"$CLUSTER_DIR/node-name"
     "$bin" keygen --force --out "$CLUSTER_DIR/key.pem" >/dev/null 2>&1
     # The admin API's bearer token (scripts/cluster.sh admin ..., or curl -H "Authorization:
     # Bearer $(cat $CLUSTER_DIR/admin-token)").
@@ -486,7 +491,7 @@ cmd_kill() {
     local i="${1:-}" sig="${2:-KILL}" pid
     [[ -f "$CLUSTER_DIR/node-$i.pid" ]] || die "no node $i"
     pid="$(cat "$CLUSTER_DIR/node-$i.pid")"
-    is_ours "$pid" waitingroom-node || die "node $i (PID $pid) is not running"
+    is_ours "$pid" "$(node_name)" || die "node $i (PID $pid) is not running"
     kill -s "$sig" "$pid"
     echo "node $i (PID $pid): sent SIG$sig"
 }
@@ -526,14 +531,14 @@ cmd_down() {
     for f in "$CLUSTER_DIR"/node-*.pid; do
         [[ -f "$f" ]] || continue
         pid="$(cat "$f")"
-        if is_ours "$pid" waitingroom-node; then
+        if is_ours "$pid" "$(node_name)"; then
             kill -TERM "$pid" 2>/dev/null || true
             pids+=("$pid")
         fi
         rm -f "$f"
     done
     for pid in "${pids[@]}"; do
-        stop_pid "$pid" waitingroom-node 5
+        stop_pid "$pid" "$(node_name)" 5
     done
     netns_teardown
     rm -f "$CLUSTER_DIR/count" "$CLUSTER_DIR/netns-mode" "$CLUSTER_DIR/no-netem"
@@ -551,7 +556,7 @@ cmd_status() {
     for ((i = 1; i <= n; i++)); do
         pid="$(cat "$CLUSTER_DIR/node-$i.pid")"
         url="$(cat "$CLUSTER_DIR/node-$i.internal")"
-        if is_ours "$pid" waitingroom-node; then
+        if is_ours "$pid" "$(node_name)"; then
             state="$(curl -fsS -m 2 "$url/readyz" 2>/dev/null || echo 'not ready')"
             echo "node $i: running, ${state%$'\n'}; $(curl -fsS -m 2 "$url/metrics" 2>/dev/null |
                 grep -E '^waitingroom_(members|queued|is_root|admitted_total) ' | tr '\n' ' ')"

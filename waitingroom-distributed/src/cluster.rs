@@ -523,9 +523,16 @@ impl Cluster {
         self.phase = Phase::Stopped;
     }
 
-    /// Former members, and seed addresses outside the cluster, to ping now and then.
+    /// Former members, and seed addresses outside the cluster, to ping now and then. A former
+    /// member is asked whatever life it lives now (incarnation 0): a node that restarted or
+    /// rejoined since drops anything addressed to its earlier life, and a node whose every peer
+    /// rejoined without it would never hear of their cluster (mixed-chaos seed 4,364).
     pub(crate) fn former_candidates(&self) -> Vec<Contact> {
-        let mut candidates: Vec<Contact> = self.formers.values().cloned().collect();
+        let any_life = |c: &Contact| Contact {
+            incarnation: 0,
+            ..c.clone()
+        };
+        let mut candidates: Vec<Contact> = self.formers.values().map(any_life).collect();
         let member_addrs: Vec<&str> = self.membership.members.values().map(|c| &*c.addr).collect();
         candidates.extend(
             self.seed_addrs
@@ -667,5 +674,17 @@ mod tests {
             .map(|c| c.addr.to_string())
             .collect();
         assert_eq!(probed, ["n9"]);
+    }
+
+    #[test]
+    fn former_members_are_probed_in_whatever_life_they_live_now() {
+        let mut cluster = Cluster::new(testing::contact(2), 4, 10_000);
+        cluster.remember_former(testing::contact(3));
+        let probed = cluster.former_candidates();
+        // Incarnation 0 reaches any life at that address: node 3 may have rejoined since, and
+        // drops what is addressed to its earlier life.
+        assert_eq!(probed.len(), 1);
+        assert_eq!((probed[0].id, probed[0].incarnation), (NodeId(3), 0));
+        assert_eq!(&*probed[0].addr, "n3");
     }
 }

@@ -88,6 +88,20 @@ fn crashes_and_additions_lose_nobody() {
     assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);
 }
 
+/// Mixed-chaos seed 4,364: after a partition heals, node 4's peers drop it and rejoin one
+/// another under new incarnations; node 4 then drops its last peer and is alone. It finds
+/// their cluster again only by probing its former members in whatever life they live now
+/// (`Cluster::former_candidates`); before, it stalled with 6 visitors until the time limit.
+#[test]
+fn a_node_every_peer_forgot_finds_their_cluster_again() {
+    let line = "--seed 4364 --nodes 8 --users 500 --loss-probability 0.05 \
+                --duplicate-probability 0.05 --reorder-probability 0.05 --churn 2 --restarts 1 \
+                --partitions 1 --target-on-site 100";
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert_clean(&r);
+    assert_eq!((r.double_admissions, r.grant_violations), (0, 0), "{r:#?}");
+}
+
 #[test]
 fn a_lossy_duplicating_reordering_network_loses_nobody() {
     let r = run(&small(

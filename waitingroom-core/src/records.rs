@@ -9,13 +9,14 @@
 //! ticket ids were issued: the ones still waiting sit together at its back, where the
 //! check-ins and expiries of the last seconds kept them cached, and a record is found by the
 //! sequence number its ticket id carries in its low 32 bits (scrambled under the high 32, which
-//! stay random), without hashing. Ids this room did not issue (visitors re-queued here after their node went away,
-//! lottery draws) and ids whose slot is gone go to a hash map.
+//! stay random), without hashing. Ids this room did not issue (visitors re-queued here after
+//! their node went away, lottery draws) and ids whose slot is gone go to a hash map.
 //!
 //! The ring spans every id issued since the oldest record it still holds; slots of records
 //! removed meanwhile (visitors who stopped checking in) stay empty until the front catches up.
-//! As a room lets visitors out in join order, that oldest record is at most a wait plus a
-//! ticket expiry old.
+//! As a room lets visitors out in join order, that oldest record is at most the longest wait
+//! plus a ticket expiry old; while a queue stands still for long (paused, or before a scheduled
+//! start) the empty slots of those who gave up meanwhile cost tens of bytes each until then.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

@@ -642,11 +642,11 @@ impl Room for QpidRoom {
         // that node is fetched without waiting (its address is known without reading it).
         let client = &self.visits.clients[v as usize];
         if let Some(id) = client.ticket_id()
-            && let Some(Some(node)) = self
+            && let Some(node) = self
                 .nodes
                 .slots
                 .get(client.sticky as usize)
-                .map(|s| s.node.as_ref())
+                .and_then(|s| s.node.as_ref())
         {
             node.room().prefetch(id);
         }

@@ -125,6 +125,19 @@ wait_queued() { # name debug-port: until its page shows a position in the title
     fail "browser $1 never showed the waiting page"
 }
 
+watch_positions() { # debug-port file: each new position its page shows, one per line
+    local page last="" _
+    for _ in $(seq 1 480); do
+        page=$(page_of "$1")
+        [ "${page#*|}" = "$ORIGIN" ] && return 0
+        if [[ "${page%%|*}" =~ ^([0-9]+)\ · ]] && [ "${BASH_REMATCH[1]}" != "$last" ]; then
+            last=${BASH_REMATCH[1]}
+            echo "$last" >>"$2"
+        fi
+        sleep 0.25
+    done
+}
+
 places_total() { # visitors queued or on the site through every node (their internal /metrics)
     local n=0 v u
     for u in "${INTERNAL[@]}"; do
@@ -165,6 +178,12 @@ grep -q '<html lang="en">' <<<"$DOM" || fail "no lang on the page"
 [ -n "$POS" ] && [ "$POS" -ge 2 ] || fail "position not shown (or not behind A, B and E): '$POS'"
 echo "C is queued at position $POS (dump-dom)"
 browse C "${NODES[2]}/" "$DBG_C"
+wait_queued C "$DBG_C"
+# C's positions on its page, sampled from now on until it lands on the origin: the screenshots
+# below take seconds (more on a loaded machine), and C moves up meanwhile.
+: >"$WORK/positions-C"
+watch_positions "$DBG_C" "$WORK/positions-C" &
+PIDS+=($!)
 # The screenshot is of a fourth visitor (D), who joins last and is not watched further.
 mkdir -p "$WORK/profile-D"
 # shellcheck disable=SC2046
@@ -187,7 +206,6 @@ echo "F's page is in German (Accept-Language: de); screenshot: docs/waiting-page
 
 # Watch all three until they land on the origin's welcome page.
 declare -A DONE=()
-SEEN_C=""
 for _ in $(seq 1 120); do
     for v in A B C; do
         [ -n "${DONE[$v]:-}" ] && continue
@@ -195,11 +213,6 @@ for _ in $(seq 1 120); do
         page=$(page_of "${!port_var}")
         title=${page%%|*}
         url=${page#*|}
-        if [ "$v" = C ]; then
-            p=""
-            [[ "$title" =~ ^([0-9]+)\ · ]] && p=${BASH_REMATCH[1]}
-            if [ -n "$p" ] && [ "$p" != "${SEEN_C##* }" ]; then SEEN_C="$SEEN_C $p"; fi
-        fi
         if [ "$url" = "$ORIGIN" ] && [ "$title" = "Demo shop" ]; then
             DONE[$v]=1
             echo "$v landed on the origin with a valid pass"
@@ -208,6 +221,7 @@ for _ in $(seq 1 120); do
     [ "${#DONE[@]}" -eq 3 ] && break
     sleep 0.5
 done
+SEEN_C=" $(tr '\n' ' ' <"$WORK/positions-C")"
 [ "${#DONE[@]}" -eq 3 ] || fail "not every browser reached the origin (done: ${!DONE[*]}; C saw positions:$SEEN_C)"
 echo "C's position on the way:$SEEN_C"
 first=$(echo "$SEEN_C" | awk '{print $1}')

@@ -4,9 +4,12 @@
 #   1. GET /livez on node 1 (the HTTP stack and nothing else);
 #   2. POST /api/checkin on node 1 with tickets node 1 holds (local check-ins);
 #   3. POST /api/checkin on node 2 with those same tickets (forwarded to node 1): the CPU of
-#      node 2 (forwarding) and of node 1 (owner) per check-in.
+#      node 2 (forwarding) and of node 1 (owner) per check-in;
+#   4. GET /api/pass/verify on node 3, a node of its own that lets everyone straight in, with
+#      the passes of VISITORS visitors round robin: what a gate asks (nginx `auth_request`) on
+#      every request a visitor on the site makes; against GET /livez on node 3.
 # Prints requests/s, p99 and CPU µs per request of each, and the ratios to /livez.
-# Two nodes on 127.0.0.1; wrk from Debian's packages (installed when missing); every process
+# Three nodes on 127.0.0.1; wrk from Debian's packages (installed when missing); every process
 # is stopped by PID at the end.
 #
 #   scripts/checkin-cost.sh [SECONDS (8)] [CONNECTIONS (32)] [VISITORS (2000)]
@@ -39,11 +42,11 @@ trap 'stop_pids_and_remove "$WORK" 3' EXIT
 NODE_ARGS=(--key-file "$WORK/key.pem" --target-on-site 1 --admit-straight-through false
     --refresh-interval-ms "${REFRESH_MS:-30000}" --ticket-expiry-ms 3600000 --join-rate-limit 0
     --log-level warn)
-start() { # node $1 on PORT+$1, joining node 1 when $1 > 1
-    local i="$1" peers=()
-    ((i == 1)) || peers=(--peers "http://127.0.0.1:$((PORT + 1))")
-    "$BIN" run --listen "127.0.0.1:$((PORT + i))" "${NODE_ARGS[@]}" "${peers[@]}" \
-        >/dev/null 2>"$WORK/node-$i.log" &
+start() { # node $1 on PORT+$1 with NODE_ARGS, or the arguments after $1 (node 1 alone)
+    local i="$1"
+    shift
+    (($# > 0)) || set -- "${NODE_ARGS[@]}"
+    "$BIN" run --listen "127.0.0.1:$((PORT + i))" "$@" >/dev/null 2>"$WORK/node-$i.log" &
     PIDS+=($!)
     for _ in $(seq 100); do
         curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$((PORT + i))/readyz" 2>/dev/null && return
@@ -54,10 +57,15 @@ start() { # node $1 on PORT+$1, joining node 1 when $1 > 1
     exit 1
 }
 start 1
-start 2
+start 2 "${NODE_ARGS[@]}" --peers "http://127.0.0.1:$((PORT + 1))"
+# Node 3 lets everyone straight in, and its passes last an hour (no renewal within the run:
+# a pass is renewed only past half its life).
+start 3 --key-file "$WORK/key.pem" --target-on-site unlimited --pass-expiry-ms 3600000 \
+    --join-rate-limit 0 --log-level warn
 [[ -n "${PROFILE_NODE2:-}" ]] && { perf record -g -F 999 -p "${PIDS[1]}" -o "$PROFILE_NODE2" >/dev/null 2>&1 & PIDS+=($!); }
 NODE1="${PIDS[0]}"
 NODE2="${PIDS[1]}"
+NODE3="${PIDS[2]}"
 
 # CPU ticks (user + system) of PID $1.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -69,6 +77,22 @@ for _ in $(seq "$VISITORS"); do
         "http://127.0.0.1:$((PORT + 1))/api/join"
     echo
 done | sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p' >"$WORK/tickets"
+
+# Visitors join node 3 (let straight in once its first count round is done) and leave the
+# queue with a pass; their passes are what the pass checks carry.
+NODE3_URL="http://127.0.0.1:$((PORT + 3))"
+for _ in $(seq 100); do
+    curl -fsS -X POST -H 'content-type: application/json' -d '{}' "$NODE3_URL/api/join" |
+        grep -q '"status":"admitted"' && break
+    sleep 0.1
+done
+for _ in $(seq "$VISITORS"); do
+    ticket="$(curl -fsS -X POST -H 'content-type: application/json' -d '{}' "$NODE3_URL/api/join" |
+        sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p')"
+    curl -fsS -X POST -H 'content-type: application/json' -d "{\"ticket\":\"$ticket\"}" \
+        "$NODE3_URL/api/leave"
+    echo
+done | sed -n 's/.*"pass":"\([^"]*\)".*/\1/p' >"$WORK/passes"
 
 # Resident memory of PID $1, MB.
 rss_mb() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
@@ -92,33 +116,47 @@ if [[ "${QUEUED:-0}" -gt 0 ]]; then
         "$queued" "$(echo "$(date +%s.%N) - $t0" | bc -l)" "$(rss_mb "$NODE1")" "$before"
 fi
 
-# run NAME URL [LUA]: a wrk run; prints one line and leaves "requests cpu1_us cpu2_us" in $WORK/NAME.
+# run NAME URL [LUA]: a wrk run; prints one line with the CPU per request of each node in
+# MEASURED (PIDs) and leaves "requests cpu_us..." in $WORK/NAME.
+MEASURED=("$NODE1" "$NODE2")
 run() {
-    local name="$1" url="$2" lua=() a1 a2 b1 b2 out reqs
+    local name="$1" url="$2" lua=() before=() after=() out reqs rate p99 non2xx k cpu cpus="" shown=""
     [[ $# -ge 3 ]] && lua=(-s "$3")
-    a1="$(ticks "$NODE1")"
-    a2="$(ticks "$NODE2")"
-    out="$(TICKETS="$WORK/tickets" wrk -t 2 -c "$CONNS" -d "${SECONDS_RUN}s" --latency "${lua[@]}" "$url")"
-    b1="$(ticks "$NODE1")"
-    b2="$(ticks "$NODE2")"
+    for k in "${!MEASURED[@]}"; do before[k]="$(ticks "${MEASURED[k]}")"; done
+    out="$(TICKETS="$WORK/tickets" PASSES="$WORK/passes" \
+        wrk -t 2 -c "$CONNS" -d "${SECONDS_RUN}s" --latency "${lua[@]}" "$url")"
+    for k in "${!MEASURED[@]}"; do after[k]="$(ticks "${MEASURED[k]}")"; done
     reqs="$(echo "$out" | awk '/requests in/ {print $1}')"
-    local rate p99 non2xx cpu1 cpu2
     rate="$(echo "$out" | awk '/Requests\/sec/ {print $2}')"
     p99="$(echo "$out" | awk '$1 == "99%" {print $2}')"
     non2xx="$(echo "$out" | awk '/Non-2xx/ {print $NF}')"
-    cpu1="$(((b1 - a1) * 1000000 / HZ))"
-    cpu2="$(((b2 - a2) * 1000000 / HZ))"
-    echo "$reqs $cpu1 $cpu2" >"$WORK/$name"
-    printf '%-22s %9s req/s  p99 %-8s  node 1 %6.1f µs/req  node 2 %6.1f µs/req  non-2xx %s\n' \
-        "$name" "$rate" "$p99" "$(echo "$cpu1 / $reqs" | bc -l)" "$(echo "$cpu2 / $reqs" | bc -l)" \
-        "${non2xx:-0}"
+    for k in "${!MEASURED[@]}"; do
+        cpu="$(((after[k] - before[k]) * 1000000 / HZ))"
+        cpus+=" $cpu"
+        shown+="$(printf '  node %s %6.1f µs/req' "$(node_number "${MEASURED[k]}")" \
+            "$(echo "$cpu / $reqs" | bc -l)")"
+    done
+    echo "$reqs$cpus" >"$WORK/$name"
+    printf '%-22s %9s req/s  p99 %-8s%s  non-2xx %s\n' "$name" "$rate" "$p99" "$shown" "${non2xx:-0}"
+}
+node_number() { # PID: which node it is
+    case "$1" in "$NODE1") echo 1 ;; "$NODE2") echo 2 ;; *) echo 3 ;; esac
 }
 
-echo "checkin-cost: ${SECONDS_RUN}s per run, $CONNS connections, $(wc -l <"$WORK/tickets") tickets, wrk on the same 2 cores"
+echo "checkin-cost: ${SECONDS_RUN}s per run, $CONNS connections, $(wc -l <"$WORK/tickets") tickets, $(wc -l <"$WORK/passes") passes, wrk on the same 2 cores"
 run livez "http://127.0.0.1:$((PORT + 1))/livez"
 run checkin-local "http://127.0.0.1:$((PORT + 1))" "$ROOT/scripts/wrk/checkin.lua"
 run checkin-forwarded "http://127.0.0.1:$((PORT + 2))" "$ROOT/scripts/wrk/checkin.lua"
-per() { read -r r c1 c2 <"$WORK/$1"; echo "($c1 + $c2) / $r" | bc -l; }
-printf 'ratio: local check-in / livez %.2f; forwarded check-in (both nodes) / livez %.2f\n' \
+MEASURED=("$NODE3")
+run livez-node3 "$NODE3_URL/livez"
+run pass-verify "$NODE3_URL/api/pass/verify" "$ROOT/scripts/wrk/verify.lua"
+per() { # NAME: CPU µs per request, all nodes measured
+    local reqs cpus cpu total=0
+    read -r reqs cpus <"$WORK/$1"
+    for cpu in $cpus; do total=$((total + cpu)); done
+    echo "$total / $reqs" | bc -l
+}
+printf 'ratio: local check-in / livez %.2f; forwarded check-in (both nodes) / livez %.2f; pass check / livez (node 3) %.2f\n' \
     "$(echo "$(per checkin-local) / $(per livez)" | bc -l)" \
-    "$(echo "$(per checkin-forwarded) / $(per livez)" | bc -l)"
+    "$(echo "$(per checkin-forwarded) / $(per livez)" | bc -l)" \
+    "$(echo "$(per pass-verify) / $(per livez-node3)" | bc -l)"

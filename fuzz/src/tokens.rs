@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 
 use waitingroom_core::token::{mac_compact, sign_compact};
-use waitingroom_core::{ClusterKey, KeyRing, Time, sign_pass, sign_ticket};
+use waitingroom_core::{CachedPassVerifier, ClusterKey, KeyRing, Time, sign_pass, sign_ticket};
 
 /// The cluster key the targets sign and verify with, and the ring that checks with it.
 pub(crate) fn key() -> &'static (ClusterKey, KeyRing) {
@@ -13,6 +13,13 @@ pub(crate) fn key() -> &'static (ClusterKey, KeyRing) {
         let ring = KeyRing::new(key.clone());
         (key, ring)
     })
+}
+
+/// The ring's public keys behind a pass cache that every input shares: a pass an earlier input
+/// verified comes back at another time, or edited.
+fn cached() -> &'static CachedPassVerifier {
+    static CACHED: OnceLock<CachedPassVerifier> = OnceLock::new();
+    CACHED.get_or_init(|| CachedPassVerifier::new(key().1.public().clone()))
 }
 
 /// Input: a mode byte, eight bytes of `now` (little endian), then the rest.
@@ -25,7 +32,7 @@ pub(crate) fn key() -> &'static (ClusterKey, KeyRing) {
 ///   MAC, so this is the only way the fuzzer reaches the claims parser.
 ///
 /// Whatever verifies must sign again into a token that verifies to the same value, and never
-/// verify as the other kind.
+/// verify as the other kind; the pass cache answers as the keys do.
 pub fn tokens(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {
         return;
@@ -42,6 +49,7 @@ pub fn tokens(data: &[u8]) {
         ring.verify_pass(&token, now),
     );
     assert!(ticket.is_err() || pass.is_err(), "a ticket is never a pass");
+    assert_eq!(cached().verify_pass(&token, now), pass, "the pass cache");
     if let Ok(ticket) = ticket {
         let again = ring.verify_ticket(&sign_ticket(key, &ticket), now);
         assert_eq!(again, Ok(ticket), "ticket round trip");

@@ -1,12 +1,13 @@
 //! Cost of making and checking ticket and pass tokens, side by side: a ticket is an HMAC-SHA256
 //! (HS256) token only the cluster reads, a pass an Ed25519 (EdDSA) token origins check offline.
-//! A check-in verifies one ticket and makes one; a leave makes a pass.
+//! A check-in verifies one ticket and makes one; a leave makes a pass; a gate checks the same
+//! pass on every request of its visitor (`pass_remembered`: `CachedPassVerifier`).
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use waitingroom_core::{
-    ClusterKey, KeyRing, NodeId, Pass, Ticket, TicketId, sign_pass, sign_ticket,
+    CachedPassVerifier, ClusterKey, KeyRing, NodeId, Pass, Ticket, TicketId, sign_pass, sign_ticket,
 };
 
 const NOW: u64 = 1_700_000_100_500;
@@ -54,6 +55,10 @@ fn tokens(c: &mut Criterion) {
     });
     verify.bench_function("pass_eddsa", |b| {
         b.iter(|| ring.verify_pass(black_box(&pass_token), NOW))
+    });
+    let cached = CachedPassVerifier::new(ring.public().clone());
+    verify.bench_function("pass_remembered", |b| {
+        b.iter(|| cached.verify_pass(black_box(&pass_token), NOW))
     });
     verify.finish();
 }

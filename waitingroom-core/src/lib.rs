@@ -27,6 +27,7 @@ pub mod rounds;
 pub mod settings;
 pub mod token;
 pub mod types;
+pub mod verified;
 
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};
@@ -36,3 +37,4 @@ pub use queue::LocalQueue;
 pub use settings::Settings;
 pub use token::{TokenError, TokenKind, sign_pass, sign_ticket};
 pub use types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
+pub use verified::CachedPassVerifier;

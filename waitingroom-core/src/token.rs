@@ -587,7 +587,7 @@ fn read_claims<'a, C: Claims<'a>>(payload: &'a [u8]) -> Result<C, TokenError> {
     Ok(claims)
 }
 
-fn check_times(
+pub(crate) fn check_times(
     leeway_ms: u64,
     issued_at: Time,
     expires_at: Time,

@@ -24,7 +24,7 @@ use waitingroom_core::rounds::{self, RoundRecord};
 use crate::return_path::ReturnPathKey;
 use waitingroom_core::{Pass, Ticket, Time};
 
-use waitingroom_core::{ClusterKey, KeyRing, VerifyingKeySet};
+use waitingroom_core::{CachedPassVerifier, ClusterKey, KeyRing};
 pub use waitingroom_core::{KeyError, TokenError};
 
 /// Why the cluster keys could not be loaded.
@@ -55,6 +55,9 @@ pub enum LoadKeyError {
 #[derive(Clone)]
 pub struct Crypto {
     keys: KeyRing,
+    /// The ring's public keys, remembering the passes they verified: a gate checks the same
+    /// pass on every request of its visitor (`waitingroom_core::verified`).
+    passes: Arc<CachedPassVerifier>,
     /// The lottery records last signed, with their JWS: they change only with the settings or
     /// at a reveal, so `GET /api/lotteries` signs nothing most of the time.
     lotteries: Arc<Mutex<Vec<(LotteryRecord, String)>>>,
@@ -88,6 +91,7 @@ impl Crypto {
         Crypto {
             return_keys: secrets.iter().map(ReturnPathKey::new).collect(),
             gate_secret: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secrets[0]),
+            passes: Arc::new(CachedPassVerifier::new(keys.public().clone())),
             keys,
             lotteries: Arc::default(),
         }
@@ -196,7 +200,7 @@ impl Crypto {
 
     /// Verifies a pass token at `now`.
     pub fn verify_pass(&self, token: &str, now: Time) -> Result<Pass, TokenError> {
-        self.keys.verify_pass(token, now)
+        self.passes.verify_pass(token, now)
     }
 
     /// The id of the key everything is made with.
@@ -237,14 +241,16 @@ pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// Verifies passes with public keys only (a JWKS document), as an origin would.
-#[derive(Debug, Clone)]
-pub struct PassVerifier(VerifyingKeySet);
+/// Verifies passes with public keys only (a JWKS document), as an origin would, remembering
+/// the passes it verified (`waitingroom_core::verified`).
+#[derive(Debug)]
+pub struct PassVerifier(CachedPassVerifier);
 
 impl PassVerifier {
     /// Reads a JWKS document (`{"keys":[...]}`).
     pub fn from_jwks_json(json: &str) -> Result<Self, KeyError> {
-        VerifyingKeySet::from_jwks_json(json).map(PassVerifier)
+        waitingroom_core::VerifyingKeySet::from_jwks_json(json)
+            .map(|keys| PassVerifier(CachedPassVerifier::new(keys)))
     }
 
     /// Verifies a pass token at `now`.

@@ -42,7 +42,7 @@ trap 'stop_pids_and_remove "$WORK" 3' EXIT
 NODE_ARGS=(--key-file "$WORK/key.pem" --target-on-site 1 --admit-straight-through false
     --refresh-interval-ms "${REFRESH_MS:-30000}" --ticket-expiry-ms 3600000 --join-rate-limit 0
     --log-level warn)
-start() { # node $1 on PORT+$1 with NODE_ARGS, or the arguments after $1 (node 1 alone)
+start() { # node $1 on PORT+$1, run with the arguments after $1 (NODE_ARGS when none)
     local i="$1"
     shift
     (($# > 0)) || set -- "${NODE_ARGS[@]}"
@@ -93,6 +93,7 @@ for _ in $(seq "$VISITORS"); do
         "$NODE3_URL/api/leave"
     echo
 done | sed -n 's/.*"pass":"\([^"]*\)".*/\1/p' >"$WORK/passes"
+[[ -s "$WORK/passes" ]] || { echo "node 3 gave no pass" >&2; cat "$WORK/node-3.log" >&2; exit 1; }
 
 # Resident memory of PID $1, MB.
 rss_mb() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
@@ -117,37 +118,34 @@ if [[ "${QUEUED:-0}" -gt 0 ]]; then
 fi
 
 # run NAME URL [LUA]: a wrk run; prints one line with the CPU per request of each node in
-# MEASURED (PIDs) and leaves "requests cpu_us..." in $WORK/NAME.
-MEASURED=("$NODE1" "$NODE2")
+# MEASURED (node numbers) and leaves "requests cpu_us..." in $WORK/NAME.
+NODE_PIDS=(none "$NODE1" "$NODE2" "$NODE3")
+MEASURED=(1 2)
 run() {
-    local name="$1" url="$2" lua=() before=() after=() out reqs rate p99 non2xx k cpu cpus="" shown=""
+    local name="$1" url="$2" lua=() before=() after=() out reqs rate p99 non2xx n cpu cpus="" shown=""
     [[ $# -ge 3 ]] && lua=(-s "$3")
-    for k in "${!MEASURED[@]}"; do before[k]="$(ticks "${MEASURED[k]}")"; done
+    for n in "${MEASURED[@]}"; do before[n]="$(ticks "${NODE_PIDS[n]}")"; done
     out="$(TICKETS="$WORK/tickets" PASSES="$WORK/passes" \
         wrk -t 2 -c "$CONNS" -d "${SECONDS_RUN}s" --latency "${lua[@]}" "$url")"
-    for k in "${!MEASURED[@]}"; do after[k]="$(ticks "${MEASURED[k]}")"; done
+    for n in "${MEASURED[@]}"; do after[n]="$(ticks "${NODE_PIDS[n]}")"; done
     reqs="$(echo "$out" | awk '/requests in/ {print $1}')"
     rate="$(echo "$out" | awk '/Requests\/sec/ {print $2}')"
     p99="$(echo "$out" | awk '$1 == "99%" {print $2}')"
     non2xx="$(echo "$out" | awk '/Non-2xx/ {print $NF}')"
-    for k in "${!MEASURED[@]}"; do
-        cpu="$(((after[k] - before[k]) * 1000000 / HZ))"
+    for n in "${MEASURED[@]}"; do
+        cpu="$(((after[n] - before[n]) * 1000000 / HZ))"
         cpus+=" $cpu"
-        shown+="$(printf '  node %s %6.1f µs/req' "$(node_number "${MEASURED[k]}")" \
-            "$(echo "$cpu / $reqs" | bc -l)")"
+        shown+="$(printf '  node %s %6.1f µs/req' "$n" "$(echo "$cpu / $reqs" | bc -l)")"
     done
     echo "$reqs$cpus" >"$WORK/$name"
     printf '%-22s %9s req/s  p99 %-8s%s  non-2xx %s\n' "$name" "$rate" "$p99" "$shown" "${non2xx:-0}"
-}
-node_number() { # PID: which node it is
-    case "$1" in "$NODE1") echo 1 ;; "$NODE2") echo 2 ;; *) echo 3 ;; esac
 }
 
 echo "checkin-cost: ${SECONDS_RUN}s per run, $CONNS connections, $(wc -l <"$WORK/tickets") tickets, $(wc -l <"$WORK/passes") passes, wrk on the same 2 cores"
 run livez "http://127.0.0.1:$((PORT + 1))/livez"
 run checkin-local "http://127.0.0.1:$((PORT + 1))" "$ROOT/scripts/wrk/checkin.lua"
 run checkin-forwarded "http://127.0.0.1:$((PORT + 2))" "$ROOT/scripts/wrk/checkin.lua"
-MEASURED=("$NODE3")
+MEASURED=(3)
 run livez-node3 "$NODE3_URL/livez"
 run pass-verify "$NODE3_URL/api/pass/verify" "$ROOT/scripts/wrk/verify.lua"
 per() { # NAME: CPU µs per request, all nodes measured

@@ -401,7 +401,7 @@ fn decode_hex(text: &str) -> Vec<u8> {
 ///
 /// Holding several keys lets a cluster rotate: publish the new key alongside the old one, switch
 /// signing to the new key, and drop the old one once tokens it signed have expired.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyingKeySet {
     keys: Vec<(String, VerifyingKey)>,
     pub(crate) leeway_ms: u64,

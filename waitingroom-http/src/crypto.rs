@@ -257,6 +257,11 @@ impl PassVerifier {
     pub fn verify_pass(&self, token: &str, now: Time) -> Result<Pass, TokenError> {
         self.0.verify_pass(token, now)
     }
+
+    /// Whether `other` holds the same keys (and leeway).
+    pub fn same_keys(&self, other: &PassVerifier) -> bool {
+        self.0.keys() == other.0.keys()
+    }
 }
 
 #[cfg(test)]

@@ -219,7 +219,13 @@ impl Gate {
         match fetch_jwks(&self.client, &self.cfg.jwks_url).await {
             Ok(keys) => {
                 tracing::info!(url = %self.cfg.jwks_url, "unknown pass key id: JWKS fetched again");
-                *self.keys.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(keys);
+                let mut held = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+                // Unchanged keys keep the verifier and the passes it remembers: anyone can
+                // send an unknown key id, and each would otherwise cost every visitor on the
+                // site a full check again.
+                if !held.same_keys(&keys) {
+                    *held = Arc::new(keys);
+                }
             }
             Err(e) => tracing::warn!(error = %e, "unknown pass key id: JWKS refetch failed"),
         }
@@ -597,6 +603,23 @@ mod tests {
             assert_eq!(resp.status(), StatusCode::FOUND);
         }
         assert_eq!(room.fetches.load(Ordering::SeqCst), 2, "rate-limited");
+    }
+
+    #[tokio::test]
+    async fn a_refetch_of_the_same_keys_keeps_the_passes_the_gate_remembers() {
+        let (room, keys) = (Arc::new(Room::default()), Crypto::generate());
+        let (gate, origin) = gated(&room, &keys).await;
+        let good = keys.sign_pass(&pass(later()));
+        assert_eq!(
+            send(&origin, "/", cookie(&good)).await.status(),
+            StatusCode::OK
+        );
+        let held = gate.keys();
+        let stranger = Crypto::generate().sign_pass(&pass(later()));
+        let resp = send(&origin, "/", cookie(&stranger)).await;
+        assert_eq!(resp.status(), StatusCode::FOUND);
+        assert_eq!(room.fetches.load(Ordering::SeqCst), 2, "refetched");
+        assert!(Arc::ptr_eq(&held, &gate.keys()), "same keys: same verifier");
     }
 
     #[tokio::test]

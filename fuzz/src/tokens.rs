@@ -42,17 +42,19 @@ pub fn tokens(data: &[u8]) {
         ring.verify_pass(&token, now),
     );
     assert!(ticket.is_err() || pass.is_err(), "a ticket is never a pass");
-    // The pass cache answers as the keys do: when it first sees the token, and again at
-    // another time (a hit for a pass that verified).
+    // The pass cache answers as the keys do: when it first sees the token, and again (a hit
+    // for a pass that verified) at another time and when the pass expires.
     let cached = CachedPassVerifier::new(ring.public().clone());
     assert_eq!(cached.verify_pass(&token, now), pass, "the pass cache");
-    let later = now.wrapping_add(u64::from(mode) << 12);
-    let again = ring.verify_pass(&token, later);
-    assert_eq!(
-        cached.verify_pass(&token, later),
-        again,
-        "the pass cache, later"
-    );
+    let expiry = pass.as_ref().map_or(now, |p| p.expires_at);
+    for at in [now.wrapping_add(u64::from(mode) << 12), expiry] {
+        let again = ring.verify_pass(&token, at);
+        assert_eq!(
+            cached.verify_pass(&token, at),
+            again,
+            "the pass cache at {at}"
+        );
+    }
     if let Ok(ticket) = ticket {
         let again = ring.verify_ticket(&sign_ticket(key, &ticket), now);
         assert_eq!(again, Ok(ticket), "ticket round trip");

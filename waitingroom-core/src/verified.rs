@@ -60,6 +60,7 @@ impl Generations {
         self.young.insert(digest, pass);
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.young.len() + self.old.len()
     }
@@ -97,7 +98,8 @@ impl CachedPassVerifier {
     }
 
     /// How many passes are remembered.
-    pub fn remembered(&self) -> usize {
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
         self.generations().len()
     }
 

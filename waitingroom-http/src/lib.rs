@@ -7,7 +7,6 @@
 //!   loop of one listener (header read timeout, peer address);
 //! - [`api`]: the HTTP routes and every handler: visitor API, waiting page, peer endpoints
 //!   (one handler for forwarded check-ins and leaves), operations;
-//! - [`origin`]: a small demo origin site behind the gate;
 //! - [`gate`]: a tower layer for origins that checks passes offline and sends visitors without
 //!   one to the room;
 //! - [`visitor`]: the visitor operations handlers call: verify the token, ask the node, forward
@@ -42,7 +41,6 @@ pub mod gate;
 pub mod i18n;
 pub mod leaves;
 pub mod metrics;
-pub mod origin;
 pub mod page;
 pub mod peer;
 pub mod peer_auth;

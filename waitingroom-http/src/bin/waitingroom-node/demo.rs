@@ -153,7 +153,7 @@ impl DemoArgs {
 fn gate_secret_file(key_file: &Path) -> anyhow::Result<PathBuf> {
     let path = key_file.with_file_name("gate-secret");
     let crypto = Crypto::load(key_file)?;
-    crate::write_private(&path, &format!("{}\n", crypto.gate_secret()), true)?;
+    crate::keys::write_private(&path, &format!("{}\n", crypto.gate_secret()), true)?;
     Ok(path)
 }
 
@@ -170,7 +170,7 @@ fn cluster_key(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     };
     let key_file = dir.join("cluster-key.pem");
     if !key_file.exists() {
-        crate::write_private(&key_file, &Crypto::generate().to_pkcs8_pem(), false)?;
+        crate::keys::write_private(&key_file, &Crypto::generate().to_pkcs8_pem(), false)?;
     }
     Ok(key_file)
 }

@@ -28,31 +28,16 @@
 
 pub mod api;
 pub mod app;
-pub mod client_addr;
 pub mod clock;
 pub mod config;
-pub mod cookies;
 pub mod crypto;
-pub mod discovery;
-pub mod driver;
-pub mod errors;
-pub mod fairness;
 pub mod gate;
+pub mod html;
 pub mod i18n;
-pub mod leaves;
 pub mod metrics;
-pub mod page;
 pub mod peer;
-pub mod peer_auth;
-pub mod rate_limit;
-pub mod replay;
-pub mod return_path;
-pub mod rounds;
-pub mod serve;
+pub mod round_log;
 pub mod server;
-pub mod tls;
-pub mod visitor;
-pub mod voters_file;
 pub mod wire;
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use waitingroom_core::{NodeId, Pass, Ticket, TicketId};
 use waitingroom_http::crypto::Crypto;
+use waitingroom_http::crypto::tls::{InternalTls, TlsFiles};
 use waitingroom_http::peer::Transport;
-use waitingroom_http::peer_auth::{RequestHead, Route};
-use waitingroom_http::tls::{InternalTls, TlsFiles};
+use waitingroom_http::peer::auth::{RequestHead, Route};
 
 const BIN: &str = env!("CARGO_BIN_EXE_waitingroom-node");
 
@@ -148,7 +148,9 @@ impl Cluster {
             settings: extra.iter().map(|s| s.to_string()).collect(),
             two_ports,
             tls: None,
-            client: waitingroom_http::tls::client_builder().build().unwrap(),
+            client: waitingroom_http::crypto::tls::client_builder()
+                .build()
+                .unwrap(),
         }
     }
 
@@ -284,7 +286,7 @@ impl Cluster {
 
 /// A client that keeps no cookies (tokens travel in bodies unless a test sets a cookie).
 fn client() -> reqwest::Client {
-    waitingroom_http::tls::client_builder()
+    waitingroom_http::crypto::tls::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
         .build()
@@ -1677,7 +1679,7 @@ fn rustls_client_without_cert(cl: &Cluster) -> reqwest::Client {
     let ca = std::fs::read(&cl.tls.as_ref().unwrap().ca).unwrap();
     let ca = reqwest::Certificate::from_pem(&ca).unwrap();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    waitingroom_http::tls::client_builder()
+    waitingroom_http::crypto::tls::client_builder()
         .tls_certs_only([ca])
         .build()
         .unwrap()

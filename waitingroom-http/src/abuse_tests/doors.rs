@@ -573,7 +573,7 @@ async fn cookie_options_name_and_shape_every_cookie() {
         Options {
             cookie_name_suffix: Some("_shop".into()),
             cookie_domain: Some("example.com".into()),
-            cookie_samesite: Some(crate::cookies::SameSite::Strict),
+            cookie_samesite: Some(crate::wire::cookies::SameSite::Strict),
             ..options()
         },
         true,

@@ -25,8 +25,8 @@ use crate::app::App;
 use crate::clock::now_ms;
 use crate::config::Options;
 use crate::crypto::Crypto;
+use crate::peer::auth::{RequestHead, Route};
 use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
-use crate::peer_auth::{RequestHead, Route};
 
 mod admin;
 mod doors;
@@ -89,16 +89,16 @@ impl TestNode {
     }
 
     /// Serves the router on a real listener on 127.0.0.1, as the node does (see
-    /// [`crate::serve`]); its address and the server task.
+    /// [`crate::server::serve`]); its address and the server task.
     async fn listen(
         &self,
         header_read_timeout: Duration,
     ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-        let (listener, addr) = crate::serve::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        let (listener, addr) = crate::server::serve::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
             .await
             .expect("bind 127.0.0.1");
         let router = self.router.clone();
-        let server = tokio::spawn(crate::serve::serve(
+        let server = tokio::spawn(crate::server::serve::serve(
             listener,
             router,
             header_read_timeout,

@@ -11,8 +11,8 @@ use http_body::Frame;
 use waitingroom_distributed::Contact;
 
 use super::*;
+use crate::peer::auth::{HEADER_NONCE, ReplyHead};
 use crate::peer::{ForwardItem, ForwardOp};
-use crate::peer_auth::{HEADER_NONCE, ReplyHead};
 
 /// A request body that records whether anyone read from it; with `len` bytes of spaces to give,
 /// or none ever (it stays pending: a client that never sends its body).

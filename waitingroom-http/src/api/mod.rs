@@ -8,7 +8,7 @@
 //! - `admin.rs`: the operator's API (`/admin/...`): the live settings, behind a bearer token;
 //! - `body.rs`: reading request bodies, shared by the visitor and peer handlers.
 //!
-//! Handlers read the request, call [`App`] (the visitor operations in [`crate::visitor`], or
+//! Handlers read the request, call [`App`] (the visitor operations in [`crate::app::operations`], or
 //! the node through its driver) and write the response; this module wires them into the
 //! routers of the two listeners ([`public_router`], [`internal_router`]; [`router`] for one
 //! port) with the request log and the error fallbacks.
@@ -38,10 +38,10 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::app::App;
-use crate::client_addr::ClientAddr;
-use crate::errors::{ApiError, LoggedError};
 use crate::metrics::RouteLabels;
 use crate::peer::{CHECKIN_PATH, FORWARD_PATH, LEAVE_PATH, MESSAGES_PATH};
+use crate::wire::client_addr::ClientAddr;
+use crate::wire::errors::{ApiError, LoggedError};
 
 /// The pass check under any method and path suffix, for gates that cannot set the path or
 /// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).

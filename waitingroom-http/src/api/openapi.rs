@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 
 use super::{admin, ops, page, peer, visitor};
-use crate::errors::ErrorBody;
+use crate::wire::errors::ErrorBody;
 use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 /// The API description (OpenAPI 3.1).

@@ -13,13 +13,13 @@ use subtle::ConstantTimeEq as _;
 use super::body::{self, RawBody};
 use super::openapi::TicketRefusals;
 use crate::app::App;
-use crate::client_addr::ClientAddr;
+use crate::app::leaves;
 use crate::clock::now_ms;
-use crate::cookies;
-use crate::errors::ApiError;
-use crate::errors::ErrorBody;
-use crate::leaves;
-use crate::return_path::safe_return_path;
+use crate::crypto::return_path::safe_return_path;
+use crate::wire::client_addr::ClientAddr;
+use crate::wire::cookies;
+use crate::wire::errors::ApiError;
+use crate::wire::errors::ErrorBody;
 use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Response {
@@ -156,7 +156,7 @@ pub(super) async fn leave(
     Ok(with_cookies(p, set))
 }
 
-/// The leave's `Idempotency-Key` header, if any (see [`crate::leaves`]).
+/// The leave's `Idempotency-Key` header, if any (see [`crate::app::leaves`]).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     let Some(v) = headers.get(leaves::IDEMPOTENCY_HEADER) else {
         return Ok(None);

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
-use waitingroom_http::tls::{InternalTls, TlsFiles};
+use waitingroom_http::crypto::tls::{InternalTls, TlsFiles};
 
 /// The admin API of a running cluster through one node's internal listener: read or change
 /// the live settings, schedule events, mint bypass passes. A change made at any node applies to
@@ -128,11 +128,11 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
                 ca: ca.clone(),
             };
             let tls = InternalTls::load(&files).map_err(|e| anyhow::anyhow!("--tls: {e}"))?;
-            waitingroom_http::tls::client_builder()
+            waitingroom_http::crypto::tls::client_builder()
                 .tls_backend_preconfigured(tls.client)
                 .build()?
         }
-        _ => waitingroom_http::tls::client_builder().build()?,
+        _ => waitingroom_http::crypto::tls::client_builder().build()?,
     };
     let settings = format!("{base}/admin/settings");
     let events = format!("{base}/admin/events");

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use waitingroom_core::lottery::{self, DrawnPass, LotteryAudit};
 use waitingroom_core::rounds::{self, AdmittedPass, Finding};
 use waitingroom_core::{NodeId, QueueKey, VerifyingKeySet};
-use waitingroom_http::rounds::claim;
+use waitingroom_http::round_log::claim;
 
 /// Fetch a cluster's round records from one node (its public URL) and check them: every
 /// signature against the cluster's published keys, the chain of records, the round numbers,
@@ -37,7 +37,7 @@ pub struct AuditArgs {
 /// Runs `waitingroom-node audit`.
 pub async fn run(args: AuditArgs) -> anyhow::Result<()> {
     let base = args.url.trim_end_matches('/');
-    let client = waitingroom_http::tls::client_builder().build()?;
+    let client = waitingroom_http::crypto::tls::client_builder().build()?;
     let jwks_url = format!("{base}/.well-known/jwks.json");
     let jwks = get(&client, &jwks_url).await?;
     let keys = VerifyingKeySet::from_jwks_json(&jwks.to_string())

@@ -68,7 +68,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         bail!("--concurrency and --duration-s must be at least 1");
     }
     let url = args.url.trim_end_matches('/').to_owned();
-    let client = waitingroom_http::tls::client_builder()
+    let client = waitingroom_http::crypto::tls::client_builder()
         .no_proxy()
         .pool_max_idle_per_host(args.concurrency)
         .tcp_nodelay(true)

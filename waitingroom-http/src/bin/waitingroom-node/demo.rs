@@ -106,7 +106,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     let key_file = cluster_key(args.dir.clone())?;
     let origin_url = format!("http://127.0.0.1:{}/", args.origin_port);
-    let client = waitingroom_http::tls::client_builder().build()?;
+    let client = waitingroom_http::crypto::tls::client_builder().build()?;
     let mut children = Children(Vec::new());
     if let Err(e) = start_all(&args, &key_file, &origin_url, &client, &mut children).await {
         children.stop(Duration::from_secs(2)).await;

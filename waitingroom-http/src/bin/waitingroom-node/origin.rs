@@ -18,8 +18,8 @@ use clap::Args;
 use waitingroom_core::Pass;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::config;
+use waitingroom_http::crypto::return_path::ReturnPathKey;
 use waitingroom_http::gate::{Gate, GateConfig};
-use waitingroom_http::return_path::ReturnPathKey;
 use waitingroom_http::server;
 
 #[derive(Debug, Args)]
@@ -58,7 +58,7 @@ pub async fn run(args: OriginArgs) -> anyhow::Result<()> {
     };
     let gate = Gate::connect(
         cfg,
-        waitingroom_http::tls::client_builder().build()?,
+        waitingroom_http::crypto::tls::client_builder().build()?,
         Duration::from_secs(30),
     )
     .await?;

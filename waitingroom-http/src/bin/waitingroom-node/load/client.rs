@@ -64,7 +64,7 @@ impl Client {
         let tls = targets
             .iter()
             .any(|t| t.tls.is_some())
-            .then(waitingroom_http::tls::public_client_config)
+            .then(waitingroom_http::crypto::tls::public_client_config)
             .transpose()
             .context("cannot set up TLS with the system's certificate authorities")?;
         Ok(Client {
@@ -244,8 +244,13 @@ mod tests {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let tls = tls.map(|c| TlsAcceptor::from(Arc::new(c)));
         let forever = std::future::pending::<()>();
-        let serve =
-            waitingroom_http::serve::serve_tls(listener, router, header_timeout, tls, forever);
+        let serve = waitingroom_http::server::serve::serve_tls(
+            listener,
+            router,
+            header_timeout,
+            tls,
+            forever,
+        );
         tokio::spawn(serve);
         format!("{scheme}://{addr}/room/")
     }
@@ -309,7 +314,7 @@ mod tests {
         let client = client.with_tls(trusting);
         round_trips(&client).await;
         // Without the server's CA the handshake fails: no answer, no panic.
-        let untrusting = waitingroom_http::tls::plain_peer_config();
+        let untrusting = waitingroom_http::crypto::tls::plain_peer_config();
         let client = Client::new(&[url], timeout).unwrap().with_tls(untrusting);
         assert!(
             client

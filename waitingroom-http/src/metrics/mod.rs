@@ -2,6 +2,8 @@
 //! `/metrics` in the OpenMetrics text format. The dashboard and alert rules in `deploy/` read
 //! them; a test (`deploy_tests`) checks that every name they use is here.
 
+pub mod fairness;
+
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
@@ -15,8 +17,8 @@ use prometheus_client::registry::{Registry, Unit};
 use waitingroom_core::{Settings, Time};
 use waitingroom_distributed::{Body, ChannelMsg, Ignored, Mode, NodeStatus, Pause};
 
-use crate::fairness::Inversions;
-use crate::rounds::Fairness;
+use crate::metrics::fairness::Inversions;
+use crate::round_log::Fairness;
 
 /// Label of per-route HTTP metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,7 +127,7 @@ pub struct Metrics {
     cluster_on_site: Gauge,
     membership_version: Gauge,
     last_round: Gauge<f64, AtomicU64>,
-    /// The last hour's round records, judged (`rounds::Fairness`).
+    /// The last hour's round records, judged (`round_log::Fairness`).
     records: [Gauge; 3],
     grant_places: Gauge,
     grant_expires: Gauge<f64, AtomicU64>,

@@ -40,9 +40,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use crate::config::Branding;
-use crate::errors::{ApiError, LoggedError};
 use crate::i18n::{Lang, Strings};
 use crate::wire::VisitorAnswer;
+use crate::wire::errors::{ApiError, LoggedError};
 
 const DEFAULT_TEMPLATE: &str = include_str!("../assets/waiting.html");
 
@@ -60,7 +60,7 @@ pub struct Page {
 
 impl Page {
     /// The configured template, or the built-in one; its script keeps its leave key in the
-    /// cookie `leave_cookie` (`crate::cookies`) and backs off at most half of
+    /// cookie `leave_cookie` (`crate::wire::cookies`) and backs off at most half of
     /// `ticket_expiry_ms`.
     pub fn new(branding: &Branding, leave_cookie: &str, ticket_expiry_ms: u64) -> Self {
         Page {
@@ -398,7 +398,7 @@ pub fn redirect(to: &str, cookies: Vec<HeaderValue>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cookies::LEAVE_KEY;
+    use crate::wire::cookies::LEAVE_KEY;
 
     #[test]
     fn substitutes_and_escapes() {

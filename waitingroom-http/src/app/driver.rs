@@ -20,7 +20,7 @@ use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::peer::Transport;
-use crate::rounds::RoundLog;
+use crate::round_log::RoundLog;
 
 /// The node plus everything that must happen after each call into it.
 #[derive(Debug)]
@@ -32,9 +32,9 @@ pub struct Driver {
     armed: AtomicU64,
     transport: Arc<Transport>,
     metrics: Arc<Metrics>,
-    /// The admission rounds' records (`crate::rounds`).
+    /// The admission rounds' records (`crate::round_log`).
     rounds: RoundLog,
-    /// Where the agreed voters are kept (`crate::voters_file`), and the ones last written.
+    /// Where the agreed voters are kept (`crate::app::voters_file`), and the ones last written.
     voters_file: Option<(PathBuf, Mutex<Option<Voters>>)>,
 }
 
@@ -78,7 +78,7 @@ impl Driver {
                 _ => return,
             }
         };
-        match crate::voters_file::write(path, me, &now) {
+        match crate::app::voters_file::write(path, me, &now) {
             Ok(()) => {
                 tracing::info!(epoch = now.epoch, voters = ?now.set, "voters kept on disk");
                 *saved = Some(now);

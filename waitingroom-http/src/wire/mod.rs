@@ -2,6 +2,10 @@
 //! what they get back. Plain data, so the waiting page, the kept leaves and the handlers share
 //! them without depending on each other.
 
+pub mod client_addr;
+pub mod cookies;
+pub mod errors;
+
 use serde::{Deserialize, Serialize};
 use waitingroom_core::Ticket;
 

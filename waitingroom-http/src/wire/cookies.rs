@@ -17,7 +17,7 @@ pub const TICKET: &str = "wr_ticket";
 /// The pass cookie's name, before the operator's suffix.
 pub const PASS: &str = "wr_pass";
 /// The waiting page's `Idempotency-Key` for its leave (set by its script before it leaves), so
-/// that the page asked again after a lost answer gets the same pass ([`crate::leaves`]); its
+/// that the page asked again after a lost answer gets the same pass ([`crate::app::leaves`]); its
 /// name, before the operator's suffix.
 pub const LEAVE_KEY: &str = "wr_leave_key";
 

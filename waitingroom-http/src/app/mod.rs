@@ -1,22 +1,28 @@
 //! Shared state of the HTTP handlers: one node's parts, assembled.
 
+pub mod driver;
+pub mod leaves;
+pub mod operations;
+pub mod rate_limit;
+pub mod voters_file;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use waitingroom_core::{NodeId, SettingsError};
 use waitingroom_distributed::Node;
 
+use crate::app::driver::Driver;
+use crate::app::leaves::RecentLeaves;
+use crate::app::rate_limit::RateLimiter;
 use crate::config::ServerConfig;
 use crate::crypto::Crypto;
-use crate::driver::Driver;
-use crate::leaves::RecentLeaves;
+use crate::html::Page;
 use crate::metrics::Metrics;
-use crate::page::Page;
 use crate::peer::Transport;
-use crate::peer_auth::PeerAuthError;
-use crate::rate_limit::RateLimiter;
-use crate::replay::ReplayCache;
-use crate::rounds::RoundLog;
+use crate::peer::auth::PeerAuthError;
+use crate::peer::replay::ReplayCache;
+use crate::round_log::RoundLog;
 
 /// Why a request may be shed at once with 503 (`waitingroom_requests_shed_total{reason}`):
 /// too many in progress on the public routes, too many peer requests, a full replay cache.
@@ -41,7 +47,7 @@ pub struct App {
     pub join_limit: RateLimiter,
     /// Passes handed out lately, so a leave whose answer was lost can be repeated.
     pub recent_leaves: RecentLeaves,
-    /// Nonces of the peer requests accepted lately (see [`crate::peer_auth`]).
+    /// Nonces of the peer requests accepted lately (see [`crate::peer::auth`]).
     pub replay: ReplayCache,
     /// One permit per peer request in progress (`max_peer_requests`).
     pub peer_slots: Arc<tokio::sync::Semaphore>,
@@ -112,7 +118,7 @@ impl App {
         };
         let mut node = node;
         if let Some(path) = &cfg.voters_file {
-            match crate::voters_file::read(path, node.id()) {
+            match crate::app::voters_file::read(path, node.id()) {
                 Ok(Some(voters)) => {
                     tracing::info!(epoch = voters.epoch, voters = ?voters.set,
                         "voters file: this node needs a majority of the voters it knew");

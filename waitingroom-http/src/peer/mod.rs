@@ -9,13 +9,15 @@
 //! request drops its batch — the protocol's reliable channel resends what matters and SWIM
 //! notices a dead peer. Sender tasks of idle destinations exit and free their queue.
 //!
-//! Every peer request is authenticated from its headers (see [`crate::peer_auth`]): bound to its
+//! Every peer request is authenticated from its headers (see [`crate::peer::auth`]): bound to its
 //! destination node and incarnation, a nonce and a timestamp. So a batch goes to one
 //! destination (id and incarnation) only, and no request is larger than `peer_body_limit`: the
 //! messages queued for one address are cut into such requests. Answers to forwarded visitor
 //! requests are authenticated by the owner and checked here before they are believed.
 
+pub mod auth;
 mod outbox;
+pub mod replay;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -31,7 +33,7 @@ use crate::clock::now_ms;
 use crate::config::Limits;
 use crate::crypto::Crypto;
 use crate::metrics::Metrics;
-use crate::peer_auth::{ReplyHead, RequestHead, Route};
+use crate::peer::auth::{ReplyHead, RequestHead, Route};
 use outbox::{Outbox, Outboxes};
 
 /// The logical path of batched protocol messages (what signatures cover, whatever URL prefix
@@ -163,12 +165,12 @@ impl Transport {
 
     /// The same, calling peers over mutual TLS with `tls` when given (`tls.rs`).
     pub fn build_client_with(idle: Duration, tls: Option<rustls::ClientConfig>) -> reqwest::Client {
-        let builder = crate::tls::client_builder()
+        let builder = crate::crypto::tls::client_builder()
             .no_proxy()
             .pool_idle_timeout(idle)
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_millis(500));
-        let tls = tls.unwrap_or_else(crate::tls::plain_peer_config);
+        let tls = tls.unwrap_or_else(crate::crypto::tls::plain_peer_config);
         builder
             .tls_backend_preconfigured(tls)
             .build()

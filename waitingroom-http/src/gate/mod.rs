@@ -29,11 +29,11 @@ use subtle::ConstantTimeEq as _;
 use thiserror::Error;
 use waitingroom_core::{Pass, Time, TokenError};
 
-use crate::client_addr::Cidr;
 use crate::clock::now_ms;
-use crate::cookies;
+use crate::crypto::return_path::{ReturnPathKey, safe_return_path};
 use crate::crypto::{KeyError, PassVerifier};
-use crate::return_path::{ReturnPathKey, safe_return_path};
+use crate::wire::client_addr::Cidr;
+use crate::wire::cookies;
 
 /// Where the gate gets its keys and sends visitors.
 #[derive(Debug, Clone)]
@@ -164,7 +164,7 @@ impl Gate {
 
     /// Fetches the JWKS (trying again every 200 ms for up to `wait`: the room may be starting
     /// alongside the origin) and makes the gate. Build `client` from
-    /// [`crate::tls::client_builder`] (reqwest has no crypto provider of its own here).
+    /// [`crate::crypto::tls::client_builder`] (reqwest has no crypto provider of its own here).
     pub async fn connect(
         cfg: GateConfig,
         client: reqwest::Client,
@@ -403,7 +403,7 @@ mod tests {
         };
         let gate = Gate::connect(
             cfg,
-            crate::tls::client_builder().build().unwrap(),
+            crate::crypto::tls::client_builder().build().unwrap(),
             Duration::ZERO,
         )
         .await
@@ -430,7 +430,7 @@ mod tests {
             networks: vec![Cidr::parse("10.1.0.0/16").unwrap()],
             header: Some((HeaderName::from_static("x-bypass"), "s3cret-value".into())),
         };
-        let client = crate::tls::client_builder().build().unwrap();
+        let client = crate::crypto::tls::client_builder().build().unwrap();
         let gate = Gate::connect(cfg, client, Duration::ZERO).await.unwrap();
         let origin = Router::new()
             .fallback(get(|p: Option<Extension<Pass>>| async move {
@@ -631,7 +631,11 @@ mod tests {
             ..GateConfig::new("http://127.0.0.1:9/jwks", "/room")
         };
         let verifier = PassVerifier::from_jwks_json(&keys.jwks().to_string()).unwrap();
-        let gate = Gate::with_keys(cfg, crate::tls::client_builder().build().unwrap(), verifier);
+        let gate = Gate::with_keys(
+            cfg,
+            crate::crypto::tls::client_builder().build().unwrap(),
+            verifier,
+        );
         let stranger = Crypto::generate().sign_pass(&pass(later()));
         let h = |t: &str| header_map(format!("wr_pass={t}"));
         assert_eq!(
@@ -659,7 +663,7 @@ mod tests {
         assert_eq!(location(&post), "https://room.example/?lang=en");
         let plain = Gate::with_keys(
             GateConfig::new("http://127.0.0.1:9/jwks", "/room"),
-            crate::tls::client_builder().build().unwrap(),
+            crate::crypto::tls::client_builder().build().unwrap(),
             PassVerifier::from_jwks_json(&keys.jwks().to_string()).unwrap(),
         );
         // A gate without the return-path secret sends no way back (the room would ignore it).

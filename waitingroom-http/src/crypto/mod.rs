@@ -8,11 +8,14 @@
 //! another derived secret, separate from the pass-signing key: only holders of the cluster key
 //! can make one, for a microsecond where an Ed25519 signature and its check cost about 100.
 //! What that MAC covers, and the replay and destination checks around it, are
-//! [`crate::peer_auth`]'s business.
+//! [`crate::peer::auth`]'s business.
 //!
 //! For a key rotation a node holds previous keys besides the current one
 //! ([`Crypto::with_previous`]): it makes everything with the current key and accepts tickets,
 //! passes and peer requests made with any of them (see [`KeyRing`] for the steps).
+
+pub mod return_path;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,7 +24,7 @@ use thiserror::Error;
 use waitingroom_core::lottery::{self, LotteryRecord};
 use waitingroom_core::rounds::{self, RoundRecord};
 
-use crate::return_path::ReturnPathKey;
+use crate::crypto::return_path::ReturnPathKey;
 use waitingroom_core::{Pass, Ticket, Time};
 
 use waitingroom_core::{CachedPassVerifier, ClusterKey, KeyRing};
@@ -209,7 +212,7 @@ impl Crypto {
     }
 
     /// The HMAC-SHA256 of a peer request or answer whose canonical text is `message`, under
-    /// the current key's derived peer secret (see [`crate::peer_auth`] for what it covers).
+    /// the current key's derived peer secret (see [`crate::peer::auth`] for what it covers).
     pub fn peer_mac(&self, message: &[u8]) -> [u8; 32] {
         self.keys.peer_mac(&[message])
     }

@@ -12,7 +12,6 @@ use waitingroom_core::EngineError;
 use waitingroom_distributed::VisitorError;
 
 use crate::crypto::TokenError;
-use crate::peer_auth::PeerAuthError;
 
 /// An error answered to a client.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -149,21 +148,6 @@ impl ApiError {
             other => ("invalid_token", format!("invalid {what}: {other}")),
         };
         Self::new(StatusCode::UNAUTHORIZED, code, message)
-    }
-
-    /// A refused peer request: 401 `unauthorized_peer` when it is not a cluster member's, or
-    /// not for the first time; 421 `misdirected_peer` when it is signed for another node; 413
-    /// when its declared body is too large; 503 `peer_busy` when it cannot be checked now.
-    pub fn peer_auth(e: &PeerAuthError) -> Self {
-        let (status, code) = match e {
-            PeerAuthError::Misdirected { .. } => {
-                (StatusCode::MISDIRECTED_REQUEST, "misdirected_peer")
-            }
-            PeerAuthError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
-            PeerAuthError::ReplayCacheFull => (StatusCode::SERVICE_UNAVAILABLE, "peer_busy"),
-            _ => (StatusCode::UNAUTHORIZED, "unauthorized_peer"),
-        };
-        Self::new(status, code, e.to_string())
     }
 
     /// 503 `peer_busy`: too many peer requests in progress.

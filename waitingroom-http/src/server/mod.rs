@@ -1,5 +1,8 @@
 //! Starting and stopping one node.
 
+pub mod discovery;
+pub mod serve;
+
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,11 +19,11 @@ use waitingroom_distributed::Node;
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
+use crate::crypto::tls::InternalTls;
 use crate::crypto::{Crypto, LoadKeyError};
-use crate::discovery::Finder;
 use crate::peer::Transport;
-use crate::serve::{serve, serve_tls};
-use crate::tls::InternalTls;
+use crate::server::discovery::Finder;
+use crate::server::serve::{serve, serve_tls};
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -80,7 +83,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         .map(InternalTls::load)
         .transpose()?;
     let peer_addr = internal.as_ref().map_or(public.1, |(_, addr)| *addr);
-    let scheme = crate::tls::scheme(tls.is_some());
+    let scheme = crate::crypto::tls::scheme(tls.is_some());
     let advertise = cfg
         .advertise
         .clone()
@@ -153,7 +156,7 @@ fn serve_all(
     println!("listening on http://{}", public.1);
     if let Some((listener, addr)) = internal {
         let routes = crate::api::internal_router(app.clone());
-        let scheme = crate::tls::scheme(tls.is_some());
+        let scheme = crate::crypto::tls::scheme(tls.is_some());
         servers.push(tokio::spawn(serve_tls(
             listener,
             routes,
@@ -170,7 +173,7 @@ fn serve_all(
 /// Binds a listening socket; returns it with the address it got (the port, when 0 was asked
 /// for).
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
-    crate::serve::bind(addr)
+    crate::server::serve::bind(addr)
         .await
         .map_err(|source| ServerError::Listen { addr, source })
 }

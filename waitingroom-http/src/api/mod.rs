@@ -6,7 +6,9 @@
 //!   requests, each authenticated with the cluster key;
 //! - `ops.rs`: health, readiness, metrics, cluster status and the public keys;
 //! - `admin.rs`: the operator's API (`/admin/...`): the live settings, behind a bearer token;
-//! - `body.rs`: reading request bodies, shared by the visitor and peer handlers.
+//! - `body.rs`: reading request bodies, shared by the visitor and peer handlers;
+//! - `responses.rs`: the refusals several routes share, as the OpenAPI document describes them;
+//! - `openapi.rs`: that document (`GET /openapi.json`), made from every handler's annotation.
 //!
 //! Handlers read the request, call [`App`] (the visitor operations in [`crate::app::operations`], or
 //! the node through its driver) and write the response; this module wires them into the
@@ -19,6 +21,7 @@ pub mod openapi;
 mod ops;
 mod page;
 mod peer;
+mod responses;
 mod visitor;
 
 use std::any::Any;

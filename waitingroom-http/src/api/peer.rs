@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use waitingroom_distributed::{Body, Envelope};
 
-use super::openapi::PeerRefusals;
+use super::responses::PeerRefusals;
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq as _;
 
 use super::body::{self, RawBody};
-use super::openapi::TicketRefusals;
+use super::responses::TicketRefusals;
 use crate::app::App;
 use crate::app::leaves;
 use crate::clock::now_ms;

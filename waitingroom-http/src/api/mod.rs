@@ -10,7 +10,7 @@
 //! - `responses.rs`: the refusals several routes share, as the OpenAPI document describes them;
 //! - `openapi.rs`: that document (`GET /openapi.json`), made from every handler's annotation.
 //!
-//! Handlers read the request, call [`App`] (the visitor operations in [`crate::app::operations`], or
+//! Handlers read the request, call [`App`] (the visitor operations in `app/operations.rs`, or
 //! the node through its driver) and write the response; this module wires them into the
 //! routers of the two listeners ([`public_router`], [`internal_router`]; [`router`] for one
 //! port) with the request log and the error fallbacks.

@@ -158,7 +158,7 @@ pub(super) async fn leave(
 
 /// The leave's `Idempotency-Key` header, if any (see [`crate::app::leaves`]).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
-    let Some(v) = headers.get(leaves::IDEMPOTENCY_HEADER) else {
+    let Some(v) = headers.get(crate::wire::IDEMPOTENCY_HEADER) else {
         return Ok(None);
     };
     match v.to_str() {

@@ -34,7 +34,7 @@ pub struct Driver {
     metrics: Arc<Metrics>,
     /// The admission rounds' records (`crate::round_log`).
     rounds: RoundLog,
-    /// Where the agreed voters are kept (`crate::app::voters_file`), and the ones last written.
+    /// Where the agreed voters are kept (`super::voters_file`), and the ones last written.
     voters_file: Option<(PathBuf, Mutex<Option<Voters>>)>,
 }
 
@@ -78,7 +78,7 @@ impl Driver {
                 _ => return,
             }
         };
-        match crate::app::voters_file::write(path, me, &now) {
+        match super::voters_file::write(path, me, &now) {
             Ok(()) => {
                 tracing::info!(epoch = now.epoch, voters = ?now.set, "voters kept on disk");
                 *saved = Some(now);

@@ -13,10 +13,6 @@ use waitingroom_core::{TicketId, Time};
 
 use crate::wire::PassAnswer;
 
-/// The request header that names a leave, chosen by the client (RFC draft
-/// `draft-ietf-httpapi-idempotency-key-header`).
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
-
 /// Longest key accepted, bytes.
 pub const MAX_KEY_LEN: usize = 128;
 

@@ -1,10 +1,19 @@
-//! Shared state of the HTTP handlers: one node's parts, assembled.
+//! One node's state, assembled: [`App`] is what every handler gets. It exists so that the parts
+//! a request touches are built once, in one place, and shared.
+//!
+//! - `operations.rs`: what a node does for a visitor (join, check in, leave, passes), as the
+//!   visitor API and the waiting page both call it: verify the token, ask the node, forward to
+//!   the node holding the ticket, sign the answer;
+//! - `driver.rs`: owns the protocol [`Node`] and its one timer;
+//! - `leaves.rs`: passes kept a minute so a leave whose answer was lost can be repeated;
+//! - `rate_limit.rs`: the per-client join limit;
+//! - `voters_file.rs`: the majority rule's voters, kept on disk across restarts.
 
-pub mod driver;
-pub mod leaves;
-pub mod operations;
-pub mod rate_limit;
-pub mod voters_file;
+pub(crate) mod driver;
+pub(crate) mod leaves;
+pub(crate) mod operations;
+pub(crate) mod rate_limit;
+pub(crate) mod voters_file;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,9 +21,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use waitingroom_core::{NodeId, SettingsError};
 use waitingroom_distributed::Node;
 
-use crate::app::driver::Driver;
-use crate::app::leaves::RecentLeaves;
-use crate::app::rate_limit::RateLimiter;
 use crate::config::ServerConfig;
 use crate::crypto::Crypto;
 use crate::html::Page;
@@ -23,6 +29,9 @@ use crate::peer::Transport;
 use crate::peer::auth::PeerAuthError;
 use crate::peer::replay::ReplayCache;
 use crate::round_log::RoundLog;
+use driver::Driver;
+use leaves::RecentLeaves;
+use rate_limit::RateLimiter;
 
 /// Why a request may be shed at once with 503 (`waitingroom_requests_shed_total{reason}`):
 /// too many in progress on the public routes, too many peer requests, a full replay cache.
@@ -32,27 +41,27 @@ pub const SHED_REASONS: [&str; 3] = ["overloaded", "peer_busy", "replay_cache_fu
 #[derive(Debug)]
 pub struct App {
     /// The node.
-    pub driver: Arc<Driver>,
+    pub(crate) driver: Arc<Driver>,
     /// Keys.
     pub crypto: Arc<Crypto>,
     /// Peer traffic.
-    pub transport: Arc<Transport>,
+    pub(crate) transport: Arc<Transport>,
     /// Metrics.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Configuration.
-    pub cfg: Arc<ServerConfig>,
+    pub(crate) cfg: Arc<ServerConfig>,
     /// The waiting page template.
-    pub page: Page,
+    pub(crate) page: Page,
     /// Per-client join limit.
-    pub join_limit: RateLimiter,
+    pub(crate) join_limit: RateLimiter,
     /// Passes handed out lately, so a leave whose answer was lost can be repeated.
-    pub recent_leaves: RecentLeaves,
+    pub(crate) recent_leaves: RecentLeaves,
     /// Nonces of the peer requests accepted lately (see [`crate::peer::auth`]).
-    pub replay: ReplayCache,
+    pub(crate) replay: ReplayCache,
     /// One permit per peer request in progress (`max_peer_requests`).
-    pub peer_slots: Arc<tokio::sync::Semaphore>,
+    pub(crate) peer_slots: Arc<tokio::sync::Semaphore>,
     /// Requests in progress on the public routes (`max_pending_requests`).
-    pub pending: AtomicUsize,
+    pub(crate) pending: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -90,7 +99,7 @@ impl App {
 
     /// Builds the whole state of one node around `node` (a protocol node, started or not):
     /// metrics, the peer transport (sending with `client`) and the driver. Spawns nothing: the
-    /// caller runs [`Driver::run_timer`] and serves [`crate::api::router`].
+    /// caller runs `Driver::run_timer` and serves [`crate::api::router`].
     pub fn assemble(
         cfg: Arc<ServerConfig>,
         crypto: Arc<Crypto>,
@@ -118,7 +127,7 @@ impl App {
         };
         let mut node = node;
         if let Some(path) = &cfg.voters_file {
-            match crate::app::voters_file::read(path, node.id()) {
+            match voters_file::read(path, node.id()) {
                 Ok(Some(voters)) => {
                     tracing::info!(epoch = voters.epoch, voters = ?voters.set,
                         "voters file: this node needs a majority of the voters it knew");
@@ -143,7 +152,7 @@ impl App {
     /// A node that has started a cluster of its own, in this process: for in-process tests and
     /// fuzzing through [`crate::api::router`] (no socket, no signal handling). Its id is
     /// `cfg.node_id` (default 1), its incarnation 1 and its random seed 0, so runs repeat.
-    /// No timer task runs: without [`Driver::run_timer`] nobody is let out of the queue.
+    /// No timer task runs: without `Driver::run_timer` nobody is let out of the queue.
     pub fn single_node(
         cfg: ServerConfig,
         crypto: Crypto,

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use waitingroom_core::{CheckIn, CheckInStatus, EngineError, Pass, Ticket};
 use waitingroom_distributed::{Contact, VisitorError};
 
-use crate::app::App;
-use crate::app::leaves;
+use super::App;
+use super::leaves;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::peer::{ForwardItem, ForwardOp, Unreachable};
@@ -68,7 +68,7 @@ impl App {
     }
 
     /// A new visitor joins through this node, within `client`'s join allowance (see
-    /// [`crate::app::rate_limit`]).
+    /// `rate_limit`).
     pub fn join(&self, client: &ClientAddr) -> Result<VisitorAnswer, ApiError> {
         if !self.join_limit.allow(&client.0, now_ms()) {
             self.metrics.rate_limited.inc();
@@ -115,7 +115,7 @@ impl App {
     }
 
     /// An admitted visitor exchanges their ticket for a pass, wherever the ticket is held. The
-    /// same leave repeated with the same `key` gets the same pass (see [`crate::app::leaves`]).
+    /// same leave repeated with the same `key` gets the same pass (see `leaves`).
     pub async fn leave(&self, token: &str, key: Option<&str>) -> Result<PassAnswer, ApiError> {
         self.serving()?;
         let ticket = self.ticket(token)?;

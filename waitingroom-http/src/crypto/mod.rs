@@ -6,13 +6,17 @@
 //! cluster reads, are HMAC-SHA256 tokens under a secret derived from the cluster key (see
 //! [`waitingroom_core::token`]). Peer requests and their answers carry an HMAC-SHA256 keyed with
 //! another derived secret, separate from the pass-signing key: only holders of the cluster key
-//! can make one, for a microsecond where an Ed25519 signature and its check cost about 100.
+//! can make one, at a small fraction of the cost of an Ed25519 signature and its check.
 //! What that MAC covers, and the replay and destination checks around it, are
 //! [`crate::peer::auth`]'s business.
 //!
 //! For a key rotation a node holds previous keys besides the current one
 //! ([`Crypto::with_previous`]): it makes everything with the current key and accepts tickets,
 //! passes and peer requests made with any of them (see [`KeyRing`] for the steps).
+//!
+//! Beside it: [`return_path`], the MAC on the way back to the page a visitor asked for (its key
+//! is derived from the cluster key too), and [`tls`], mutual TLS on the internal listener and
+//! the TLS clients every outgoing request uses.
 
 pub mod return_path;
 pub mod tls;
@@ -24,7 +28,7 @@ use thiserror::Error;
 use waitingroom_core::lottery::{self, LotteryRecord};
 use waitingroom_core::rounds::{self, RoundRecord};
 
-use crate::crypto::return_path::ReturnPathKey;
+use return_path::ReturnPathKey;
 use waitingroom_core::{Pass, Ticket, Time};
 
 use waitingroom_core::{CachedPassVerifier, ClusterKey, KeyRing};

@@ -52,6 +52,7 @@ impl Inversions {
     }
 
     /// Inversions counted so far.
+    #[cfg(test)]
     pub fn total(&self) -> u64 {
         self.total
     }

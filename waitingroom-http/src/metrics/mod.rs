@@ -1,6 +1,7 @@
 //! Prometheus metrics (`waitingroom_` prefix, `_total` counters, base units), served at
 //! `/metrics` in the OpenMetrics text format. The dashboard and alert rules in `deploy/` read
-//! them; a test (`deploy_tests`) checks that every name they use is here.
+//! them; a test (`deploy_tests`) checks that every name they use is here. [`fairness`] counts
+//! the inversions behind the live fairness gauge.
 
 pub mod fairness;
 
@@ -17,8 +18,8 @@ use prometheus_client::registry::{Registry, Unit};
 use waitingroom_core::{Settings, Time};
 use waitingroom_distributed::{Body, ChannelMsg, Ignored, Mode, NodeStatus, Pause};
 
-use crate::metrics::fairness::Inversions;
 use crate::round_log::Fairness;
+use fairness::Inversions;
 
 /// Label of per-route HTTP metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -17,7 +17,7 @@
 //! - the timestamp: a request is accepted only within `peer_clock_window_ms` of the receiver's
 //!   clock, so a captured request is good for a few seconds at most;
 //! - the nonce: within those seconds the receiver remembers every nonce it accepted
-//!   ([`crate::peer::replay::ReplayCache`]) and refuses a second copy.
+//!   ([`super::replay::ReplayCache`]) and refuses a second copy.
 //!
 //! An answer to a forwarded visitor request is authenticated too ([`ReplyHead`]): the owner's
 //! MAC covers the request's nonce, the status, its own id and the body's digest, so the
@@ -30,8 +30,8 @@ use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 use waitingroom_core::{KeyError, NodeId, Time};
 
+use super::replay::{Admit, ReplayCache};
 use crate::crypto::Crypto;
-use crate::peer::replay::{Admit, ReplayCache};
 
 /// Header naming the key a peer request or answer is authenticated with.
 pub const HEADER_KID: &str = "x-waitingroom-kid";

@@ -9,11 +9,14 @@
 //! request drops its batch — the protocol's reliable channel resends what matters and SWIM
 //! notices a dead peer. Sender tasks of idle destinations exit and free their queue.
 //!
-//! Every peer request is authenticated from its headers (see [`crate::peer::auth`]): bound to its
+//! Every peer request is authenticated from its headers (see [`auth`]): bound to its
 //! destination node and incarnation, a nonce and a timestamp. So a batch goes to one
 //! destination (id and incarnation) only, and no request is larger than `peer_body_limit`: the
 //! messages queued for one address are cut into such requests. Answers to forwarded visitor
 //! requests are authenticated by the owner and checked here before they are believed.
+//!
+//! [`auth`] is what a peer request's MAC covers, checked from its headers before its body is
+//! read; [`replay`] the nonces of recent peer requests; `outbox` the per-destination queues.
 
 pub mod auth;
 mod outbox;
@@ -33,7 +36,7 @@ use crate::clock::now_ms;
 use crate::config::Limits;
 use crate::crypto::Crypto;
 use crate::metrics::Metrics;
-use crate::peer::auth::{ReplyHead, RequestHead, Route};
+use auth::{ReplyHead, RequestHead, Route};
 use outbox::{Outbox, Outboxes};
 
 /// The logical path of batched protocol messages (what signatures cover, whatever URL prefix

@@ -1,5 +1,5 @@
 //! The nonces of the peer requests accepted lately, so a captured request cannot be sent again
-//! while its timestamp is still acceptable (see [`crate::peer::auth`]).
+//! while its timestamp is still acceptable (see [`super::auth`]).
 //!
 //! A request is accepted only while its signed timestamp `ts` is within `window` of the
 //! receiver's clock, so a copy of it can pass that check until the clock reads `ts + window`.

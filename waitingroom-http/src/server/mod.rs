@@ -1,6 +1,8 @@
-//! Starting and stopping one node.
+//! Starting and stopping one node: bind the listeners, join or start the cluster, serve until
+//! SIGTERM, then leave the cluster cleanly. [`serve`](mod@serve) is the connection loop of one listener
+//! (with the limits `axum::serve` cannot set); `discovery` finds peers through DNS.
 
-pub mod discovery;
+pub(crate) mod discovery;
 pub mod serve;
 
 use std::io::Write as _;
@@ -22,8 +24,8 @@ use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::tls::InternalTls;
 use crate::crypto::{Crypto, LoadKeyError};
 use crate::peer::Transport;
-use crate::server::discovery::Finder;
-use crate::server::serve::{serve, serve_tls};
+use discovery::Finder;
+use serve::{serve, serve_tls};
 
 /// Why a node could not start.
 #[derive(Debug, Error)]
@@ -173,7 +175,7 @@ fn serve_all(
 /// Binds a listening socket; returns it with the address it got (the port, when 0 was asked
 /// for).
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
-    crate::server::serve::bind(addr)
+    serve::bind(addr)
         .await
         .map_err(|source| ServerError::Listen { addr, source })
 }

@@ -30,7 +30,7 @@ use tower::ServiceExt as _;
 const DRAIN: Duration = Duration::from_millis(300);
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops accepting, lets requests
-/// in progress finish (for at most [`DRAIN`]) and returns.
+/// in progress finish (for at most `DRAIN`) and returns.
 pub async fn serve(
     listener: TcpListener,
     router: Router,

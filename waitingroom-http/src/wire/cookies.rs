@@ -9,15 +9,15 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use clap::ValueEnum;
 use serde::Deserialize;
 
+use super::PassAnswer;
 use crate::clock::now_ms;
-use crate::wire::PassAnswer;
 
 /// The ticket cookie's name, before the operator's suffix.
 pub const TICKET: &str = "wr_ticket";
 /// The pass cookie's name, before the operator's suffix.
 pub const PASS: &str = "wr_pass";
 /// The waiting page's `Idempotency-Key` for its leave (set by its script before it leaves), so
-/// that the page asked again after a lost answer gets the same pass ([`crate::app::leaves`]); its
+/// that the page asked again after a lost answer gets the same pass (`app/leaves.rs`); its
 /// name, before the operator's suffix.
 pub const LEAVE_KEY: &str = "wr_leave_key";
 

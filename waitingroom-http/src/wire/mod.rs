@@ -1,6 +1,7 @@
-//! The JSON bodies of the visitor API and of forwarded visitor requests: what clients send and
-//! what they get back. Plain data, so the waiting page, the kept leaves and the handlers share
-//! them without depending on each other.
+//! What travels over HTTP, as plain data so the waiting page, the kept leaves, the gate and the
+//! handlers share it without depending on each other: the JSON bodies of the visitor API and of
+//! forwarded visitor requests (here), the error body every handler answers with ([`errors`]),
+//! the room's cookies ([`cookies`]) and who a request comes from ([`client_addr`]).
 
 pub mod client_addr;
 pub mod cookies;
@@ -8,6 +9,10 @@ pub mod errors;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::Ticket;
+
+/// The request header that names a leave, chosen by the client (RFC draft
+/// `draft-ietf-httpapi-idempotency-key-header`).
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 /// The answer to a join or a check-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

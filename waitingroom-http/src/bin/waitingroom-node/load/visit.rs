@@ -8,8 +8,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
 use serde::Deserialize;
-use waitingroom_http::app::leaves::IDEMPOTENCY_HEADER;
 use waitingroom_http::clock::now_ms;
+use waitingroom_http::wire::IDEMPOTENCY_HEADER;
 
 use super::affinity::Affinity;
 use super::shared::{Endpoint, JoinKey, Reply, Shared, inc, later_wait_ms, retry_wait_ms};

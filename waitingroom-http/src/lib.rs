@@ -54,6 +54,4 @@ pub mod server;
 pub mod wire;
 
 #[cfg(test)]
-mod abuse_tests;
-#[cfg(test)]
-mod deploy_tests;
+mod tests;

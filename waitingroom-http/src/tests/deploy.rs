@@ -15,6 +15,8 @@ use crate::config::Options;
 use crate::crypto::Crypto;
 use crate::peer::Transport;
 
+use super::harness::post;
+
 fn node() -> Arc<App> {
     let options = Options {
         key_file: Some("unused: the key is given in-process".into()),
@@ -79,14 +81,6 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<&str> {
             &rest[..rest.find(|c| !is_name(c)).unwrap_or(rest.len())]
         })
         .collect()
-}
-
-/// A JSON POST.
-fn post(path: &str, body: serde_json::Value) -> Request<Body> {
-    Request::post(path)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("request")
 }
 
 /// What a node exposes at `/metrics` after one visitor joined and checked in (so the

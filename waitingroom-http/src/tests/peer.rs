@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use http_body::Frame;
 use waitingroom_distributed::Contact;
 
-use super::*;
+use super::harness::*;
 use crate::peer::auth::{HEADER_NONCE, ReplyHead};
 use crate::peer::{ForwardItem, ForwardOp};
 
@@ -372,4 +372,89 @@ async fn a_forwarded_ticket_of_another_node_is_refused() {
     // Its own ticket it serves.
     let r = n.send(signed(&n.app.crypto, FORWARD_PATH, batch(1))).await;
     assert_eq!(r.json()[0]["status"], 200, "{}", r.json());
+}
+
+/// A well-signed message the node does not act on is counted by why. (A message addressed to
+/// another node never reaches the protocol: its request is refused as misdirected first.)
+#[tokio::test]
+async fn ignored_peer_messages_are_counted_by_reason() {
+    let n = TestNode::start(options(), false);
+    let contact = json!({"id": 2, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+    let unknown_probe = json!([{
+        "from": contact, "to": 1, "to_incarnation": 1,
+        "body": {"PingAck": {"nonce": 77, "target": 1, "view": {"version": 1, "digest": 0}}}
+    }]);
+    let body = unknown_probe.to_string().into_bytes();
+    let r = n.send(n.peer_request(MESSAGES_PATH, body)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let reason = crate::metrics::ReasonLabels {
+        reason: "unknown_probe",
+    };
+    assert_eq!(n.app.metrics.peer_ignored.get_or_create(&reason).get(), 1);
+}
+
+#[tokio::test]
+async fn oversized_peer_batch_is_413_and_changes_nothing() {
+    let limit = 2048;
+    let n = TestNode::start(
+        Options {
+            peer_body_limit: Some(limit),
+            ..options()
+        },
+        false,
+    );
+    // A correctly signed batch that would add a member, made one byte too long.
+    let contact = json!({"id": 4242, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+    let batch = json!([{
+        "from": contact, "to": 0, "to_incarnation": 0,
+        "body": {"JoinRequest": {"contact": contact}}
+    }])
+    .to_string();
+    let mut body = batch.into_bytes();
+    body.resize(limit + 1, b' ');
+    n.send(n.peer_request(MESSAGES_PATH, body))
+        .await
+        .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    assert_eq!(n.members(), 1, "the oversized batch changed nothing");
+    // The same limit on the forwarded visitor batches.
+    let mut items = b"[]".to_vec();
+    items.resize(limit + 1, b' ');
+    n.send(n.peer_request(FORWARD_PATH, items))
+        .await
+        .assert_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    // At the limit a batch is read: an empty one, padded, is accepted.
+    let mut empty = b"[".to_vec();
+    empty.resize(limit - 1, b' ');
+    empty.push(b']');
+    let r = n.send(n.peer_request(MESSAGES_PATH, empty)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn forged_forwarded_leave_is_401_and_changes_nothing() {
+    let n = TestNode::start(options(), true);
+    let ticket = n.admitted_ticket().await;
+    let claims = n
+        .app
+        .crypto
+        .verify_ticket(&ticket, now_ms())
+        .expect("own ticket");
+    let batch = serde_json::to_vec(&json!([{ "op": "leave", "claims": claims }])).expect("JSON");
+    // Signed with another cluster's key, and not signed at all.
+    let other = signed(&Crypto::generate(), FORWARD_PATH, batch.clone());
+    n.send(other)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized_peer");
+    let unsigned = Request::post(FORWARD_PATH)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(batch))
+        .expect("request");
+    n.send(unsigned)
+        .await
+        .assert_error(StatusCode::UNAUTHORIZED, "unauthorized_peer");
+    assert_eq!(n.auth_failures("bad_signature"), 1);
+    assert_eq!(n.auth_failures("missing"), 1);
+    // Nothing was spent: the visitor's own leave still gets the one pass.
+    let r = n.post("/api/leave", json!({ "ticket": ticket })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
 }

@@ -1,7 +1,7 @@
 //! The doors around the tokens (issue 17, items 1, 4 and 6): which routes each listener serves,
 //! slow request heads.
 
-use super::*;
+use super::harness::*;
 use crate::api::{internal_router, public_router};
 
 /// On the public listener the internal routes do not exist: 404 JSON `not_found`, also for a

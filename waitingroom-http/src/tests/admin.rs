@@ -1,7 +1,7 @@
 //! The admin API (README, "Live settings"): only with the token, only on the internal routes,
 //! every bad value named, and each mode doing what it says at the visitor API.
 
-use super::*;
+use super::harness::*;
 
 const TOKEN: &str = "0123456789abcdef-test-token";
 

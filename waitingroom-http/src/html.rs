@@ -381,7 +381,7 @@ pub fn html_response(status: StatusCode, cookies: Vec<HeaderValue>, html: String
 }
 
 /// The waiting page's own URL, keeping the signed way back it came with (`back`: the
-/// `return_to` and `return_sig` query, `return_path.rs`).
+/// `return_to` and `return_sig` query, `crypto/return_path.rs`).
 pub fn room_page(back: Option<&str>) -> String {
     back.map_or_else(|| "/".to_owned(), |q| format!("/?{q}"))
 }

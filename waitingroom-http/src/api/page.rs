@@ -124,7 +124,7 @@ pub(super) async fn join_form(
 }
 
 /// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds,
-/// if it is a safe path on the origin signed by the gate (`return_path.rs`: one leading `/`,
+/// if it is a safe path on the origin signed by the gate (`crypto/return_path.rs`: one leading `/`,
 /// no `\\`, visible ASCII only, at most 2 KiB, and a valid `return_sig`). Anything else is
 /// ignored: the visitor goes to `origin_url`.
 pub(super) fn return_to(app: &App, uri: &Uri) -> Option<String> {

@@ -261,7 +261,7 @@ pub(super) async fn verify_pass(State(app): State<Arc<App>>, headers: HeaderMap)
 
 /// The signed way back to the gated request's path, for a gate that proved it holds the
 /// return-path secret (so that this public endpoint signs nothing for anyone else:
-/// `return_path.rs`).
+/// `crypto/return_path.rs`).
 fn way_back(app: &App, headers: &HeaderMap) -> Option<HeaderValue> {
     let secret = headers.get("x-waitingroom-gate-secret")?.as_bytes();
     if !bool::from(

@@ -2,7 +2,7 @@
 //! `--internal-tls-ca`): with it, the internal listener speaks only TLS and takes only clients
 //! whose certificate the cluster's CA signed, and this node calls its peers over TLS with its
 //! own certificate, trusting that CA alone. Peer requests stay signed with the cluster key as
-//! well (`peer_auth.rs`): TLS adds confidentiality and keeps anyone without a certificate from
+//! well (`peer/auth.rs`): TLS adds confidentiality and keeps anyone without a certificate from
 //! reaching the internal routes at all. Operators' tools (Prometheus, `waitingroom-node admin`)
 //! then need a client certificate too.
 //!
@@ -131,7 +131,7 @@ fn server_config(
                 format!("does not match internal_tls_cert: {e}"),
             )
         })?;
-    // This server speaks HTTP/1.1 only (`serve.rs`).
+    // This server speaks HTTP/1.1 only (`server/serve.rs`).
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(server)
 }

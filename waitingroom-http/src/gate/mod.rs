@@ -8,7 +8,7 @@
 //! needs. A valid pass reaches the inner service as a request extension
 //! ([`waitingroom_core::Pass`]); anything else (no pass, garbage, forged, expired, a ticket) is
 //! sent to the room with a `302` and the path it asked for in `return_to`, signed with the
-//! return-path secret ([`GateConfig::return_key`], `return_path.rs`).
+//! return-path secret ([`GateConfig::return_key`], `crypto/return_path.rs`).
 //!
 //! Keys rotate (`run --extra-verify-key`): a pass signed with a key this gate has not seen yet
 //! names an unknown `kid`, and the gate fetches the JWKS again, at most once per
@@ -416,9 +416,9 @@ mod tests {
         (gate, origin)
     }
 
-    /// Bypass rules (issue 14, item 8): health checks and static files by path, a staff
-    /// network, a caller with the secret header reach the origin without a pass (and without
-    /// one in their extensions); everything else still goes to the room.
+    /// Bypass rules: health checks and static files by path, a staff network, a caller with the
+    /// secret header reach the origin without a pass (and without one in their extensions);
+    /// everything else still goes to the room.
     #[tokio::test]
     async fn bypass_rules_let_requests_through_without_a_pass() {
         let room = Arc::new(Room::default());

@@ -1,7 +1,7 @@
 //! Prometheus metrics (`waitingroom_` prefix, `_total` counters, base units), served at
 //! `/metrics` in the OpenMetrics text format. The dashboard and alert rules in `deploy/` read
-//! them; a test (`tests/deploy.rs`) checks that every name they use is here. [`fairness`] counts
-//! the inversions behind the live fairness gauge.
+//! them; a test (`tests/deploy.rs`) checks that every name they use is here. [`fairness`]
+//! counts the inversions behind the live fairness gauge.
 
 pub mod fairness;
 

@@ -166,7 +166,7 @@ impl Transport {
         Self::build_client_with(idle, None)
     }
 
-    /// The same, calling peers over mutual TLS with `tls` when given (`tls.rs`).
+    /// The same, calling peers over mutual TLS with `tls` when given (`crypto/tls.rs`).
     pub fn build_client_with(idle: Duration, tls: Option<rustls::ClientConfig>) -> reqwest::Client {
         let builder = crate::crypto::tls::client_builder()
             .no_proxy()

@@ -1,6 +1,6 @@
 //! Starting and stopping one node: bind the listeners, join or start the cluster, serve until
-//! SIGTERM, then leave the cluster cleanly. [`serve`](mod@serve) is the connection loop of one listener
-//! (with the limits `axum::serve` cannot set); `discovery` finds peers through DNS.
+//! SIGTERM, then leave the cluster cleanly. [`serve`](mod@serve) is the connection loop of one
+//! listener (with the limits `axum::serve` cannot set); `discovery` finds peers through DNS.
 
 pub(crate) mod discovery;
 pub mod serve;

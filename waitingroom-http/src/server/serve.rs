@@ -40,7 +40,7 @@ pub async fn serve(
     serve_tls(listener, router, header_read_timeout, None, shutdown).await;
 }
 
-/// As [`serve`]; with `tls`, every connection is a TLS one (`tls.rs`), whose handshake must
+/// As [`serve`]; with `tls`, every connection is a TLS one (`crypto/tls.rs`), whose handshake must
 /// complete within the header read timeout too.
 pub async fn serve_tls(
     listener: TcpListener,

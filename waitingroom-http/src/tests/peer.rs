@@ -1,6 +1,6 @@
-//! Attacks on the peer routes (issue 17, items 1 and 2): bodies sent to make a node buffer
-//! them, requests replayed, redirected, stale or with another body, too many at once, and
-//! forged answers to forwarded requests.
+//! Attacks on the peer routes: bodies sent to make a node buffer them, requests replayed,
+//! redirected, stale or with another body, too many at once, and forged answers to forwarded
+//! requests.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -61,9 +61,7 @@ pub(super) fn watched(
 const EIGHT_MIB: usize = 8 * 1024 * 1024;
 
 /// An unsigned (or wrongly signed, or too large) peer request is refused from its headers: not
-/// one byte of its body is read, so 8 MiB bodies cost the node nothing. (Before: the body was
-/// read whole, up to 8 MiB, and only then the signature checked — 50 such requests took a node
-/// from 10 MB to 421 MB resident.)
+/// one byte of its body is read, so 8 MiB bodies cost the node nothing.
 #[tokio::test]
 async fn unauthenticated_peer_bodies_are_never_read() {
     let n = TestNode::start(options(), false);
@@ -117,8 +115,7 @@ async fn a_body_other_than_the_signed_one_is_refused() {
     assert_eq!(n.auth_failures("body_mismatch"), 1);
 }
 
-/// The same signed request twice: the second copy is refused, whatever it carries. (Before:
-/// any copy was accepted for 30 s.)
+/// The same signed request twice: the second copy is refused, whatever it carries.
 #[tokio::test]
 async fn a_replayed_peer_request_is_refused() {
     let n = TestNode::start(options(), false);
@@ -133,8 +130,8 @@ async fn a_replayed_peer_request_is_refused() {
 
 /// A request signed for another node, or another life of this one, is refused (421); so is
 /// destination 0 ("whoever is at this URL") except for a join request or a ping, and an
-/// envelope addressed otherwise than its request. (Before: nothing bound a request to its
-/// destination, so one captured on its way to node A could be played to node B.)
+/// envelope addressed otherwise than its request: a request captured on its way to one node
+/// cannot be played to another.
 #[tokio::test]
 async fn a_peer_request_meant_for_another_node_is_refused() {
     let n = TestNode::start(options(), false);
@@ -181,7 +178,7 @@ async fn a_peer_request_meant_for_another_node_is_refused() {
     assert_eq!(n.auth_failures("misdirected"), 6);
 }
 
-/// Only requests made within the clock window (default 5 s) are accepted. (Before: 30 s.)
+/// Only requests made within the clock window (default 5 s) are accepted.
 #[tokio::test]
 async fn a_stale_peer_request_is_refused() {
     let n = TestNode::start(options(), false);
@@ -210,7 +207,7 @@ async fn a_stale_peer_request_is_refused() {
 
 /// At most `max_peer_requests` peer requests are in progress: past it, 503 `peer_busy` with
 /// `Retry-After` at once, and a slot frees up when a request ends. Here a peer that sends its
-/// head and never its body holds the one slot. (Before: no limit.)
+/// head and never its body holds the one slot.
 #[tokio::test]
 async fn peer_requests_beyond_the_cap_get_503() {
     let n = Arc::new(TestNode::start(
@@ -274,7 +271,7 @@ async fn a_full_replay_cache_sheds_with_503() {
 
 /// The forwarding node believes only an answer the owner made for this very request: an
 /// unsigned one, one signed for another request (a captured answer played back) or by another
-/// node are refused; the right one is taken. (Before: any 200 answer was believed.)
+/// node are refused; the right one is taken.
 #[tokio::test]
 async fn forged_answers_to_a_forward_are_not_believed() {
     let n = TestNode::start(options(), false);
@@ -342,8 +339,7 @@ async fn forged_answers_to_a_forward_are_not_believed() {
 /// A forwarded leave for a ticket another node holds — a live member, or a node this one never
 /// heard of — is refused (`wrong_node`), even when the request itself is genuine: only the node
 /// a ticket names serves it, until SWIM removes that node. Here the ticket is admitted (it
-/// carries an eviction time), so serving it would hand out a pass. (Before: a forwarded item
-/// was served "whatever the membership says".)
+/// carries an eviction time), so serving it would hand out a pass.
 #[tokio::test]
 async fn a_forwarded_ticket_of_another_node_is_refused() {
     let n = TestNode::start(options(), false);

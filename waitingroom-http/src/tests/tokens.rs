@@ -68,9 +68,7 @@ async fn a_leave_repeated_with_its_idempotency_key_gets_the_same_pass() {
 
 /// The waiting page loaded again after the answer that carried the pass was lost (the redirect
 /// to the origin never arrived) gets the same pass, by the leave key its script set, or the
-/// page's own without script; another key gets nothing. (Before: the page's leave carried no
-/// key, the second load found the ticket already exchanged and started a new visit at the back
-/// of the queue.)
+/// page's own without script; another key gets nothing.
 #[tokio::test]
 async fn the_page_loaded_again_after_a_lost_answer_gets_the_same_pass() {
     let n = TestNode::start(options(), true);
@@ -118,8 +116,8 @@ async fn the_page_loaded_again_after_a_lost_answer_gets_the_same_pass() {
 }
 
 /// A pass is extended no further than `pass_max_lifetime_ms` from its creation: refreshing
-/// it then is refused with 403 `pass_lifetime_over`. (Before: refreshing kept a 3-s pass valid
-/// after 14 s, and for ever.) Margins of a second either way: no timing is tight.
+/// it then is refused with 403 `pass_lifetime_over`. Margins of a second either way: no timing
+/// is tight.
 #[tokio::test]
 async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
     let n = TestNode::start(
@@ -388,8 +386,7 @@ async fn token_with_alg_none_is_refused() {
 
 /// Issue 17, clock skew: a ticket issued by a node whose clock is ahead by more than the
 /// leeway is "not valid yet" here. The visitor must keep it and ask again: 503 with
-/// Retry-After for the API, and the page does not start a new visit (before: 401
-/// `invalid_token`, and the page re-joined the visitor at the back of the line).
+/// Retry-After for the API, and the page does not start a new visit.
 #[tokio::test]
 async fn a_ticket_from_a_clock_ahead_is_kept_not_replaced() {
     let n = TestNode::start(options(), false);

@@ -4,8 +4,7 @@
 use crate::harness::*;
 
 /// `keygen` writes the key readable by its owner only, also with `--force` over an existing
-/// file that others could read (before: `--force` kept that file's mode, 0644); and `run` warns
-/// about a key file others can read.
+/// file that others could read; and `run` warns about a key file others can read.
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_private_and_run_warns_when_they_are_not() {

@@ -74,8 +74,7 @@ fn freeze(node: &NodeProc) {
 /// Another node must not exchange it again while the owner is still a member: it answers 503
 /// `owner_unavailable` with `Retry-After` to the leave and to the check-in. Once the owner
 /// answers again, the leave repeated with its `Idempotency-Key` gets the same pass, and without
-/// it nothing. (Before: the other node served the leave itself after the forward timeout, and
-/// the visitor had two passes for one admission.)
+/// it nothing: one admission, never two passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_owner_gives_no_second_pass() {
     // SWIM takes ~20 failed probe rounds to declare the frozen node dead: it stays a member
@@ -166,8 +165,7 @@ async fn a_dead_owner_still_gives_the_pass() {
 }
 
 /// A pass refreshed at another node than the one that issued it is counted there and no
-/// longer at the first: one visitor, one place on the site. (Before: both counted it, `on_site`
-/// 2 for one visitor.)
+/// longer at the first: one visitor, one place on the site.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_refreshed_elsewhere_is_counted_once() {
     let cl = Cluster::start("refresh", 2, &["--target-on-site", "5"]).await;
@@ -194,8 +192,7 @@ async fn a_pass_refreshed_elsewhere_is_counted_once() {
 /// A forwarded leave captured on its way from node 2 to node 1 and sent to node 3 is refused
 /// (421: it is signed for node 1); sent to node 1 again, it is a replay (401). And even a
 /// request correctly signed for node 3 gets nothing for a ticket of node 1, a live member
-/// (`wrong_node`). (Before: the MAC bound neither the destination nor a nonce, and node 3
-/// served the forwarded leave itself: a second pass.)
+/// (`wrong_node`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_captured_forward_replayed_elsewhere_gets_nothing() {
     let cl = Cluster::start("replay", 3, &["--target-on-site", "5"]).await;

@@ -200,9 +200,9 @@ async fn internal_routes_live_on_their_own_listener() {
     );
 }
 
-/// Mutual TLS on the internal listeners (issue 17): peers talk over it (a visitor's check-ins
-/// are forwarded between nodes), and the internal routes refuse plain HTTP, a client without a
-/// certificate and one whose certificate another CA signed.
+/// Mutual TLS on the internal listeners: peers talk over it (a visitor's check-ins are forwarded
+/// between nodes), and the internal routes refuse plain HTTP, a client without a certificate and
+/// one whose certificate another CA signed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn internal_listeners_take_only_mutual_tls() {
     let cl = Cluster::start_tls("mtls", 3, &[]).await;

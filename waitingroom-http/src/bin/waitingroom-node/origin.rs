@@ -1,7 +1,7 @@
 //! `waitingroom-node origin`: a small demo origin site, the "shop" behind the waiting room.
 //!
-//! Its pages sit behind the [`waitingroom_http::gate`] layer, which checks the pass offline with the
-//! cluster's public keys and sends visitors without a valid one to the waiting room; a page
+//! Its pages sit behind the [`waitingroom_http::gate`] layer, which checks the pass offline with
+//! the cluster's public keys and sends visitors without a valid one to the waiting room; a page
 //! only ever sees visitors who came through, and shows them their pass.
 
 use std::path::PathBuf;

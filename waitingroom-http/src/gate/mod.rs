@@ -14,99 +14,27 @@
 //! names an unknown `kid`, and the gate fetches the JWKS again, at most once per
 //! [`GateConfig::refetch_interval`], so a stream of forged `kid`s costs the room one JWKS request
 //! per interval, not one per request.
+//!
+//! Here the [`Gate`] itself (its keys, the check, the way to the room); `config.rs` what it is
+//! told ([`GateConfig`], [`Bypass`]); `layer.rs` the [`GateLayer`] that runs it on every request.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
+mod config;
+mod layer;
+
+pub use config::{Bypass, GateConfig};
+pub use layer::{GateLayer, GateService};
+
 use std::sync::{Arc, PoisonError, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq as _;
 use thiserror::Error;
 use waitingroom_core::{Pass, Time, TokenError};
 
-use crate::clock::now_ms;
-use crate::crypto::return_path::{ReturnPathKey, safe_return_path};
+use crate::crypto::return_path::safe_return_path;
 use crate::crypto::{KeyError, PassVerifier};
-use crate::wire::client_addr::Cidr;
 use crate::wire::cookies;
-
-/// Where the gate gets its keys and sends visitors.
-#[derive(Debug, Clone)]
-pub struct GateConfig {
-    /// A node's (or the balancer's) `/.well-known/jwks.json`.
-    pub jwks_url: String,
-    /// The waiting room as the visitor's browser reaches it; visitors without a valid pass are
-    /// sent here, with `return_to` added to its query.
-    pub waiting_room_url: String,
-    /// Least time between two JWKS fetches caused by unknown key ids.
-    pub refetch_interval: Duration,
-    /// Requests that skip the room altogether.
-    pub bypass: Bypass,
-    /// The pass cookie's name: `wr_pass`, with the room's `cookie_name_suffix` if it has one.
-    pub pass_cookie: String,
-    /// Signs the way back (`waitingroom-node gate-secret`); without it visitors are sent to the
-    /// room without one, and land on the site's front page once let in.
-    pub return_key: Option<ReturnPathKey>,
-}
-
-impl GateConfig {
-    /// The usual settings: refetch at most every 30 s, nothing bypasses the room.
-    pub fn new(jwks_url: impl Into<String>, waiting_room_url: impl Into<String>) -> Self {
-        GateConfig {
-            jwks_url: jwks_url.into(),
-            waiting_room_url: waiting_room_url.into(),
-            refetch_interval: Duration::from_secs(30),
-            bypass: Bypass::default(),
-            pass_cookie: cookies::PASS.to_owned(),
-            return_key: None,
-        }
-    }
-}
-
-/// Requests the gate lets through without a pass (and without counting them against the
-/// target): health checks and static files by path, monitoring and staff networks, and
-/// trusted callers that present a secret header. Such a request carries no [`Pass`].
-#[derive(Debug, Clone, Default)]
-pub struct Bypass {
-    /// Path prefixes, e.g. `/healthz`, `/static/` (compared with the request's path as is).
-    pub path_prefixes: Vec<String>,
-    /// Client networks (the TCP peer, `ConnectInfo<SocketAddr>`; behind a proxy, the proxy's
-    /// address: list the networks the proxy itself is told to pass).
-    pub networks: Vec<Cidr>,
-    /// A header and its secret value, compared in constant time.
-    pub header: Option<(HeaderName, String)>,
-}
-
-impl Bypass {
-    /// Whether `req` skips the room.
-    pub fn matches(&self, req: &Request) -> bool {
-        let path = req.uri().path();
-        if self
-            .path_prefixes
-            .iter()
-            .any(|p| path.starts_with(p.as_str()))
-        {
-            return true;
-        }
-        let peer = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
-        if peer.is_some_and(|ip| self.networks.iter().any(|n| n.contains(ip))) {
-            return true;
-        }
-        self.header.as_ref().is_some_and(|(name, secret)| {
-            req.headers()
-                .get(name)
-                .is_some_and(|v| bool::from(v.as_bytes().ct_eq(secret.as_bytes())))
-        })
-    }
-}
 
 /// Why the JWKS could not be had.
 #[derive(Debug, Error)]
@@ -276,81 +204,24 @@ async fn fetch_jwks(client: &reqwest::Client, url: &str) -> Result<PassVerifier,
     })
 }
 
-/// Puts a [`Gate`] in front of a service.
-#[derive(Debug, Clone)]
-pub struct GateLayer {
-    gate: Arc<Gate>,
-}
-
-impl<S> tower::Layer<S> for GateLayer {
-    type Service = GateService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        GateService {
-            inner,
-            gate: self.gate.clone(),
-        }
-    }
-}
-
-/// A service behind a [`Gate`]: requests with a valid pass reach `inner` (the [`Pass`] in their
-/// extensions), the others are redirected to the room.
-#[derive(Debug, Clone)]
-pub struct GateService<S> {
-    inner: S,
-    gate: Arc<Gate>,
-}
-
-impl<S> tower::Service<Request> for GateService<S>
-where
-    S: tower::Service<Request, Response = Response> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        // The service that was polled ready serves this request; a clone takes its place.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let gate = self.gate.clone();
-        Box::pin(async move {
-            if gate.cfg.bypass.matches(&req) {
-                return inner.call(req).await;
-            }
-            match gate.check(req.headers(), now_ms()).await {
-                Ok(pass) => {
-                    req.extensions_mut().insert(pass);
-                    inner.call(req).await
-                }
-                Err(why) => {
-                    tracing::debug!(%why, path = req.uri().path(), "no valid pass: to the room");
-                    Ok(gate.redirect(req.method(), req.uri()))
-                }
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use axum::Router;
     use axum::body::Body;
-    use axum::extract::{Extension, State};
+    use axum::extract::{ConnectInfo, Extension, State};
+    use axum::http::HeaderName;
     use axum::routing::get;
     use tower::ServiceExt as _;
     use waitingroom_core::{NodeId, Ticket, TicketId};
 
     use super::*;
+    use crate::clock::now_ms;
     use crate::crypto::Crypto;
+    use crate::wire::client_addr::Cidr;
 
     /// A stand-in room serving a JWKS the test can change, counting how often it is fetched.
     #[derive(Default)]

@@ -47,7 +47,8 @@ impl GateConfig {
 
 /// Requests the gate lets through without a pass (and without counting them against the
 /// target): health checks and static files by path, monitoring and staff networks, and
-/// trusted callers that present a secret header. Such a request carries no [`Pass`](waitingroom_core::Pass).
+/// trusted callers that present a secret header. Such a request carries no
+/// [`Pass`](waitingroom_core::Pass).
 #[derive(Debug, Clone, Default)]
 pub struct Bypass {
     /// Path prefixes, e.g. `/healthz`, `/static/` (compared with the request's path as is).

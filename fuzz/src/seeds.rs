@@ -29,8 +29,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "peer_batch" => peer_batches(),
         "peer_values" => peer_values(),
         "visitor_request" => visitor_requests(),
-        "peer_auth" => crate::peer::auth::peer_auth_seeds(),
-        "replay_cache" => crate::peer::auth::replay_cache_seeds(),
+        "peer_auth" => crate::peer_auth::peer_auth_seeds(),
+        "replay_cache" => crate::peer_auth::replay_cache_seeds(),
         _ => Vec::new(),
     }
 }
@@ -176,7 +176,7 @@ fn session(flags: u8, requests: &[&str]) -> Vec<u8> {
     let mut v = vec![flags];
     for (i, r) in requests.iter().enumerate() {
         if i > 0 {
-            v.push(crate::app::operations::REQUEST_SEPARATOR);
+            v.push(crate::visitor::REQUEST_SEPARATOR);
         }
         v.extend_from_slice(r.as_bytes());
     }

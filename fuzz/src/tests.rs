@@ -12,7 +12,7 @@ fn body(target: &str) -> fn(&[u8]) {
         "peer_batch" => crate::peer_batch,
         "peer_values" => crate::peer_values,
         "visitor_request" => crate::visitor_request,
-        "peer_auth" => crate::peer::auth,
+        "peer_auth" => crate::peer_auth,
         "replay_cache" => crate::replay_cache,
         _ => unreachable!("unknown target {target}"),
     }

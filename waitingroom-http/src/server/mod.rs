@@ -223,7 +223,7 @@ fn start_node(
 
 /// Why the key file at `path` is a risk, if it is: readable by other users than its owner
 /// (anyone who reads it can forge passes and talk to the cluster as a node).
-pub fn key_file_warning(path: &std::path::Path) -> Option<String> {
+fn key_file_warning(path: &std::path::Path) -> Option<String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;

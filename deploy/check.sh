@@ -11,7 +11,7 @@
 #   - Prometheus: `promtool check rules`, `promtool test rules` (alerts.test.yml) and
 #     `promtool check config`;
 #   - Grafana: the dashboard is JSON with panels (that every metric it names exists is the
-#     waitingroom-http test deploy_tests::every_metric_the_dashboard_and_alerts_use_exists);
+#     waitingroom-http test tests::deploy::every_metric_the_dashboard_and_alerts_use_exists);
 #   - Caddy: `caddy validate` of deploy/caddy/Caddyfile (scripts/gating-test.sh caddy runs it);
 #   - the API description: `waitingroom-node openapi` accepted by openapi-spec-validator (PyPI);
 #   - settings: every flag and config key these files give the node is one NODE_BIN knows,

@@ -1,16 +1,16 @@
-//! Peer authentication (`waitingroom_http::peer_auth`) and its replay cache
-//! (`waitingroom_http::replay`): what anyone who reaches a node's internal port can send.
+//! Peer authentication (`waitingroom_http::peer::auth`) and its replay cache
+//! (`waitingroom_http::peer::replay`): what anyone who reaches a node's internal port can send.
 
 use std::sync::OnceLock;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use waitingroom_core::{NodeId, Time};
 use waitingroom_http::crypto::Crypto;
-use waitingroom_http::peer_auth::{
+use waitingroom_http::peer::auth::{
     COVERED_HEADERS, Expect, HEADER_DIGEST, HEADER_KID, ReplyHead, RequestHead, Route, check_body,
     check_head,
 };
-use waitingroom_http::replay::{Admit, ReplayCache};
+use waitingroom_http::peer::replay::{Admit, ReplayCache};
 
 use crate::tokens::key;
 
@@ -124,7 +124,7 @@ impl Case {
     fn check(
         &self,
         cache: &ReplayCache,
-    ) -> Result<RequestHead, waitingroom_http::peer_auth::PeerAuthError> {
+    ) -> Result<RequestHead, waitingroom_http::peer::auth::PeerAuthError> {
         check_head(
             crypto(),
             &expect(),

@@ -25,7 +25,7 @@ use waitingroom_http::app::App;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::config::{Options, ServerConfig};
 use waitingroom_http::crypto::Crypto;
-use waitingroom_http::peer_auth::{RequestHead, Route};
+use waitingroom_http::peer::auth::{RequestHead, Route};
 
 use crate::tokens::key;
 
@@ -102,7 +102,7 @@ fn sandbox_client() -> reqwest::Client {
     CLIENT
         .get_or_init(|| {
             let proxy = reqwest::Proxy::all("http://127.0.0.1:9").expect("a proxy URL");
-            waitingroom_http::tls::client_builder()
+            waitingroom_http::crypto::tls::client_builder()
                 .proxy(proxy)
                 .connect_timeout(Duration::from_millis(100))
                 .timeout(Duration::from_millis(500))

@@ -16,10 +16,10 @@ use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
 use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig};
 
-use crate::client_addr::Cidr;
-use crate::cookies::{CookieOptions, SameSite};
+use crate::crypto::tls::{InternalTls, TlsFiles};
 use crate::i18n::Lang;
-use crate::tls::{InternalTls, TlsFiles};
+use crate::wire::client_addr::Cidr;
+use crate::wire::cookies::{CookieOptions, SameSite};
 
 /// Every setting of `waitingroom-node run`; `None` means "not given here".
 #[derive(Debug, Clone, Default, Args, Deserialize)]
@@ -729,7 +729,7 @@ impl Options {
         match self.rounds_kept {
             Some(0) => Err(SettingsError::new("rounds_kept", "must be at least 1")),
             Some(n) => Ok(n),
-            None => Ok(crate::rounds::ROUNDS_KEPT),
+            None => Ok(crate::round_log::ROUNDS_KEPT),
         }
     }
 
@@ -971,7 +971,7 @@ impl Options {
             ));
         }
         Ok(Some(Discovery {
-            scheme: crate::tls::scheme(tls),
+            scheme: crate::crypto::tls::scheme(tls),
             name: name.to_owned(),
             port,
             server: self.dns_server,

@@ -1,63 +1,57 @@
 //! The waitingroom node server: translates HTTP and timers into the protocol state machine of
 //! `waitingroom-distributed`. No protocol decision lives here.
 //!
-//! The modules, each using only modules listed after it (so none import each other):
+//! # What an embedder uses
 //!
-//! - [`server`]: start, serve, and leave the cluster on SIGTERM; [`serve`]: the connection
-//!   loop of one listener (header read timeout, peer address);
-//! - [`api`]: the HTTP routes and every handler: visitor API, waiting page, peer endpoints
-//!   (one handler for forwarded check-ins and leaves), operations;
-//! - [`origin`]: a small demo origin site behind the gate;
-//! - [`gate`]: a tower layer for origins that checks passes offline and sends visitors without
-//!   one to the room;
-//! - [`visitor`]: the visitor operations handlers call: verify the token, ask the node, forward
-//!   to the node holding the ticket, sign the answer;
-//! - [`app`]: one node's parts assembled, the state every handler gets;
-//! - [`driver`]: owns the [`waitingroom_distributed::Node`] and its timer;
-//! - [`peer`]: batched, bounded, signed node-to-node transport;
-//! - [`page`]: renders the waiting page (no handler, no state);
-//! - [`leaves`]: passes kept a minute so a leave whose answer was lost can be repeated;
-//! - [`metrics`], [`fairness`]: Prometheus metrics and the live inversion count;
-//! - [`errors`]: the one error type of handlers; [`cookies`]: the ticket and pass cookies;
-//! - [`peer_auth`]: what a peer request's MAC covers, checked from its headers before its body
-//!   is read; [`replay`]: the nonces of recent peer requests;
-//! - [`config`]: settings from file, environment and flags; [`crypto`]: keys, tokens and peer
-//!   signatures; [`wire`]: the JSON bodies; [`clock`]: the one clock; [`rate_limit`]: the
-//!   per-client join limit; [`client_addr`]: who a request comes from.
+//! - [`gate`]: a tower layer for an origin written in Rust: checks passes offline with the
+//!   room's public keys and sends visitors without one to the room;
+//! - [`server::run`]: run one node until SIGTERM, from a [`config::ServerConfig`];
+//! - [`config`]: settings from file, environment and flags ([`config::Options`], resolved into a
+//!   [`config::ServerConfig`]);
+//! - [`api::openapi`]: the OpenAPI document of every route.
+//!
+//! The `waitingroom-node` binary uses the same surface, plus [`crypto`] (make a cluster key,
+//! the TLS clients), [`wire`] (the JSON bodies a client sends and reads), [`clock`] and
+//! [`round_log`] (reading published records). In-process tests and the fuzz targets build a
+//! node with [`app::App`] and serve it with [`api::router`], and speak to it as a peer with
+//! [`peer`].
+//!
+//! # The parts, each using only parts listed after it
+//!
+//! - [`server`]: start, the connection loop of each listener, DNS discovery, leaving the
+//!   cluster on SIGTERM;
+//! - [`api`]: the HTTP routes and every handler, by who calls them: visitors, the waiting page,
+//!   peers, operators;
+//! - [`app`]: one node's state, assembled (its protocol driver, kept leaves, join limit), and the
+//!   visitor operations handlers call;
+//! - `html`: renders the waiting page from its template (no handler, no state);
+//! - [`peer`]: batched, bounded, signed node-to-node transport, with its authentication and
+//!   replay cache;
+//! - `metrics`: Prometheus metrics and the live fairness gauge;
+//! - [`gate`]: the origin gate (above);
+//! - [`config`]: the settings;
+//! - [`wire`]: what travels over HTTP: JSON bodies, the error body, cookies, who a request
+//!   comes from;
+//! - [`round_log`]: the round records this node keeps and serves;
+//! - [`crypto`]: the cluster's keys and what they sign (tokens, peer requests, the return
+//!   path), and TLS;
+//! - `i18n`: the waiting page's languages; [`clock`]: the one clock.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod app;
-pub mod client_addr;
 pub mod clock;
 pub mod config;
-pub mod cookies;
 pub mod crypto;
-pub mod discovery;
-pub mod driver;
-pub mod errors;
-pub mod fairness;
 pub mod gate;
-pub mod i18n;
-pub mod leaves;
-pub mod metrics;
-pub mod origin;
-pub mod page;
+mod html;
+mod i18n;
+mod metrics;
 pub mod peer;
-pub mod peer_auth;
-pub mod rate_limit;
-pub mod replay;
-pub mod return_path;
-pub mod rounds;
-pub mod serve;
+pub mod round_log;
 pub mod server;
-pub mod tls;
-pub mod visitor;
-pub mod voters_file;
 pub mod wire;
 
 #[cfg(test)]
-mod abuse_tests;
-#[cfg(test)]
-mod deploy_tests;
+mod tests;

@@ -22,7 +22,7 @@ use super::body::RawBody;
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::config::leased_if_limited;
-use crate::errors::ApiError;
+use crate::wire::errors::ApiError;
 
 /// Lets a request through only with the admin token (see the module's doc).
 pub(super) async fn require_token(
@@ -56,7 +56,7 @@ pub(super) async fn require_token(
 /// Whether the request's bearer token is `token`. The comparison takes the same time whatever
 /// the guess (the lengths may differ: the token's length is no secret worth keeping).
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    crate::cookies::bearer(headers)
+    crate::wire::cookies::bearer(headers)
         .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
 }
 
@@ -66,7 +66,7 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         version; `confirmed`: the last round's result carried this version (so every member \
         that took it has it).",
     responses((status = 200, description = "The live settings", body = Object),
-        (status = 401, description = "`unauthorized`: no or a wrong bearer token", body = crate::errors::ErrorBody)))]
+        (status = 401, description = "`unauthorized`: no or a wrong bearer token", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn get_settings(State(app): State<Arc<App>>) -> Json<Value> {
     let (live, confirmed) = app.driver.read(|n| {
         (
@@ -87,8 +87,8 @@ pub(super) async fn get_settings(State(app): State<Arc<App>>) -> Json<Value> {
         (`confirmed`) and is the whole settings object.",
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, description = "The live settings after the change", body = Object),
-        (status = 400, description = "`invalid_setting`: the message names the field", body = crate::errors::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+        (status = 400, description = "`invalid_setting`: the message names the field", body = crate::wire::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn patch_settings(
     State(app): State<Arc<App>>,
     body: RawBody,
@@ -113,8 +113,8 @@ pub(super) async fn patch_settings(
     description = "The way out of a lost majority: this node's members become the voters,         so a cluster that lost most of its nodes admits again. Sound only if every node left         out is really gone: one alive on the other side of a cut may still admit, and the site         may then go over its target. The body must be `{\"confirm\": true}`.",
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, description = "`voters` (node ids) and `epoch`", body = Object),
-        (status = 400, description = "`invalid_setting`: `confirm` missing", body = crate::errors::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+        (status = 400, description = "`invalid_setting`: `confirm` missing", body = crate::wire::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn reset_voters(
     State(app): State<Arc<App>>,
     body: RawBody,
@@ -144,8 +144,8 @@ const BYPASS_DEFAULT_MS: u64 = 24 * 3_600_000;
         `POST /api/pass/release` (gates that check passes offline take it until it expires).",
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, description = "`pass`, `id`, `label`, `expires_at_ms`", body = Object),
-        (status = 400, description = "`invalid_setting`: the message names the field", body = crate::errors::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+        (status = 400, description = "`invalid_setting`: the message names the field", body = crate::wire::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn post_pass(
     State(app): State<Arc<App>>,
     body: RawBody,
@@ -219,7 +219,7 @@ fn json_body(body: RawBody) -> Result<Value, ApiError> {
     description = "Every event scheduled, in start order, with its `phase` now (`scheduled`, \
         `prequeue`, `running`, `ended`).",
     responses((status = 200, description = "The events", body = Object),
-        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+        (status = 401, description = "`unauthorized`", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn get_events(State(app): State<Arc<App>>) -> Json<Value> {
     let (live, now) = app
         .driver
@@ -238,8 +238,8 @@ pub(super) async fn get_events(State(app): State<Arc<App>>) -> Json<Value> {
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, description = "The events after the change", body = Object),
         (status = 400, description = "`invalid_setting`: the message names the field (a taken \
-            name, an overlap, a time past)", body = crate::errors::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+            name, an overlap, a time past)", body = crate::wire::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn post_event(
     State(app): State<Arc<App>>,
     body: RawBody,
@@ -262,8 +262,8 @@ pub(super) async fn post_event(
     summary = "Delete a scheduled event (admin API, internal listener)",
     params(("name" = String, Path, description = "The event's name")),
     responses((status = 200, description = "The events after the change", body = Object),
-        (status = 404, description = "`no_such_event`", body = crate::errors::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = crate::errors::ErrorBody)))]
+        (status = 404, description = "`no_such_event`", body = crate::wire::errors::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = crate::wire::errors::ErrorBody)))]
 pub(super) async fn delete_event(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,

@@ -6,7 +6,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
 
-use crate::errors::ApiError;
+use crate::wire::errors::ApiError;
 
 /// A body as handlers take it: read whole, or why it could not be.
 pub(super) type RawBody = Result<Bytes, BytesRejection>;

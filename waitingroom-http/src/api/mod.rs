@@ -6,9 +6,11 @@
 //!   requests, each authenticated with the cluster key;
 //! - `ops.rs`: health, readiness, metrics, cluster status and the public keys;
 //! - `admin.rs`: the operator's API (`/admin/...`): the live settings, behind a bearer token;
-//! - `body.rs`: reading request bodies, shared by the visitor and peer handlers.
+//! - `body.rs`: reading request bodies, shared by the visitor and peer handlers;
+//! - `responses.rs`: the refusals several routes share, as the OpenAPI document describes them;
+//! - `openapi.rs`: that document (`GET /openapi.json`), made from every handler's annotation.
 //!
-//! Handlers read the request, call [`App`] (the visitor operations in [`crate::visitor`], or
+//! Handlers read the request, call [`App`] (the visitor operations in `app/operations.rs`, or
 //! the node through its driver) and write the response; this module wires them into the
 //! routers of the two listeners ([`public_router`], [`internal_router`]; [`router`] for one
 //! port) with the request log and the error fallbacks.
@@ -19,6 +21,7 @@ pub mod openapi;
 mod ops;
 mod page;
 mod peer;
+mod responses;
 mod visitor;
 
 use std::any::Any;
@@ -38,10 +41,10 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::app::App;
-use crate::client_addr::ClientAddr;
-use crate::errors::{ApiError, LoggedError};
 use crate::metrics::RouteLabels;
 use crate::peer::{CHECKIN_PATH, FORWARD_PATH, LEAVE_PATH, MESSAGES_PATH};
+use crate::wire::client_addr::ClientAddr;
+use crate::wire::errors::{ApiError, LoggedError};
 
 /// The pass check under any method and path suffix, for gates that cannot set the path or
 /// method of their check (Envoy `ext_authz`, see `deploy/envoy/`).

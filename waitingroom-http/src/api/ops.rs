@@ -12,7 +12,7 @@ use waitingroom_core::NodeId;
 
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::errors::{ApiError, ErrorBody};
+use crate::wire::errors::{ApiError, ErrorBody};
 
 #[utoipa::path(get, path = "/livez", tag = "operations",
     summary = "Liveness: the process serves requests",

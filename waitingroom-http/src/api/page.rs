@@ -3,7 +3,7 @@
 //! JavaScript the page's button (`POST /`, [`join_form`]). So a crawler, a prefetcher or
 //! another site's `<img>` creates no visitor. With a ticket cookie a load checks in; an admitted
 //! visitor's ticket is exchanged for a pass in the same request and the browser sent on to the
-//! origin. What the page looks like is [`crate::page`]'s business.
+//! origin. What the page looks like is [`crate::html`]'s business.
 
 use std::sync::Arc;
 
@@ -14,12 +14,12 @@ use axum::response::Response;
 use super::body::RawBody;
 use super::visitor::same_site;
 use crate::app::App;
-use crate::client_addr::ClientAddr;
-use crate::cookies;
-use crate::errors::ApiError;
-use crate::leaves;
-use crate::page;
-use crate::return_path;
+use crate::app::leaves;
+use crate::crypto::return_path;
+use crate::html;
+use crate::wire::client_addr::ClientAddr;
+use crate::wire::cookies;
+use crate::wire::errors::ApiError;
 
 /// Whether a request is a browser asking for a page.
 pub(super) fn wants_html(headers: &HeaderMap) -> bool {
@@ -48,7 +48,7 @@ pub(super) async fn waiting_page(
 ) -> Response {
     if method == Method::HEAD {
         // A monitor's HEAD must not make a visitor.
-        return page::html_response(StatusCode::OK, Vec::new(), String::new());
+        return html::html_response(StatusCode::OK, Vec::new(), String::new());
     }
     let path = return_to(&app, &uri);
     let onward = onward(&app.cfg.origin_url, path.as_deref());
@@ -58,7 +58,7 @@ pub(super) async fn waiting_page(
     if let Some(pass) = cookies::get(&headers, &names.pass)
         && app.verify_pass(pass).is_ok()
     {
-        return page::redirect(&onward, Vec::new());
+        return html::redirect(&onward, Vec::new());
     }
     let Some(ticket) = cookies::get(&headers, &names.ticket) else {
         return app.page.fresh(
@@ -72,7 +72,7 @@ pub(super) async fn waiting_page(
         // Exchanged already: the same pass again if this is the page asking after its answer
         // was lost (same leave key, within the minute passes are kept); else a new visit.
         Err(e) if e.code == "already_left" => match app.leave(ticket, Some(key)).await {
-            Ok(p) => page::redirect(&onward, app.cfg.cookies.after_leave(&p)),
+            Ok(p) => html::redirect(&onward, app.cfg.cookies.after_leave(&p)),
             Err(_) => app.page.fresh(
                 &headers,
                 app.cfg.settings.refresh_interval_ms,
@@ -87,7 +87,7 @@ pub(super) async fn waiting_page(
             back.as_deref(),
         ),
         Ok(a) if a.is_admitted() => match app.leave(&a.ticket, Some(key)).await {
-            Ok(p) => page::redirect(&onward, app.cfg.cookies.after_leave(&p)),
+            Ok(p) => html::redirect(&onward, app.cfg.cookies.after_leave(&p)),
             Err(e) => error_page(&app, &headers, &e),
         },
         Ok(a) => app
@@ -116,15 +116,15 @@ pub(super) async fn join_form(
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
     // Back to the page, keeping where the visitor is to go once let in.
     let path = return_to(&app, &uri);
-    let back = page::room_page(path.map(|p| app.crypto.return_query(&p)).as_deref());
+    let back = html::room_page(path.map(|p| app.crypto.return_query(&p)).as_deref());
     match joined {
-        Ok(a) => page::redirect(&back, vec![app.cfg.cookies.for_ticket(&a.ticket)]),
+        Ok(a) => html::redirect(&back, vec![app.cfg.cookies.for_ticket(&a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),
     }
 }
 
 /// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds,
-/// if it is a safe path on the origin signed by the gate (`return_path.rs`: one leading `/`,
+/// if it is a safe path on the origin signed by the gate (`crypto/return_path.rs`: one leading `/`,
 /// no `\\`, visible ASCII only, at most 2 KiB, and a valid `return_sig`). Anything else is
 /// ignored: the visitor goes to `origin_url`.
 pub(super) fn return_to(app: &App, uri: &Uri) -> Option<String> {

@@ -1,6 +1,6 @@
 //! What other nodes send: batches of protocol messages, and visitor requests forwarded to the
 //! node holding the ticket. Every request is authenticated from its headers before its body is
-//! read (see [`crate::peer_auth`]): one that is not a member's, not meant for this node, stale
+//! read (see [`crate::peer::auth`]): one that is not a member's, not meant for this node, stale
 //! or replayed is refused (401/421/413) and changes nothing; at most `max_peer_requests` are in
 //! progress at once (503 `peer_busy` beyond). Answers to forwarded requests carry the owner's
 //! MAC, bound to the request's nonce.
@@ -15,16 +15,33 @@ use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use waitingroom_distributed::{Body, Envelope};
 
-use super::openapi::PeerRefusals;
+use super::responses::PeerRefusals;
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::errors::ApiError;
 use crate::metrics::Metrics;
+use crate::peer::auth::{self, Expect, PeerAuthError, ReplyHead, RequestHead};
 use crate::peer::{
     CHECKIN_PATH, FORWARD_PATH, ForwardItem, ForwardOp, ForwardReply, LEAVE_PATH, MESSAGES_PATH,
 };
-use crate::peer_auth::{self, Expect, PeerAuthError, ReplyHead, RequestHead};
+use crate::wire::errors::ApiError;
 use crate::wire::{ForwardAnswer, ForwardBody, PassAnswer, VisitorAnswer};
+
+impl ApiError {
+    /// A refused peer request: 401 `unauthorized_peer` when it is not a cluster member's, or
+    /// not for the first time; 421 `misdirected_peer` when it is signed for another node; 413
+    /// when its declared body is too large; 503 `peer_busy` when it cannot be checked now.
+    pub fn peer_auth(e: &PeerAuthError) -> Self {
+        let (status, code) = match e {
+            PeerAuthError::Misdirected { .. } => {
+                (StatusCode::MISDIRECTED_REQUEST, "misdirected_peer")
+            }
+            PeerAuthError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            PeerAuthError::ReplayCacheFull => (StatusCode::SERVICE_UNAVAILABLE, "peer_busy"),
+            _ => (StatusCode::UNAUTHORIZED, "unauthorized_peer"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+}
 
 /// A peer request that passed authentication, its body read and checked. It holds one of the
 /// node's peer request slots until it is answered.
@@ -34,7 +51,7 @@ struct Authenticated {
     _slot: OwnedSemaphorePermit,
 }
 
-/// Takes a peer request slot, checks the request's headers (see [`peer_auth::check_head`]),
+/// Takes a peer request slot, checks the request's headers (see [`auth::check_head`]),
 /// then reads exactly the body they declare and checks it is the one they cover.
 /// `by_address`: whether destination 0 (a node known by its URL only) is acceptable here.
 async fn authenticate(
@@ -65,7 +82,7 @@ async fn authenticate(
         ApiError::peer_auth(&e)
     };
     let method = parts.method.as_str();
-    let head = peer_auth::check_head(
+    let head = auth::check_head(
         &app.crypto,
         &expect,
         method,
@@ -81,7 +98,7 @@ async fn authenticate(
     let body = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| refused(PeerAuthError::BodyMismatch))?;
-    peer_auth::check_body(&head, &body).map_err(refused)?;
+    auth::check_body(&head, &body).map_err(refused)?;
     Ok(Authenticated {
         head,
         body,

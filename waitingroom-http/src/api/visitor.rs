@@ -11,15 +11,15 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq as _;
 
 use super::body::{self, RawBody};
-use super::openapi::TicketRefusals;
+use super::responses::TicketRefusals;
 use crate::app::App;
-use crate::client_addr::ClientAddr;
+use crate::app::leaves;
 use crate::clock::now_ms;
-use crate::cookies;
-use crate::errors::ApiError;
-use crate::errors::ErrorBody;
-use crate::leaves;
-use crate::return_path::safe_return_path;
+use crate::crypto::return_path::safe_return_path;
+use crate::wire::client_addr::ClientAddr;
+use crate::wire::cookies;
+use crate::wire::errors::ApiError;
+use crate::wire::errors::ErrorBody;
 use crate::wire::{JoinBody, PassAnswer, PassBody, TicketBody, VisitorAnswer};
 
 fn with_cookies<T: serde::Serialize>(value: T, cookies: Vec<HeaderValue>) -> Response {
@@ -156,9 +156,9 @@ pub(super) async fn leave(
     Ok(with_cookies(p, set))
 }
 
-/// The leave's `Idempotency-Key` header, if any (see [`crate::leaves`]).
+/// The leave's `Idempotency-Key` header, if any (see [`crate::app::leaves`]).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
-    let Some(v) = headers.get(leaves::IDEMPOTENCY_HEADER) else {
+    let Some(v) = headers.get(crate::wire::IDEMPOTENCY_HEADER) else {
         return Ok(None);
     };
     match v.to_str() {
@@ -261,7 +261,7 @@ pub(super) async fn verify_pass(State(app): State<Arc<App>>, headers: HeaderMap)
 
 /// The signed way back to the gated request's path, for a gate that proved it holds the
 /// return-path secret (so that this public endpoint signs nothing for anyone else:
-/// `return_path.rs`).
+/// `crypto/return_path.rs`).
 fn way_back(app: &App, headers: &HeaderMap) -> Option<HeaderValue> {
     let secret = headers.get("x-waitingroom-gate-secret")?.as_bytes();
     if !bool::from(

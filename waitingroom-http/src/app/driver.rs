@@ -1,0 +1,220 @@
+//! Owns the protocol [`Node`] and its one timer.
+//!
+//! The node is a single-threaded state machine, so it lives behind one `std::sync::Mutex` that
+//! is held only for the duration of one call (never across an `.await`). After every call the
+//! driver drains what the node produced: messages go to the per-peer queues of the
+//! [`Transport`], events to metrics and logs, and if the node's next deadline moved earlier the
+//! timer task is woken. There is no task per visitor: one timer task sleeps until
+//! [`Node::poll_timeout`].
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use waitingroom_core::Time;
+use waitingroom_distributed::voters::Voters;
+use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
+
+use crate::clock::now_ms;
+use crate::metrics::Metrics;
+use crate::peer::Transport;
+use crate::round_log::RoundLog;
+
+/// The node plus everything that must happen after each call into it.
+#[derive(Debug)]
+pub struct Driver {
+    node: Mutex<Node>,
+    /// Woken when the node's next deadline moved earlier than the timer's current target.
+    wake: Notify,
+    /// The deadline the timer task sleeps until (`u64::MAX`: none). Written under the node lock.
+    armed: AtomicU64,
+    transport: Arc<Transport>,
+    metrics: Arc<Metrics>,
+    /// The admission rounds' records (`crate::round_log`).
+    rounds: RoundLog,
+    /// Where the agreed voters are kept (`super::voters_file`), and the ones last written.
+    voters_file: Option<(PathBuf, Mutex<Option<Voters>>)>,
+}
+
+impl Driver {
+    /// Wraps a node that has not been started yet; its round records go to `rounds`.
+    pub fn new(
+        node: Node,
+        transport: Arc<Transport>,
+        metrics: Arc<Metrics>,
+        rounds: RoundLog,
+    ) -> Self {
+        Driver {
+            node: Mutex::new(node),
+            wake: Notify::new(),
+            armed: AtomicU64::new(u64::MAX),
+            transport,
+            metrics,
+            rounds,
+            voters_file: None,
+        }
+    }
+
+    /// Keeps the agreed voters in `path` from now on (`--voters-file`).
+    pub fn keep_voters_in(mut self, path: PathBuf) -> Self {
+        self.voters_file = Some((path, Mutex::new(None)));
+        self
+    }
+
+    /// Writes the agreed voters to the voters file if they changed since last written. Called
+    /// after each timer (results, which move them, come in between): a few ms late at most.
+    fn save_voters(&self) {
+        let Some((path, saved)) = &self.voters_file else {
+            return;
+        };
+        let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
+        // Compared in place: a copy only when they changed (rarely), not on every timer.
+        let (me, now) = {
+            let node = self.lock();
+            match node.agreed_voters() {
+                Some(v) if saved.as_ref() != Some(v) => (node.id(), v.clone()),
+                _ => return,
+            }
+        };
+        match super::voters_file::write(path, me, &now) {
+            Ok(()) => {
+                tracing::info!(epoch = now.epoch, voters = ?now.set, "voters kept on disk");
+                *saved = Some(now);
+            }
+            Err(e) => tracing::error!(error = %e, path = %path.display(),
+                "voters file: cannot write it; a restart will forget the voters"),
+        }
+    }
+
+    /// The admission rounds' records this node keeps.
+    pub fn rounds(&self) -> &RoundLog {
+        &self.rounds
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Node> {
+        // A panic while holding the lock would be a bug in the protocol crate; keep serving
+        // rather than turning every later request into a panic too.
+        self.node.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Calls `f` with the node and the current time, then delivers its outputs.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Node, Time) -> R) -> R {
+        let mut out: Vec<Transmit> = Vec::new();
+        let mut events: Vec<Event> = Vec::new();
+        let unreachable = self.transport.take_unreachable();
+        let r = {
+            let mut node = self.lock();
+            for addr in &unreachable {
+                node.report_unreachable(addr);
+            }
+            let r = f(&mut node, now_ms());
+            while let Some(t) = node.poll_transmit() {
+                out.push(t);
+            }
+            while let Some(e) = node.poll_event() {
+                events.push(e);
+            }
+            let deadline = node.poll_timeout().unwrap_or(u64::MAX);
+            if deadline < self.armed.load(Ordering::Acquire) {
+                self.armed.store(deadline, Ordering::Release);
+                self.wake.notify_one();
+            }
+            r
+        };
+        if !out.is_empty() {
+            self.transport.send_all(out);
+        }
+        for e in events {
+            self.on_event(e);
+        }
+        r
+    }
+
+    /// Reads the node without changing it.
+    pub fn read<R>(&self, f: impl FnOnce(&Node) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// The node's status for operators.
+    pub fn status(&self) -> NodeStatus {
+        self.read(|node| node.status(now_ms()))
+    }
+
+    /// Runs the node's timer until the process exits: sleeps until the next deadline (or until
+    /// woken because it moved), then fires it.
+    pub async fn run_timer(self: Arc<Self>) {
+        loop {
+            let deadline = {
+                let node = self.lock();
+                let d = node.poll_timeout().unwrap_or(u64::MAX);
+                self.armed.store(d, Ordering::Release);
+                d
+            };
+            let now = now_ms();
+            if deadline <= now {
+                self.with(|node, now| node.handle_timeout(now));
+                self.save_voters();
+                continue;
+            }
+            let sleep = Duration::from_millis((deadline - now).min(60_000));
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    fn on_event(&self, e: Event) {
+        match e {
+            Event::Admitted { key, at, .. } => self.metrics.on_admitted(key.join_time, at),
+            Event::Joined { version } => tracing::info!(version, "joined the cluster"),
+            Event::Rejoining => tracing::warn!("the cluster dropped this node; rejoining"),
+            Event::MemberAdded(c) => {
+                tracing::info!(id = c.id.0, addr = %c.addr, "member added")
+            }
+            Event::MemberRemoved(c) => {
+                tracing::info!(id = c.id.0, addr = %c.addr, "member removed")
+            }
+            Event::MemberFailed(c) => {
+                tracing::warn!(id = c.id.0, addr = %c.addr, "member failed (no probe answer)")
+            }
+            Event::CountCompleted(s) => {
+                self.metrics.on_round_completed();
+                tracing::debug!(
+                    queued = s.queued,
+                    on_site = s.on_site,
+                    admitted = s.admitted,
+                    members = s.members,
+                    "count completed"
+                )
+            }
+            Event::TreeRepaired => {
+                self.metrics.on_tree_repaired();
+                tracing::warn!("no count seen for too long: tree rebuilt")
+            }
+            Event::AdmissionPaused(why) => {
+                tracing::warn!(
+                    reason = why.as_str(),
+                    "admission paused: letting nobody out"
+                )
+            }
+            Event::AdmissionResumed => tracing::info!("admission resumed"),
+            Event::RoundRecorded(record) => {
+                let link = self.rounds.record(&record);
+                self.with(|node, _| node.record_linked(record.round, link));
+            }
+            Event::SettingsChanged(l) => tracing::info!(
+                version = l.version,
+                author = l.author.0,
+                target_on_site = l.target_on_site,
+                new_users_per_minute = l.new_users_per_minute,
+                mode = l.mode.name(),
+                pass_expiry_ms = l.pass_expiry_ms,
+                session_duration_ms = l.session_duration_ms,
+                "live settings changed"
+            ),
+        }
+    }
+}

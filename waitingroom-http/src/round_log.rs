@@ -1,0 +1,313 @@
+//! The round log: the admission rounds' records this node keeps and publishes
+//! (`GET /api/rounds`, README "Fairness records"). The records themselves, their claims, chain
+//! and audit, are `waitingroom_core::rounds`; this is where a node keeps them, signed, in memory
+//! and on disk.
+//!
+//! Every node learns each round that let anyone out from the round's result
+//! (`Event::RoundRecorded`), signs its claims with the cluster key itself (Ed25519 is
+//! deterministic, so every node gets the same record) and tells the node the record's link,
+//! which the next record names as `prev` when this node is the root. The most recent ones are
+//! kept in memory, in round order; `waitingroom-node audit` checks them. With `--rounds-log`
+//! every record is also appended to a file (one JWS per line), read back at start: the node
+//! publishes them again and, as root, goes on from the last.
+//!
+//! The same records give a cluster-wide fairness figure for `/metrics` ([`RoundLog::fairness`]):
+//! every node holds the same signed records, so every node reports the same figure, and none
+//! computes it from its own admissions alone.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use waitingroom_core::Time;
+use waitingroom_core::rounds::{self, Cutoff, RoundRecord};
+
+use crate::crypto::Crypto;
+
+/// Records kept by default (a day of 1-s rounds that all let someone out is 86,400).
+pub const ROUNDS_KEPT: usize = 100_000;
+
+/// How far back the fairness figure looks.
+pub const FAIRNESS_WINDOW_MS: Time = 3_600_000;
+
+/// What the last hour's records say of the order visitors were let out in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fairness {
+    /// Records decided in the window (lottery rounds included).
+    pub rounds: u64,
+    /// Rounds (not lotteries) whose cutoff was below an earlier round's in the window: they
+    /// let out visitors queued ahead of some let out before them (re-queued visitors, or an
+    /// unfair round; the audit with passes tells which).
+    pub rounds_back: u64,
+    /// At most this many pairs were let out against queue order in the window: for each
+    /// round that went back, its admissions times the admissions of earlier rounds with a
+    /// larger cutoff.
+    pub inversions_bound: u64,
+}
+
+/// The claims the fairness figure needs from one record.
+#[derive(Debug, Clone, Copy)]
+struct Decided {
+    at: Time,
+    cutoff: Cutoff,
+    admitted: u64,
+    lottery: bool,
+}
+
+impl From<&RoundRecord> for Decided {
+    fn from(r: &RoundRecord) -> Decided {
+        Decided {
+            at: r.decided_at_ms,
+            cutoff: r.cutoff,
+            admitted: r.admitted,
+            lottery: r.lottery,
+        }
+    }
+}
+
+/// The records this node knows, newest last.
+#[derive(Debug)]
+pub struct RoundLog {
+    crypto: Arc<Crypto>,
+    records: Mutex<VecDeque<(u64, String)>>,
+    /// The window's records, for [`RoundLog::fairness`], in arrival order.
+    recent: Mutex<VecDeque<Decided>>,
+    /// Most records kept (`--rounds-kept`).
+    kept: usize,
+    /// The `--rounds-log` file, appended to.
+    file: Option<Mutex<File>>,
+}
+
+impl RoundLog {
+    /// An empty log signing with `crypto`'s current key, keeping the newest `kept` records.
+    pub fn new(crypto: Arc<Crypto>, kept: usize) -> Self {
+        RoundLog {
+            crypto,
+            records: Mutex::new(VecDeque::new()),
+            recent: Mutex::new(VecDeque::new()),
+            kept,
+            file: None,
+        }
+    }
+
+    /// A log that also appends to `path`, holding the records the file holds already (the
+    /// newest `kept`); lines that are not records are skipped.
+    pub fn with_file(crypto: Arc<Crypto>, kept: usize, path: &Path) -> std::io::Result<Self> {
+        let text = match std::fs::read_to_string(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            other => other?,
+        };
+        let mut records = VecDeque::new();
+        let mut recent = VecDeque::new();
+        for jws in text.lines().map(str::trim) {
+            let Some(record) = claims(jws) else {
+                continue;
+            };
+            if records.len() >= kept {
+                records.pop_front();
+            }
+            records.push_back((record.round, jws.to_owned()));
+            remember(&mut recent, Decided::from(&record));
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(RoundLog {
+            crypto,
+            records: Mutex::new(records),
+            recent: Mutex::new(recent),
+            kept,
+            file: Some(Mutex::new(file)),
+        })
+    }
+
+    /// The last record kept: its round and link (a node goes on from it after a restart).
+    pub fn last(&self) -> Option<(u64, String)> {
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        records
+            .back()
+            .map(|(round, jws)| (*round, rounds::link(jws)))
+    }
+
+    /// Signs and keeps `record`; returns its link. A record whose number is not after the last
+    /// kept (a new root that had missed some) is kept too, in arrival order: the audit reports
+    /// the fork or gap, which must not be hidden.
+    pub fn record(&self, record: &RoundRecord) -> String {
+        let jws = self.crypto.sign_record(record);
+        let link = rounds::link(&jws);
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        if records.len() >= self.kept {
+            records.pop_front();
+        }
+        if let Some(file) = &self.file {
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(e) = writeln!(file, "{jws}") {
+                tracing::error!(error = %e, round = record.round, "rounds log: cannot append");
+            }
+        }
+        records.push_back((record.round, jws));
+        drop(records);
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        remember(&mut recent, Decided::from(record));
+        link
+    }
+
+    /// The fairness figure of the records decided in the hour before `now`. Lottery rounds
+    /// are counted but not judged: their order is drawn, not queued.
+    pub fn fairness(&self, now: Time) -> Fairness {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = now.saturating_sub(FAIRNESS_WINDOW_MS);
+        let mut f = Fairness::default();
+        // Admissions so far by round cutoff: a round that went back is checked against those
+        // above its own, normally none, so this stays about linear.
+        let mut by_cutoff: BTreeMap<Cutoff, u64> = BTreeMap::new();
+        for d in recent.iter().filter(|d| d.at >= since) {
+            f.rounds += 1;
+            if d.lottery {
+                continue;
+            }
+            let above = (Bound::Excluded(d.cutoff), Bound::Unbounded);
+            let ahead: u64 = by_cutoff.range(above).map(|(_, n)| n).sum();
+            if ahead > 0 {
+                f.rounds_back += 1;
+                f.inversions_bound = f
+                    .inversions_bound
+                    .saturating_add(ahead.saturating_mul(d.admitted));
+            }
+            *by_cutoff.entry(d.cutoff).or_default() += d.admitted;
+        }
+        f
+    }
+
+    /// Up to `limit` records with a number above `after` (None: from the first), in the order
+    /// they were kept.
+    pub fn after(&self, after: Option<u64>, limit: usize) -> Vec<String> {
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        records
+            .iter()
+            .filter(|(round, _)| after.is_none_or(|a| *round > a))
+            .take(limit)
+            .map(|(_, jws)| jws.clone())
+            .collect()
+    }
+}
+
+/// Keeps `d` among the window's records: those older than the window before the newest go.
+fn remember(recent: &mut VecDeque<Decided>, d: Decided) {
+    let newest = recent.back().map_or(d.at, |k| k.at.max(d.at));
+    recent.push_back(d);
+    while recent
+        .front()
+        .is_some_and(|k| k.at < newest.saturating_sub(FAIRNESS_WINDOW_MS))
+    {
+        recent.pop_front();
+    }
+}
+
+/// A record's claims, unverified (a node's own log, read back).
+fn claims(jws: &str) -> Option<RoundRecord> {
+    serde_json::from_slice(&payload(jws)?).ok()
+}
+
+/// A JWS's payload, decoded, unverified.
+fn payload(jws: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let payload = jws.split('.').nth(1)?;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()
+}
+
+/// A number among a JWS's claims (`round` of a record, `issued_at` of a pass), unverified:
+/// to order or find tokens that are checked afterwards.
+pub fn claim(jws: &str, name: &str) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(&payload(jws)?).ok()?[name].as_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use waitingroom_core::rounds::Cutoff;
+    use waitingroom_core::{NodeId, TicketId};
+
+    use super::*;
+
+    fn record(round: u64, prev: String) -> RoundRecord {
+        RoundRecord {
+            round,
+            decided_at_ms: 1_000 * (round + 1),
+            cutoff: Cutoff {
+                join_time: round,
+                id: TicketId(round),
+                node: NodeId(1),
+            },
+            admitted: 3,
+            root: NodeId(1),
+            version: 2,
+            prev,
+            lottery: false,
+        }
+    }
+
+    /// `--rounds-log`: records are appended, read back at start (lines that are not records
+    /// skipped), published again, and the last is where a restarted node goes on from.
+    #[test]
+    fn the_rounds_log_outlives_a_restart() {
+        let path = std::env::temp_dir().join(format!("wr-rounds-{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let crypto = Arc::new(Crypto::generate());
+        let log = RoundLog::with_file(crypto.clone(), 10, &path).unwrap();
+        let first = log.record(&record(0, String::new()));
+        let second = log.record(&record(1, first));
+        drop(log);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "not a record"))
+            .unwrap();
+        let again = RoundLog::with_file(crypto, 10, &path).unwrap();
+        assert_eq!(again.after(None, 10).len(), 2);
+        assert_eq!(again.after(Some(0), 10).len(), 1);
+        assert_eq!(again.last(), Some((1, second)));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The fairness figure: rounds whose cutoff went back, and at most how many pairs they let
+    /// out against queue order, over the last hour; lotteries are counted, not judged.
+    #[test]
+    fn the_fairness_figure_counts_rounds_that_went_back() {
+        let log = RoundLog::new(Arc::new(Crypto::generate()), 100);
+        for round in 0..4 {
+            log.record(&record(round, String::new()));
+        }
+        let in_order = log.fairness(5_000);
+        assert_eq!(
+            in_order,
+            Fairness {
+                rounds: 4,
+                ..Fairness::default()
+            }
+        );
+        // Round 4 lets 3 out below the cutoffs of rounds 2 and 3 (3 each).
+        let back = RoundRecord {
+            cutoff: record(1, String::new()).cutoff,
+            ..record(4, String::new())
+        };
+        log.record(&back);
+        let lottery = RoundRecord {
+            lottery: true,
+            ..back.clone()
+        };
+        log.record(&RoundRecord {
+            round: 5,
+            ..lottery
+        });
+        let f = log.fairness(6_000);
+        assert_eq!((f.rounds, f.rounds_back, f.inversions_bound), (6, 1, 18));
+        assert_eq!(
+            log.fairness(6_000 + FAIRNESS_WINDOW_MS).rounds,
+            0,
+            "an hour on"
+        );
+    }
+}

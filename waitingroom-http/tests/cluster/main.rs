@@ -1,0 +1,23 @@
+//! End-to-end tests: real `waitingroom-node` processes on 127.0.0.1, driven over HTTP. One test
+//! binary, topic files around one harness (`harness.rs`: the processes, the cluster, the
+//! requests):
+//!
+//! - `visitors.rs`: a visitor's flow across nodes, bad input;
+//! - `failover.rs`: nodes killed, added, stopped and restarted while visitors wait;
+//! - `passes.rs`: one admission, one pass, whatever happens to the node that gave it;
+//! - `security.rs`: forged peer messages and passes, the internal listener, mutual TLS;
+//! - `settings.rs`: live settings across the cluster;
+//! - `events.rs`: scheduled events and random queueing;
+//! - `records.rs`: round records published and audited;
+//! - `cli.rs`: the command line without a cluster.
+
+mod harness;
+
+mod cli;
+mod events;
+mod failover;
+mod passes;
+mod records;
+mod security;
+mod settings;
+mod visitors;

@@ -23,7 +23,7 @@ use waitingroom_core::{ClusterKey, NodeId, Pass, Ticket, TicketId};
 use crate::api::router;
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::config::Options;
+use crate::config::{LimitOptions, NetworkOptions, Options, RoomOptions};
 use crate::crypto::Crypto;
 use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
 use crate::peer_auth::{RequestHead, Route};
@@ -35,11 +35,17 @@ mod peer;
 /// Fast timers; everything else as an operator gets it unless a test says otherwise.
 fn options() -> Options {
     Options {
-        key_file: Some("unused: the key is given in-process".into()),
-        eviction_interval_ms: Some(20),
-        cleanup_interval_ms: Some(20),
-        refresh_interval_ms: Some(50),
-        ticket_expiry_ms: Some(10_000),
+        network: NetworkOptions {
+            key_file: Some("unused: the key is given in-process".into()),
+            ..Default::default()
+        },
+        room: RoomOptions {
+            eviction_interval_ms: Some(20),
+            cleanup_interval_ms: Some(20),
+            refresh_interval_ms: Some(50),
+            ticket_expiry_ms: Some(10_000),
+            ..Default::default()
+        },
         ..Options::default()
     }
 }
@@ -422,8 +428,11 @@ async fn the_page_loaded_again_after_a_lost_answer_gets_the_same_pass() {
 async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
     let n = TestNode::start(
         Options {
-            pass_expiry_ms: Some(2_000),
-            pass_max_lifetime_ms: Some(3_000),
+            room: RoomOptions {
+                pass_expiry_ms: Some(2_000),
+                pass_max_lifetime_ms: Some(3_000),
+                ..options().room
+            },
             ..options()
         },
         true,
@@ -457,8 +466,11 @@ async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
 async fn a_pass_in_use_is_renewed_at_the_gate_past_half_its_life() {
     let n = TestNode::start(
         Options {
-            pass_expiry_ms: Some(1_000),
-            pass_max_lifetime_ms: Some(2_500),
+            room: RoomOptions {
+                pass_expiry_ms: Some(1_000),
+                pass_max_lifetime_ms: Some(2_500),
+                ..options().room
+            },
             ..options()
         },
         true,
@@ -751,7 +763,10 @@ async fn visitor_bodies_are_bounded() {
     let limit = 512;
     let n = TestNode::start(
         Options {
-            visitor_body_limit: Some(limit),
+            limits: LimitOptions {
+                visitor_body_limit: Some(limit),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -808,7 +823,10 @@ async fn oversized_peer_batch_is_413_and_changes_nothing() {
     let limit = 2048;
     let n = TestNode::start(
         Options {
-            peer_body_limit: Some(limit),
+            limits: LimitOptions {
+                peer_body_limit: Some(limit),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -875,7 +893,10 @@ async fn forged_forwarded_leave_is_401_and_changes_nothing() {
 async fn oversized_headers_get_431_and_the_node_keeps_serving() {
     let n = TestNode::start(
         Options {
-            visitor_body_limit: Some(1024),
+            limits: LimitOptions {
+                visitor_body_limit: Some(1024),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -944,8 +965,11 @@ async fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
 async fn join_rate_limit_is_per_client_address() {
     let n = TestNode::start(
         Options {
-            join_rate_limit: Some(2),
-            join_burst: Some(2),
+            limits: LimitOptions {
+                join_rate_limit: Some(2),
+                join_burst: Some(2),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -974,9 +998,12 @@ async fn join_rate_limit_is_per_client_address() {
 async fn join_rate_limit_keys_on_the_balancer_entry_of_the_header() {
     let n = TestNode::start(
         Options {
-            join_rate_limit: Some(1),
-            join_burst: Some(1),
-            client_ip_header: Some("X-Forwarded-For".into()),
+            limits: LimitOptions {
+                join_rate_limit: Some(1),
+                join_burst: Some(1),
+                client_ip_header: Some("X-Forwarded-For".into()),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -1028,9 +1055,15 @@ async fn join_flood_does_not_push_honest_visitors_back() {
         // No timer: nobody is let out, so positions are plain ranks in the queue.
         let n = TestNode::start(
             Options {
-                join_rate_limit: Some(limit),
-                join_burst: Some(limit),
-                admit_straight_through: Some(false),
+                room: RoomOptions {
+                    admit_straight_through: Some(false),
+                    ..options().room
+                },
+                limits: LimitOptions {
+                    join_rate_limit: Some(limit),
+                    join_burst: Some(limit),
+                    ..Default::default()
+                },
                 ..options()
             },
             false,

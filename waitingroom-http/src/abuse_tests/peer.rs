@@ -11,6 +11,7 @@ use http_body::Frame;
 use waitingroom_distributed::Contact;
 
 use super::*;
+use crate::config::LimitOptions;
 use crate::peer::{ForwardItem, ForwardOp};
 use crate::peer_auth::{HEADER_NONCE, ReplyHead};
 
@@ -215,7 +216,10 @@ async fn a_stale_peer_request_is_refused() {
 async fn peer_requests_beyond_the_cap_get_503() {
     let n = Arc::new(TestNode::start(
         Options {
-            max_peer_requests: Some(1),
+            limits: LimitOptions {
+                max_peer_requests: Some(1),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -253,7 +257,10 @@ async fn peer_requests_beyond_the_cap_get_503() {
 async fn a_full_replay_cache_sheds_with_503() {
     let n = TestNode::start(
         Options {
-            peer_replay_capacity: Some(2),
+            limits: LimitOptions {
+                peer_replay_capacity: Some(2),
+                ..Default::default()
+            },
             ..options()
         },
         false,

@@ -1,6 +1,6 @@
 //! How much the node takes and how long it waits: request bodies, peer traffic, timeouts, joins
-//! per client and the proxies whose word about a client's address is believed. Every bound is
-//! an answer to someone sending too much or too slowly (README.md#abuse-limits).
+//! per client and the proxies whose word about a client's address is believed. Every bound
+//! answers someone sending too much or too slowly (waitingroom-http/README.md#abuse-limits).
 
 use clap::Args;
 use serde::Deserialize;

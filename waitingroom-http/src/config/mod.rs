@@ -8,7 +8,7 @@
 //! (`--target-on-site`), the variable (`WAITINGROOM_TARGET_ON_SITE`) and the file key
 //! (`target_on_site`), its doc comment is its help and its `default_value` its default. To add
 //! one, add the field, read it in the area's resolver, and add its row to the settings table
-//! (README.md#settings), which the `documented` test holds to the code.
+//! (waitingroom-http/README.md#settings), which the `documented` test holds to the code.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;

@@ -59,7 +59,8 @@ layered! {
             default_value = AUTO
         )]
         pub page_language: Option<String>,
-        /// A whole HTML template for the waiting page, with {{placeholders}} (see the README).
+        /// A whole HTML template for the waiting page, with {{placeholders}}
+        /// (waitingroom-http/README.md#the-waiting-page).
         /// Without it: the built-in page.
         #[arg(long, env = "WAITINGROOM_PAGE_TEMPLATE", value_name = "PATH")]
         pub page_template: Option<PathBuf>,

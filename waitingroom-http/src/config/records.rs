@@ -22,8 +22,8 @@ layered! {
         #[arg(long, env = "WAITINGROOM_ADMIN_TOKEN_FILE", value_name = "PATH")]
         pub admin_token_file: Option<PathBuf>,
         /// Append every admission round's signed record to this file (one JWS per line), and
-        /// publish and go on from the ones it holds after a restart (README, "Fairness
-        /// records"). Without it, the newest rounds_kept are kept in memory only.
+        /// publish and go on from the ones it holds after a restart (README.md#fairness-records).
+        /// Without it, the newest rounds_kept are kept in memory only.
         #[arg(long, env = "WAITINGROOM_ROUNDS_LOG", value_name = "PATH")]
         pub rounds_log: Option<PathBuf>,
         /// Round records kept in memory and published at /api/rounds (the newest; about 0.5 KB
@@ -37,8 +37,8 @@ layered! {
         pub rounds_kept: Option<usize>,
         /// Keep the voters the cluster last agreed on in this file (JSON, rewritten when they
         /// change) and read them back at start: a restarted node then needs a majority of them
-        /// again, instead of counting as a new cluster with whoever it finds (README, "Admission
-        /// leases"). A file written by another node id is ignored. Without it, in memory.
+        /// again, instead of counting as a new cluster with whoever it finds. A file written by
+        /// another node id is ignored. Without it, in memory.
         #[arg(long, env = "WAITINGROOM_VOTERS_FILE", value_name = "PATH")]
         pub voters_file: Option<PathBuf>,
     }

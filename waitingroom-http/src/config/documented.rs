@@ -11,8 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use clap::Arg;
+use clap::{Arg, FromArgMatches};
 
+use super::sources::{SETTINGS, parse_file, settings_command};
 use super::*;
 
 /// Where the settings table may be, from this crate's folder; the first file holding it counts.

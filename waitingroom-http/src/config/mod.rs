@@ -10,14 +10,10 @@
 //! one, add the field, read it in the area's resolver, and add its row to the settings table
 //! (waitingroom-http/README.md#settings), which the `documented` test holds to the code.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
 use clap::builder::OsStr;
-use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, Command, FromArgMatches};
-use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError};
 use waitingroom_distributed::{AdmissionMode, NodeConfig};
@@ -59,6 +55,7 @@ mod page;
 mod protocol;
 mod records;
 mod room;
+mod sources;
 mod visitors;
 
 #[cfg(test)]
@@ -103,172 +100,13 @@ layered! {
     }
 }
 
-impl Options {
-    /// The groups as clap parsed them (values from flags, the environment and defaults alike).
-    fn from_groups(m: &mut ArgMatches) -> Result<Options, clap::Error> {
-        Ok(Options {
-            network: FromArgMatches::from_arg_matches_mut(m)?,
-            cluster: FromArgMatches::from_arg_matches_mut(m)?,
-            room: FromArgMatches::from_arg_matches_mut(m)?,
-            protocol: FromArgMatches::from_arg_matches_mut(m)?,
-            visitors: FromArgMatches::from_arg_matches_mut(m)?,
-            limits: FromArgMatches::from_arg_matches_mut(m)?,
-            records: FromArgMatches::from_arg_matches_mut(m)?,
-            page: FromArgMatches::from_arg_matches_mut(m)?,
-            logs: FromArgMatches::from_arg_matches_mut(m)?,
-        })
-    }
-
-    /// The groups read from a TOML document, each from the whole document (a group takes its
-    /// own keys): a bad value is refused by its group, naming its key and line.
-    fn from_toml(text: &str) -> Result<Options, toml::de::Error> {
-        Ok(Options {
-            network: toml::from_str(text)?,
-            cluster: toml::from_str(text)?,
-            room: toml::from_str(text)?,
-            protocol: toml::from_str(text)?,
-            visitors: toml::from_str(text)?,
-            limits: toml::from_str(text)?,
-            records: toml::from_str(text)?,
-            page: toml::from_str(text)?,
-            logs: toml::from_str(text)?,
-        })
-    }
-}
-
-impl Args for Options {
-    fn augment_args(cmd: Command) -> Command {
-        let cmd = NetworkOptions::augment_args(cmd);
-        let cmd = ClusterOptions::augment_args(cmd);
-        let cmd = RoomOptions::augment_args(cmd);
-        let cmd = ProtocolOptions::augment_args(cmd);
-        let cmd = VisitorOptions::augment_args(cmd);
-        let cmd = LimitOptions::augment_args(cmd);
-        let cmd = RecordOptions::augment_args(cmd);
-        let cmd = PageOptions::augment_args(cmd);
-        LogOptions::augment_args(cmd)
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        Self::augment_args(cmd)
-    }
-}
-
-/// Flags and the environment only: a setting clap filled in from its `default_value` counts as
-/// not given, so that the file's value can still apply ([`merge`]); the defaults are laid under
-/// everything last, by [`Options::resolve`].
-impl FromArgMatches for Options {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        Self::from_arg_matches_mut(&mut m.clone())
-    }
-
-    fn from_arg_matches_mut(m: &mut ArgMatches) -> Result<Self, clap::Error> {
-        let defaulted: Vec<String> = m
-            .ids()
-            .map(|id| id.as_str().to_owned())
-            .filter(|id| SETTINGS.iter().any(|s| s == id))
-            .filter(|id| m.value_source(id) == Some(ValueSource::DefaultValue))
-            .collect();
-        for id in &defaulted {
-            // Only ids clap just reported are cleared: none can be unknown to it.
-            let _ = m.try_clear_id(id);
-        }
-        Self::from_groups(m)
-    }
-
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        self.update_from_arg_matches_mut(&mut m.clone())
-    }
-
-    fn update_from_arg_matches_mut(&mut self, m: &mut ArgMatches) -> Result<(), clap::Error> {
-        let given = Self::from_arg_matches_mut(m)?;
-        *self = given.or(std::mem::take(self));
-        Ok(())
-    }
-}
-
-/// The settings' names (clap's ids: the fields' names, which are also the file's keys), in the
-/// order `--help` lists them.
-static SETTINGS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    settings_command()
-        .get_arguments()
-        .map(|a| a.get_id().to_string())
-        .collect()
-});
-
-/// What every setting is when nothing is given: the command line's defaults, read without the
-/// environment.
-static DEFAULTS: LazyLock<Options> = LazyLock::new(|| {
-    let mut m = settings_command()
-        .mut_args(|a| a.env(None))
-        .try_get_matches_from(["defaults"])
-        .expect("every default_value parses");
-    Options::from_groups(&mut m).expect("the defaults fit their fields")
-});
-
-/// The settings alone, as a command.
-fn settings_command() -> Command {
-    Options::augment_args(Command::new("settings"))
-}
-
-/// A setting's default as clap shows and parses it (`default_value = shown(…)`): for a default
-/// that is written elsewhere once, such as the protocol's own.
-fn shown(value: impl std::fmt::Display) -> OsStr {
-    OsStr::from(value.to_string())
-}
-
-/// A choice's name as clap shows and parses it (`default_value = named(…)`): for a default
-/// that is the type's own ([`Default`]).
-fn named(choice: impl clap::ValueEnum) -> OsStr {
-    let value = choice.to_possible_value();
-    OsStr::from(value.as_ref().map_or("", |v| v.get_name()).to_owned())
-}
-
-/// The protocol's own defaults ([`NodeConfig::new`]), which its knobs' `default_value`s show.
-fn protocol_defaults() -> NodeConfig {
-    NodeConfig::new(NodeId(1), 1, "", Settings::default())
-}
-
-/// A setting that has a `default_value`: set once [`Options::resolve`] has laid the defaults
-/// under what was given.
-#[track_caller]
-fn defaulted<T: Clone>(setting: &Option<T>) -> T {
-    setting
-        .clone()
-        .expect("a setting with a default_value is set once the defaults are laid under")
-}
-
-/// Why the configuration was refused. Every variant names the setting or file at fault.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    /// The configuration file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    ReadFile {
-        /// Path.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The configuration file is not valid TOML for these settings.
-    #[error("invalid config file {path}: {source}")]
-    ParseFile {
-        /// Path.
-        path: String,
-        /// Cause (names the key).
-        source: Box<toml::de::Error>,
-    },
-    /// A setting's value is refused.
-    #[error(transparent)]
-    Setting(#[from] SettingsError),
-}
-
 /// The resolved configuration of one node.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Public listen address.
-    pub listen: std::net::SocketAddr,
+    pub listen: SocketAddr,
     /// Internal listen address; `None`: one port for everything (loopback only).
-    pub internal_listen: Option<std::net::SocketAddr>,
+    pub internal_listen: Option<SocketAddr>,
     /// Mutual TLS on the internal listener and to peers, if configured.
     pub internal_tls: Option<TlsFiles>,
     /// Advertised URL, if given (else derived from the bound address).
@@ -319,97 +157,15 @@ pub fn read_file(path: &Path) -> Result<Options, ConfigError> {
         path: shown.clone(),
         source,
     })?;
-    parse_file(&text).map_err(|source| ConfigError::ParseFile {
+    sources::parse_file(&text).map_err(|source| ConfigError::ParseFile {
         path: shown,
         source: Box::new(source),
     })
 }
 
-/// The settings a TOML document gives; a key that names no setting is refused, naming it.
-fn parse_file(text: &str) -> Result<Options, toml::de::Error> {
-    toml::from_str::<KnownKeys>(text)?;
-    Options::from_toml(text)
-}
-
-/// A TOML document whose keys all name settings (each group ignores the others' keys, so the
-/// unknown ones are caught here).
-struct KnownKeys;
-
-/// A key that names a setting; checked as the key is read, so that toml points at it.
-struct SettingName;
-
-/// The settings' names as serde wants them: to list in an error the names a key could be.
-static EXPECTED: LazyLock<Vec<&'static str>> =
-    LazyLock::new(|| SETTINGS.iter().map(String::as_str).collect());
-
-impl<'de> Deserialize<'de> for KnownKeys {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(KnownKeys)
-    }
-}
-
-impl<'de> Visitor<'de> for KnownKeys {
-    type Value = KnownKeys;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a table of settings")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KnownKeys, A::Error> {
-        while map.next_key::<SettingName>()?.is_some() {
-            map.next_value::<IgnoredAny>()?;
-        }
-        Ok(KnownKeys)
-    }
-}
-
-impl<'de> Deserialize<'de> for SettingName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_identifier(SettingName)
-    }
-}
-
-impl Visitor<'_> for SettingName {
-    type Value = SettingName;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a setting's name")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<SettingName, E> {
-        if EXPECTED.contains(&key) {
-            Ok(SettingName)
-        } else {
-            Err(E::unknown_field(key, &EXPECTED))
-        }
-    }
-}
-
 /// `flags_env` (from clap, already flags-over-environment) over `file`.
 pub fn merge(flags_env: Options, file: Options) -> Options {
     flags_env.or(file)
-}
-
-/// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
-/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
-/// them only while nothing limits admission. Refuses `admission` when it is one of them and
-/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
-pub fn leased_if_limited(
-    admission: AdmissionMode,
-    target: u64,
-    rate_cap: bool,
-) -> Result<(), SettingsError> {
-    if admission == AdmissionMode::Range || target == Settings::UNLIMITED && !rate_cap {
-        return Ok(());
-    }
-    Err(SettingsError::new(
-        "admission",
-        format!(
-            "{} lets visitors out without admission leases, so it runs only with \
-             target_on_site unlimited and no new_users_per_minute; use range",
-            admission.name()
-        ),
-    ))
 }
 
 impl Options {
@@ -418,7 +174,7 @@ impl Options {
     /// waiting room and protocol settings, the node's addresses and identity, limits, the page,
     /// logs.
     pub fn resolve(self) -> Result<ServerConfig, ConfigError> {
-        let o = self.or(DEFAULTS.clone());
+        let o = self.or(sources::DEFAULTS.clone());
         let settings = o.room.settings();
         let protocol = o.protocol.node_config(&o.room, &settings)?;
         let net = &o.network;
@@ -468,4 +224,77 @@ impl ServerConfig {
         cfg.seed = seed;
         cfg
     }
+}
+
+/// Why the configuration was refused. Every variant names the setting or file at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The configuration file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The configuration file is not valid TOML for these settings.
+    #[error("invalid config file {path}: {source}")]
+    ParseFile {
+        /// Path.
+        path: String,
+        /// Cause (names the key).
+        source: Box<toml::de::Error>,
+    },
+    /// A setting's value is refused.
+    #[error(transparent)]
+    Setting(#[from] SettingsError),
+}
+
+/// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
+/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
+/// them only while nothing limits admission. Refuses `admission` when it is one of them and
+/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
+pub fn leased_if_limited(
+    admission: AdmissionMode,
+    target: u64,
+    rate_cap: bool,
+) -> Result<(), SettingsError> {
+    if admission == AdmissionMode::Range || target == Settings::UNLIMITED && !rate_cap {
+        return Ok(());
+    }
+    Err(SettingsError::new(
+        "admission",
+        format!(
+            "{} lets visitors out without admission leases, so it runs only with \
+             target_on_site unlimited and no new_users_per_minute; use range",
+            admission.name()
+        ),
+    ))
+}
+
+/// A setting's default as clap shows and parses it (`default_value = shown(…)`): for a default
+/// that is written elsewhere once, such as the protocol's own.
+fn shown(value: impl std::fmt::Display) -> OsStr {
+    OsStr::from(value.to_string())
+}
+
+/// A choice's name as clap shows and parses it (`default_value = named(…)`): for a default
+/// that is the type's own ([`Default`]).
+fn named(choice: impl clap::ValueEnum) -> OsStr {
+    let value = choice.to_possible_value();
+    OsStr::from(value.as_ref().map_or("", |v| v.get_name()).to_owned())
+}
+
+/// The protocol's own defaults ([`NodeConfig::new`]), which its knobs' `default_value`s show.
+fn protocol_defaults() -> NodeConfig {
+    NodeConfig::new(NodeId(1), 1, "", Settings::default())
+}
+
+/// A setting that has a `default_value`: set once [`Options::resolve`] has laid the defaults
+/// under what was given.
+#[track_caller]
+fn defaulted<T: Clone>(setting: &Option<T>) -> T {
+    setting
+        .clone()
+        .expect("a setting with a default_value is set once the defaults are laid under")
 }

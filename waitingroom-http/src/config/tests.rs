@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use waitingroom_core::Settings;
 use waitingroom_distributed::AdmissionMode;
 
+use super::sources::parse_file;
 use super::*;
 use crate::cookies::SameSite;
 

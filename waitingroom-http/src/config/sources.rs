@@ -66,7 +66,7 @@ impl Args for Options {
 }
 
 /// Flags and the environment only: a setting clap filled in from its `default_value` counts as
-/// not given, so that the file's value can still apply ([`merge`]); the defaults are laid under
+/// not given, so that the file's value can still apply ([`merge`](super::merge)); the defaults are laid under
 /// everything last, by [`Options::resolve`].
 impl FromArgMatches for Options {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {

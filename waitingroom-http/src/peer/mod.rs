@@ -505,7 +505,10 @@ mod tests {
 
     fn limits(peer_queue: usize) -> Limits {
         let mut l = crate::config::Options {
-            key_file: Some("unused".into()),
+            network: crate::config::NetworkOptions {
+                key_file: Some("unused".into()),
+                ..Default::default()
+            },
             ..Default::default()
         }
         .resolve()

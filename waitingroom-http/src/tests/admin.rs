@@ -2,6 +2,7 @@
 //! every bad value named, and each mode doing what it says at the visitor API.
 
 use super::harness::*;
+use crate::config::{ProtocolOptions, RecordOptions};
 
 const TOKEN: &str = "0123456789abcdef-test-token";
 
@@ -14,7 +15,10 @@ fn admin_node(extra: Options) -> TestNode {
     ));
     std::fs::write(&path, format!("{TOKEN}\n")).expect("write the token file");
     let options = Options {
-        admin_token_file: Some(path.clone()),
+        records: RecordOptions {
+            admin_token_file: Some(path.clone()),
+            ..extra.records
+        },
         ..extra
     };
     let node = TestNode::start(options, true);
@@ -149,7 +153,10 @@ async fn a_change_is_confirmed_by_a_round_and_shows_in_the_metrics() {
 #[tokio::test]
 async fn each_mode_does_what_it_says_and_switching_back_keeps_the_queue() {
     let node = admin_node(Options {
-        target_on_site: Some(1),
+        room: RoomOptions {
+            target_on_site: Some(1),
+            ..options().room
+        },
         ..options()
     });
     node.patch(json!({"mode": "queue_all"})).await;
@@ -279,7 +286,10 @@ async fn events_are_checked_scheduled_shown_and_deleted() {
 #[tokio::test]
 async fn bypass_passes_take_no_place_and_are_never_extended() {
     let node = admin_node(Options {
-        target_on_site: Some(1),
+        room: RoomOptions {
+            target_on_site: Some(1),
+            ..options().room
+        },
         ..options()
     });
     let mint = |token: Option<&str>, body: Value| {
@@ -404,8 +414,14 @@ async fn resetting_the_voters_needs_the_token_and_a_confirmation() {
 #[tokio::test]
 async fn an_unleased_admission_mode_refuses_a_live_limit() {
     let node = admin_node(Options {
-        admission: Some(waitingroom_distributed::AdmissionMode::Batched),
-        target_on_site: Some(waitingroom_core::Settings::UNLIMITED),
+        room: RoomOptions {
+            target_on_site: Some(waitingroom_core::Settings::UNLIMITED),
+            ..options().room
+        },
+        protocol: ProtocolOptions {
+            admission: Some(waitingroom_distributed::AdmissionMode::Batched),
+            ..Default::default()
+        },
         ..options()
     });
     for change in [

@@ -11,7 +11,7 @@ use waitingroom_core::{NodeId, Pass, TicketId};
 use crate::api::router;
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::config::Options;
+use crate::config::{NetworkOptions, Options, RoomOptions};
 use crate::crypto::Crypto;
 use crate::peer::Transport;
 
@@ -19,7 +19,10 @@ use super::harness::post;
 
 fn node() -> Arc<App> {
     let options = Options {
-        key_file: Some("unused: the key is given in-process".into()),
+        network: NetworkOptions {
+            key_file: Some("unused: the key is given in-process".into()),
+            ..Default::default()
+        },
         ..Options::default()
     };
     let cfg = options.resolve().expect("valid options");
@@ -154,9 +157,15 @@ async fn the_live_limits_and_the_build_are_exposed() {
         assert!(limited.contains(name), "{name}");
     }
     let options = Options {
-        key_file: Some("unused".into()),
-        target_on_site: Some(waitingroom_core::Settings::UNLIMITED),
-        pass_expiry_ms: Some(90_000),
+        network: NetworkOptions {
+            key_file: Some("unused".into()),
+            ..Default::default()
+        },
+        room: RoomOptions {
+            target_on_site: Some(waitingroom_core::Settings::UNLIMITED),
+            pass_expiry_ms: Some(90_000),
+            ..Default::default()
+        },
         ..Options::default()
     };
     let cfg = options.resolve().expect("valid options");

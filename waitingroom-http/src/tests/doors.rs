@@ -2,6 +2,7 @@
 
 use super::harness::*;
 use crate::api::{internal_router, public_router};
+use crate::config::{LimitOptions, VisitorOptions};
 
 /// On the public listener the internal routes do not exist: 404 JSON `not_found`, also for a
 /// browser (never the waiting page), also for a correctly signed peer request. The internal
@@ -139,8 +140,11 @@ async fn the_join_limit_is_on_by_default() {
 async fn rotating_forwarded_for_does_not_buy_joins() {
     let n = TestNode::start(
         Options {
-            join_rate_limit: Some(1),
-            join_burst: Some(3),
+            limits: LimitOptions {
+                join_rate_limit: Some(1),
+                join_burst: Some(3),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -177,8 +181,11 @@ async fn rotating_forwarded_for_does_not_buy_joins() {
 async fn ipv6_clients_share_their_64() {
     let n = TestNode::start(
         Options {
-            join_rate_limit: Some(1),
-            join_burst: Some(2),
+            limits: LimitOptions {
+                join_rate_limit: Some(1),
+                join_burst: Some(2),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -313,7 +320,10 @@ async fn joins_from_another_site_are_refused() {
     // With a public URL, that is the only origin: whatever the Host says.
     let n = TestNode::start(
         Options {
-            public_url: Some("https://Queue.Shop.example/".into()),
+            visitors: VisitorOptions {
+                public_url: Some("https://Queue.Shop.example/".into()),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -336,7 +346,10 @@ async fn joins_from_another_site_are_refused() {
 async fn overload_is_shed_at_once() {
     let n = Arc::new(TestNode::start(
         Options {
-            max_pending_requests: Some(1),
+            limits: LimitOptions {
+                max_pending_requests: Some(1),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -410,8 +423,11 @@ async fn a_panic_becomes_a_json_500() {
 async fn a_slow_request_times_out_with_json() {
     let n = TestNode::start(
         Options {
-            request_timeout_ms: Some(2_500),
-            forward_timeout_ms: Some(1_000),
+            limits: LimitOptions {
+                request_timeout_ms: Some(2_500),
+                forward_timeout_ms: Some(1_000),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -480,7 +496,10 @@ async fn cookies_are_secure_when_the_public_url_is_https() {
     ] {
         let n = TestNode::start(
             Options {
-                public_url: public_url.map(str::to_owned),
+                visitors: VisitorOptions {
+                    public_url: public_url.map(str::to_owned),
+                    ..Default::default()
+                },
                 ..options()
             },
             false,
@@ -502,7 +521,10 @@ async fn cookies_are_secure_when_the_public_url_is_https() {
 async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_only() {
     let n = TestNode::start(
         Options {
-            origin_url: Some("https://shop.example/start".into()),
+            visitors: VisitorOptions {
+                origin_url: Some("https://shop.example/start".into()),
+                ..Default::default()
+            },
             ..options()
         },
         true,
@@ -562,9 +584,12 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
 async fn cookie_options_name_and_shape_every_cookie() {
     let n = TestNode::start(
         Options {
-            cookie_name_suffix: Some("_shop".into()),
-            cookie_domain: Some("example.com".into()),
-            cookie_samesite: Some(crate::wire::cookies::SameSite::Strict),
+            visitors: VisitorOptions {
+                cookie_name_suffix: Some("_shop".into()),
+                cookie_domain: Some("example.com".into()),
+                cookie_samesite: Some(crate::wire::cookies::SameSite::Strict),
+                ..Default::default()
+            },
             ..options()
         },
         true,

@@ -20,7 +20,7 @@ pub(super) use waitingroom_core::{ClusterKey, NodeId, Pass, Ticket, TicketId};
 pub(super) use crate::api::router;
 pub(super) use crate::app::App;
 pub(super) use crate::clock::now_ms;
-pub(super) use crate::config::Options;
+pub(super) use crate::config::{LimitOptions, NetworkOptions, Options, RoomOptions};
 pub(super) use crate::crypto::Crypto;
 pub(super) use crate::peer::auth::{RequestHead, Route};
 pub(super) use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
@@ -28,11 +28,17 @@ pub(super) use crate::peer::{FORWARD_PATH, MESSAGES_PATH, Transport};
 /// Fast timers; everything else as an operator gets it unless a test says otherwise.
 pub(super) fn options() -> Options {
     Options {
-        key_file: Some("unused: the key is given in-process".into()),
-        eviction_interval_ms: Some(20),
-        cleanup_interval_ms: Some(20),
-        refresh_interval_ms: Some(50),
-        ticket_expiry_ms: Some(10_000),
+        network: NetworkOptions {
+            key_file: Some("unused: the key is given in-process".into()),
+            ..Default::default()
+        },
+        room: RoomOptions {
+            eviction_interval_ms: Some(20),
+            cleanup_interval_ms: Some(20),
+            refresh_interval_ms: Some(50),
+            ticket_expiry_ms: Some(10_000),
+            ..Default::default()
+        },
         ..Options::default()
     }
 }

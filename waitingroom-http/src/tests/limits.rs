@@ -8,7 +8,10 @@ async fn visitor_bodies_are_bounded() {
     let limit = 512;
     let n = TestNode::start(
         Options {
-            visitor_body_limit: Some(limit),
+            limits: LimitOptions {
+                visitor_body_limit: Some(limit),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -47,7 +50,10 @@ async fn visitor_bodies_are_bounded() {
 async fn oversized_headers_get_431_and_the_node_keeps_serving() {
     let n = TestNode::start(
         Options {
-            visitor_body_limit: Some(1024),
+            limits: LimitOptions {
+                visitor_body_limit: Some(1024),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -98,8 +104,11 @@ async fn oversized_headers_get_431_and_the_node_keeps_serving() {
 async fn join_rate_limit_is_per_client_address() {
     let n = TestNode::start(
         Options {
-            join_rate_limit: Some(2),
-            join_burst: Some(2),
+            limits: LimitOptions {
+                join_rate_limit: Some(2),
+                join_burst: Some(2),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -128,9 +137,12 @@ async fn join_rate_limit_is_per_client_address() {
 async fn join_rate_limit_keys_on_the_balancer_entry_of_the_header() {
     let n = TestNode::start(
         Options {
-            join_rate_limit: Some(1),
-            join_burst: Some(1),
-            client_ip_header: Some("X-Forwarded-For".into()),
+            limits: LimitOptions {
+                join_rate_limit: Some(1),
+                join_burst: Some(1),
+                client_ip_header: Some("X-Forwarded-For".into()),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -182,9 +194,15 @@ async fn join_flood_does_not_push_honest_visitors_back() {
         // No timer: nobody is let out, so positions are plain ranks in the queue.
         let n = TestNode::start(
             Options {
-                join_rate_limit: Some(limit),
-                join_burst: Some(limit),
-                admit_straight_through: Some(false),
+                room: RoomOptions {
+                    admit_straight_through: Some(false),
+                    ..options().room
+                },
+                limits: LimitOptions {
+                    join_rate_limit: Some(limit),
+                    join_burst: Some(limit),
+                    ..Default::default()
+                },
                 ..options()
             },
             false,

@@ -212,7 +212,10 @@ async fn a_stale_peer_request_is_refused() {
 async fn peer_requests_beyond_the_cap_get_503() {
     let n = Arc::new(TestNode::start(
         Options {
-            max_peer_requests: Some(1),
+            limits: LimitOptions {
+                max_peer_requests: Some(1),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -250,7 +253,10 @@ async fn peer_requests_beyond_the_cap_get_503() {
 async fn a_full_replay_cache_sheds_with_503() {
     let n = TestNode::start(
         Options {
-            peer_replay_capacity: Some(2),
+            limits: LimitOptions {
+                peer_replay_capacity: Some(2),
+                ..Default::default()
+            },
             ..options()
         },
         false,
@@ -394,7 +400,10 @@ async fn oversized_peer_batch_is_413_and_changes_nothing() {
     let limit = 2048;
     let n = TestNode::start(
         Options {
-            peer_body_limit: Some(limit),
+            limits: LimitOptions {
+                peer_body_limit: Some(limit),
+                ..Default::default()
+            },
             ..options()
         },
         false,

@@ -122,8 +122,11 @@ async fn the_page_loaded_again_after_a_lost_answer_gets_the_same_pass() {
 async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
     let n = TestNode::start(
         Options {
-            pass_expiry_ms: Some(2_000),
-            pass_max_lifetime_ms: Some(3_000),
+            room: RoomOptions {
+                pass_expiry_ms: Some(2_000),
+                pass_max_lifetime_ms: Some(3_000),
+                ..options().room
+            },
             ..options()
         },
         true,
@@ -157,8 +160,11 @@ async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
 async fn a_pass_in_use_is_renewed_at_the_gate_past_half_its_life() {
     let n = TestNode::start(
         Options {
-            pass_expiry_ms: Some(1_000),
-            pass_max_lifetime_ms: Some(2_500),
+            room: RoomOptions {
+                pass_expiry_ms: Some(1_000),
+                pass_max_lifetime_ms: Some(2_500),
+                ..options().room
+            },
             ..options()
         },
         true,

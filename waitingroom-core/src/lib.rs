@@ -6,7 +6,8 @@
 //! - [`LocalQueue`], a priority queue with O(log n) insert, pop-min, remove-by-id and rank;
 //! - [`WaitingRoom`], a single-node engine another Rust service can embed;
 //! - [`token`], JWS compact tokens (RFC 7515): passes signed with Ed25519 (RFC 8037) for origins
-//!   to check offline, tickets authenticated with HMAC-SHA256 for the cluster alone;
+//!   to check offline, tickets authenticated with HMAC-SHA256 for the cluster alone, with
+//!   [`jose`], the kinds of token and the JWS header each carries;
 //! - [`keys`], the cluster key, the secrets derived from it and the [`KeyRing`] that rotates it;
 //! - [`kendall_tau`], the fairness metric, in O(n log n).
 //!
@@ -18,6 +19,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod jose;
 pub mod kendall;
 pub mod keys;
 pub mod lottery;
@@ -31,10 +33,11 @@ pub mod verified;
 
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};
+pub use jose::TokenKind;
 pub use kendall::{Ties, count_inversions, kendall_tau, kendall_tau_permutation};
 pub use keys::{ClusterKey, Jwk, KeyError, KeyRing, VerifyingKeySet};
 pub use queue::LocalQueue;
 pub use settings::Settings;
-pub use token::{TokenError, TokenKind, sign_pass, sign_ticket};
+pub use token::{TokenError, sign_pass, sign_ticket};
 pub use types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
 pub use verified::CachedPassVerifier;

@@ -4,11 +4,16 @@
 //!
 //! - [`Ticket`], [`Pass`] and the [`QueueKey`] that orders visitors (join time, ticket id, node id);
 //! - [`LocalQueue`], a priority queue with O(log n) insert, pop-min, remove-by-id and rank;
-//! - [`WaitingRoom`], a single-node engine another Rust service can embed;
+//! - [`WaitingRoom`], a single-node engine another Rust service can embed (its [`Settings`]; its
+//!   visitor table, private, keeps each visitor's record in a ring laid out in join order);
 //! - [`token`], JWS compact tokens (RFC 7515): passes signed with Ed25519 (RFC 8037) for origins
-//!   to check offline, tickets authenticated with HMAC-SHA256 for the cluster alone, with
-//!   [`jose`], the kinds of token and the JWS header each carries;
+//!   to check offline, tickets authenticated with HMAC-SHA256 for the cluster alone; [`jose`],
+//!   the kinds of token and the JWS header each carries; [`CachedPassVerifier`], pass checks
+//!   that remember the passes they verified;
 //! - [`keys`], the cluster key, the secrets derived from it and the [`KeyRing`] that rotates it;
+//! - [`round_records`], the signed, hash-chained record of each admission round, and the audit
+//!   that checks a published chain and the passes let out by it; [`lottery`], the provable
+//!   lotteries of random queueing, with their own signed records;
 //! - [`kendall_tau`], the fairness metric, in O(n log n).
 //!
 //! Nothing here reads a clock or an unseeded random source: every operation takes `now`
@@ -24,12 +29,16 @@ pub mod kendall;
 pub mod keys;
 pub mod lottery;
 pub mod queue;
-mod records;
-pub mod rounds;
+pub mod round_records;
 pub mod settings;
 pub mod token;
 pub mod types;
 pub mod verified;
+mod visitor_table;
+
+/// The old name of [`round_records`], until the other crates' imports follow.
+#[doc(hidden)]
+pub use round_records as rounds;
 
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};

@@ -1,4 +1,5 @@
-//! Round records: fairness anyone can check (the fairness-audit issue).
+//! Round records: signed, hash-chained records of the admission rounds, so anyone can check the
+//! fairness of who was let out.
 //!
 //! The protocol decides each admission round at the root with a cutoff in queue order (thesis
 //! §4.5.3: the round lets out every queued key up to it), so the whole admission history is a

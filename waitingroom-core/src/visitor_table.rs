@@ -24,9 +24,10 @@ use std::fmt;
 use crate::queue::TicketHasher;
 use crate::types::TicketId;
 
-/// Records by ticket id; a slot in a ring for the ids issued here, a hash map for the rest.
+/// The visitors' records by ticket id: a slot in a ring for each id issued here, a hash map for
+/// the rest.
 #[derive(Clone)]
-pub(crate) struct Records<V> {
+pub(crate) struct VisitorTable<V> {
     /// Slot `i` belongs to the id with sequence number `next - ring.len() + i` (wrapping), and
     /// holds its record while one is kept there.
     ring: VecDeque<Option<(TicketId, V)>>,
@@ -36,9 +37,9 @@ pub(crate) struct Records<V> {
     others: HashMap<TicketId, V, TicketHasher>,
 }
 
-impl<V> Default for Records<V> {
+impl<V> Default for VisitorTable<V> {
     fn default() -> Self {
-        Records {
+        VisitorTable {
             ring: VecDeque::new(),
             next: 0,
             others: HashMap::with_hasher(TicketHasher),
@@ -46,14 +47,14 @@ impl<V> Default for Records<V> {
     }
 }
 
-impl<V: fmt::Debug> fmt::Debug for Records<V> {
+impl<V: fmt::Debug> fmt::Debug for VisitorTable<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ring = self.ring.iter().flatten().map(|(id, v)| (id, v));
         f.debug_map().entries(ring).entries(&self.others).finish()
     }
 }
 
-impl<V> Records<V> {
+impl<V> VisitorTable<V> {
     /// A new ticket id, its slot taken from now on: the high half of `random`, and the next
     /// sequence number scrambled under it.
     pub(crate) fn issue(&mut self, random: u64) -> TicketId {
@@ -193,7 +194,7 @@ mod tests {
 
     #[test]
     fn issued_ids_keep_the_random_high_half_over_a_scrambled_count() {
-        let mut records = Records::<u8>::default();
+        let mut records = VisitorTable::<u8>::default();
         let a = records.issue(0xabcd_ef01_2345_6789);
         let b = records.issue(0x1111_2222_ffff_ffff);
         assert_eq!(
@@ -213,7 +214,7 @@ mod tests {
 
     #[test]
     fn the_front_goes_once_its_records_are_gone() {
-        let mut records = Records::<u8>::default();
+        let mut records = VisitorTable::<u8>::default();
         let ids: Vec<_> = (0..4).map(|_| records.issue(0)).collect();
         for &id in &ids {
             records.insert(id, 0);
@@ -232,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_foreign_id_in_a_free_slot_does_not_hide_the_owner() {
-        let mut records = Records::<u8>::default();
+        let mut records = VisitorTable::<u8>::default();
         let own = records.issue(0x5555_0000_0000_0000);
         // Another node's id with the same sequence number takes the free slot first.
         let foreign = foreign(0, 0x7777);
@@ -276,7 +277,7 @@ mod tests {
     proptest! {
         #[test]
         fn behaves_like_a_hash_map(ops in prop::collection::vec(op(), 1..300)) {
-            let mut records = Records::<u8>::default();
+            let mut records = VisitorTable::<u8>::default();
             let mut model = HashMap::new();
             let mut ids = Vec::new();
             for op in ops {

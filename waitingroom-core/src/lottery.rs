@@ -1,4 +1,4 @@
-//! Provable lotteries (the fairness-audit issue, item 5; README, "Random queueing").
+//! Provable lotteries (README, "Random queueing").
 //!
 //! A lottery orders the visitors who share one join time by their ticket ids (the queue's
 //! second key, [`crate::QueueKey`]). To make that order checkable, a lottery's ids are not drawn

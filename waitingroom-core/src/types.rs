@@ -1,8 +1,8 @@
 //! The data every part of the waiting room shares: identifiers, the queue key, tickets and passes.
 //!
-//! Field meanings follow appendix A.1 of the thesis this design comes from. All times are
-//! milliseconds on the caller's clock (Unix milliseconds in the server, simulated milliseconds in
-//! the simulator).
+//! Field meanings follow the thesis this design comes from (Distributed Virtual Waiting Room,
+//! appendix A.1). All times are milliseconds on the caller's clock (Unix milliseconds in the
+//! server, simulated milliseconds in the simulator).
 
 use std::fmt;
 

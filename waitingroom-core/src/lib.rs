@@ -36,10 +36,6 @@ pub mod types;
 pub mod verified;
 mod visitor_table;
 
-/// The old name of [`round_records`], until the other crates' imports follow.
-#[doc(hidden)]
-pub use round_records as rounds;
-
 pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
 pub use error::{EngineError, SettingsError};
 pub use jose::TokenKind;

@@ -185,14 +185,32 @@ fn session(flags: u8, requests: &[&str]) -> Vec<u8> {
 
 /// Sessions a visitor, a browser, a gate, an operator, an abuser and a peer would have.
 fn visitor_requests() -> Vec<Vec<u8>> {
-    const JSON: &str = "content-type: application/json";
-    let post = |path: &str, body: &str| format!("POST {path}\n{JSON}\n\n{body}");
-    let signed = |path: &str, body: &str| format!("POST {path}\n{JSON}\nx-fuzz-sign: 1\n\n{body}");
-    let straight = 1;
-    let mut out = vec![
+    let mut out = visitor_sessions();
+    out.extend(abuse_sessions());
+    out.extend(operator_and_peer_sessions());
+    out
+}
+
+/// The `visitor_request` flag that lets visitors straight in while there is room.
+const STRAIGHT: u8 = 1;
+
+/// A JSON `POST` of `body` to `path`.
+fn post(path: &str, body: &str) -> String {
+    format!("POST {path}\ncontent-type: application/json\n\n{body}")
+}
+
+/// A JSON `POST` the target signs as a peer would.
+fn signed(path: &str, body: &str) -> String {
+    format!("POST {path}\ncontent-type: application/json\nx-fuzz-sign: 1\n\n{body}")
+}
+
+/// Visitors through the API and in a browser: the whole visit and its abuses, with and without
+/// room on the site.
+fn visitor_sessions() -> Vec<Vec<u8>> {
+    vec![
         // The whole visit, then the abuses: replay, pass as ticket, ticket as pass.
         session(
-            straight,
+            STRAIGHT,
             &[
                 &post("/api/join", "{}"),
                 &post("/api/checkin", r#"{"ticket":"$T"}"#),
@@ -206,7 +224,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
         ),
         // The same with cookies.
         session(
-            straight,
+            STRAIGHT,
             &[
                 "POST /api/join\n\n",
                 "POST /api/checkin\ncookie: wr_ticket=$T\n\n",
@@ -219,7 +237,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
         // A browser on the waiting page: the page, its button, the page again; a button
         // pressed from another site.
         session(
-            straight,
+            STRAIGHT,
             &[
                 "GET /\naccept: text/html\n\n",
                 "POST /\ncontent-type: application/x-www-form-urlencoded\norigin: http://x\nhost: x\n\njoin=1",
@@ -243,7 +261,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
         ),
         // One place on the site: the second visitor waits.
         session(
-            straight | 2,
+            STRAIGHT | 2,
             &[
                 &post("/api/join", "{}"),
                 &post("/api/join", "{}"),
@@ -251,6 +269,12 @@ fn visitor_requests() -> Vec<Vec<u8>> {
                 &post("/api/leave", r#"{"ticket":"$T"}"#),
             ],
         ),
+    ]
+}
+
+/// Junk requests, and floods from one client with forwarding headers spoofed.
+fn abuse_sessions() -> Vec<Vec<u8>> {
+    vec![
         // Junk on small body limits.
         session(
             16,
@@ -267,7 +291,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
         ),
         // A flood from one client behind a balancer, and spoofed forwarding headers.
         session(
-            straight | 4 | 8,
+            STRAIGHT | 4 | 8,
             &[
                 "POST /api/join\nx-forwarded-for: 198.51.100.7\n\n",
                 "POST /api/join\nx-forwarded-for: 198.51.100.7\n\n",
@@ -278,9 +302,16 @@ fn visitor_requests() -> Vec<Vec<u8>> {
                 "GET /\naccept: text/html\nx-forwarded-for: 198.51.100.7\n\n",
             ],
         ),
+    ]
+}
+
+/// An operator, and peers: forwarded visitor operations, a node asking to join, and real
+/// protocol traffic.
+fn operator_and_peer_sessions() -> Vec<Vec<u8>> {
+    let mut out = vec![
         // An operator.
         session(
-            straight,
+            STRAIGHT,
             &[
                 "GET /livez\n\n",
                 "GET /readyz\n\n",
@@ -292,7 +323,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
         ),
         // A peer forwarding a visitor's check-in and leave, and requests that are not signed.
         session(
-            straight,
+            STRAIGHT,
             &[
                 &post("/api/join", "{}"),
                 &signed(
@@ -307,7 +338,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
         ),
         // A node asking to join.
         session(
-            straight,
+            STRAIGHT,
             &[&signed(
                 "/peer/messages",
                 r#"[{"from":{"id":4242,"incarnation":1,"addr":"http://127.0.0.1:9"},"to":0,"to_incarnation":0,"body":{"JoinRequest":{"contact":{"id":4242,"incarnation":1,"addr":"http://127.0.0.1:9"}}}}]"#,
@@ -319,7 +350,7 @@ fn visitor_requests() -> Vec<Vec<u8>> {
     let traffic = &templates().traffic;
     for chunk in traffic.chunks(4).take(6) {
         let batch = serde_json::to_string(chunk).expect("encodes");
-        out.push(session(straight, &[&signed("/peer/messages", &batch)]));
+        out.push(session(STRAIGHT, &[&signed("/peer/messages", &batch)]));
     }
     out
 }

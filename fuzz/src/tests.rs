@@ -86,7 +86,8 @@ fn run(target: &str, mutations: usize) {
 
 #[test]
 fn tokens_survive_mutations() {
-    // Signature checks are slow unoptimised (~10 ms each): fewer here, millions under libFuzzer.
+    // Signature checks are slow in an unoptimised build: few mutations here, millions under
+    // libFuzzer.
     run("tokens", 400);
 }
 

@@ -14,7 +14,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -186,7 +187,19 @@ fn queue_benches(c: &mut Criterion) {
     let mut fixture: Option<QueueFixture> = None;
     let mut group = c.benchmark_group("queue");
     group.throughput(Throughput::Elements(1));
+    bench_insert(&mut group, &mut fixture);
+    bench_remove(&mut group, &mut fixture);
+    bench_rank(&mut group, &mut fixture);
+    // Last: it replaces the fixture's keys, which `remove` and `rank` draw from.
+    bench_pop_min(&mut group, &mut fixture);
+    group.finish();
+}
 
+/// The benchmark group the queue's operations are timed in.
+type Group<'a> = BenchmarkGroup<'a, WallTime>;
+
+/// `insert/append` and `insert/middle`.
+fn bench_insert(group: &mut Group<'_>, fixture: &mut Option<QueueFixture>) {
     // Inserting after every queued key (a new joiner) and among them (a re-queued visitor).
     let appended: fn(&mut QueueFixture) -> QueueKey = |f| {
         f.next_join += 1;
@@ -211,7 +224,10 @@ fn queue_benches(c: &mut Criterion) {
             })
         });
     }
+}
 
+/// `remove` of a queued ticket.
+fn bench_remove(group: &mut Group<'_>, fixture: &mut Option<QueueFixture>) {
     group.bench_function("remove", |b| {
         let f = fixture.get_or_insert_with(QueueFixture::new);
         b.iter_custom(|iters| {
@@ -237,7 +253,10 @@ fn queue_benches(c: &mut Criterion) {
             total
         })
     });
+}
 
+/// `rank` of a queued key or of one that is not queued, half and half.
+fn bench_rank(group: &mut Group<'_>, fixture: &mut Option<QueueFixture>) {
     group.bench_function("rank", |b| {
         let f = fixture.get_or_insert_with(QueueFixture::new);
         b.iter_custom(|iters| {
@@ -257,8 +276,10 @@ fn queue_benches(c: &mut Criterion) {
             )
         })
     });
+}
 
-    // Last: it replaces the fixture's keys, which `remove` and `rank` draw from.
+/// `pop_min`, each popped key replaced by a newcomer's.
+fn bench_pop_min(group: &mut Group<'_>, fixture: &mut Option<QueueFixture>) {
     group.bench_function("pop_min", |b| {
         let f = fixture.get_or_insert_with(QueueFixture::new);
         b.iter_custom(|iters| {
@@ -276,9 +297,7 @@ fn queue_benches(c: &mut Criterion) {
             )
         })
     });
-    group.finish();
 }
-
 /// A room with a million visitors queued and, after warming up, as many who left recently and
 /// are still remembered, the state a busy node sits in.
 ///

@@ -1,14 +1,14 @@
 //! Embeds the single-node waiting room in a toy "ticket sale": a flash crowd arrives, the site
 //! holds 50 visitors at a time, each stays on the site for a few seconds. Visitors hold tokens,
 //! as they would in a browser: tickets the service authenticates with a MAC only it can check,
-//! and passes the origin site checks offline with the public key. Time is simulated, so the run takes a moment and is the same every
-//! time.
+//! and passes the origin site checks offline with the public key. Time is simulated, so the run
+//! takes a moment and is the same every time.
 //!
 //! Run with `cargo run --release -p waitingroom-core --example embed`.
 
 use waitingroom_core::{
-    CheckInStatus, ClusterKey, KeyRing, NodeId, Settings, Ticket, WaitingRoom, sign_pass,
-    sign_ticket,
+    CheckInStatus, ClusterKey, KeyRing, NodeId, Settings, Ticket, VerifyingKeySet, WaitingRoom,
+    sign_pass, sign_ticket,
 };
 
 struct Visitor {
@@ -47,43 +47,69 @@ fn main() {
     let mut now = 0;
     while now <= 600_000 && (now < 4_000 || visitors.iter().any(|v| v.leaves_site_at.is_none())) {
         if now < 4_000 {
-            let answer = room.join(now);
-            let admitted = answer.status == CheckInStatus::Admitted;
-            visitors.push(Visitor {
-                token: sign_ticket(&key, &answer.ticket),
-                ticket: answer.ticket,
-                admitted_at: admitted.then_some(now),
-                leaves_site_at: None,
-            });
+            visitors.push(arrive(&mut room, &key, now));
         }
         if now % 1_000 == 0 {
             room.evict(now);
             room.cleanup(now);
         }
         for v in visitors.iter_mut() {
-            if v.leaves_site_at.is_none() && v.ticket.next_refresh <= now {
-                // The service trusts only tickets its own key authenticated.
-                let ticket = service
-                    .verify_ticket(&v.token, now)
-                    .expect("our own ticket");
-                let answer = room.check_in(now, &ticket).expect("ticket still valid");
-                v.token = sign_ticket(&key, &answer.ticket);
-                v.ticket = answer.ticket;
-                if answer.status == CheckInStatus::Admitted {
-                    let pass = room.leave(now, &v.ticket).expect("admitted");
-                    let pass_token = sign_pass(&key, &pass);
-                    origin
-                        .verify_pass(&pass_token, now)
-                        .expect("origin accepts the pass");
-                    v.admitted_at.get_or_insert(now);
-                    v.leaves_site_at = Some(pass.expires_at);
-                    admissions.push(v.ticket.join_time);
-                }
+            if v.leaves_site_at.is_none()
+                && v.ticket.next_refresh <= now
+                && check_in(&mut room, &service, &origin, v, now)
+            {
+                admissions.push(v.ticket.join_time);
             }
         }
         now += 2;
     }
+    print_summary(&room, &visitors, &admissions, now);
+}
 
+/// A visitor joins the queue and gets their ticket as a token.
+fn arrive(room: &mut WaitingRoom, key: &ClusterKey, now: u64) -> Visitor {
+    let answer = room.join(now);
+    let admitted = answer.status == CheckInStatus::Admitted;
+    Visitor {
+        token: sign_ticket(key, &answer.ticket),
+        ticket: answer.ticket,
+        admitted_at: admitted.then_some(now),
+        leaves_site_at: None,
+    }
+}
+
+/// A waiting visitor checks in with their token; when admitted, they leave the queue with a pass
+/// the origin checks offline. Whether they were admitted.
+fn check_in(
+    room: &mut WaitingRoom,
+    service: &KeyRing,
+    origin: &VerifyingKeySet,
+    v: &mut Visitor,
+    now: u64,
+) -> bool {
+    let key = service.current();
+    // The service trusts only tickets its own key authenticated.
+    let ticket = service
+        .verify_ticket(&v.token, now)
+        .expect("our own ticket");
+    let answer = room.check_in(now, &ticket).expect("ticket still valid");
+    v.token = sign_ticket(key, &answer.ticket);
+    v.ticket = answer.ticket;
+    if answer.status != CheckInStatus::Admitted {
+        return false;
+    }
+    let pass = room.leave(now, &v.ticket).expect("admitted");
+    let pass_token = sign_pass(key, &pass);
+    origin
+        .verify_pass(&pass_token, now)
+        .expect("origin accepts the pass");
+    v.admitted_at.get_or_insert(now);
+    v.leaves_site_at = Some(pass.expires_at);
+    true
+}
+
+/// What the run came to: who got in, how long they waited, whether in join order.
+fn print_summary(room: &WaitingRoom, visitors: &[Visitor], admissions: &[u64], now: u64) {
     let admitted = visitors.iter().filter(|v| v.admitted_at.is_some()).count();
     let waits: Vec<u64> = visitors
         .iter()

@@ -28,9 +28,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{EngineError, SettingsError};
 use crate::lottery::{self, LotterySeed};
 use crate::queue::{KeyTree, SeenRank};
-use crate::records::Records;
 use crate::settings::Settings;
 use crate::types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
+use crate::visitor_table::VisitorTable;
 
 /// Where a visitor stands after joining or checking in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub struct WaitingRoom {
     /// The queue's ticket index is `visitors` itself (queued records hold the join time), which
     /// saves a second hash table and its cache misses on every join and admission.
     queue: KeyTree,
-    visitors: Records<Record>,
+    visitors: VisitorTable<Record>,
     /// Lazy deadlines: one live entry per visitor, at its `armed` time; an entry whose visitor
     /// has moved on is re-armed or dropped when it comes due.
     deadlines: Deadlines,
@@ -116,7 +116,7 @@ impl WaitingRoom {
             node,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: KeyTree::new(),
-            visitors: Records::default(),
+            visitors: VisitorTable::default(),
             deadlines: Deadlines::default(),
             on_site: 0,
             rate: AdmissionRate::default(),

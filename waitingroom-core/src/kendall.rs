@@ -7,12 +7,12 @@
 //! distance in `[0, 1]`: 0 is perfectly fair, 1 is the exact reverse (last in, first out).
 //!
 //! All counts come from a bottom-up merge sort that counts inversions while merging (Knight's
-//! algorithm for the tie-aware variant), so ten million admissions take one to two seconds in
-//! release builds. The sort works on clones of the caller's keys in two buffers of `n` elements,
-//! allocated once. Clones rather than references because following references scattered over
-//! tens of megabytes made the sort four times slower on ten million keys; keys whose clone is
-//! costly can be passed as references (`&T` is `Ord` and `Copy`) to trade that speed back for
-//! cheap copies.
+//! algorithm for the tie-aware variant), in O(n log n): fast enough for ten million admissions
+//! (`benches/kendall.rs` times it). The sort works on clones of the caller's keys in two buffers
+//! of `n` elements, allocated once. Clones rather than references because following references
+//! scattered over tens of megabytes makes the sort several times slower on large inputs; keys
+//! whose clone is costly can be passed as references (`&T` is `Ord` and `Copy`) to trade that
+//! speed back for cheap copies.
 //!
 //! Counts are `u64`: exact while n(n-1)/2 fits, that is for fewer than about 6·10^9 elements,
 //! more than the two sorting buffers could hold in memory for any key type.
@@ -30,10 +30,11 @@ pub enum Ties {
     /// Strict disagreements count, and so does every pair tied in exactly one of x and y. A pair
     /// tied in both x and y is not a disagreement.
     ///
-    /// This reproduces the metric of the thesis this project comes from, which computed it over
-    /// (join ms, admission ms). It makes batching look unfair: admitting two visitors who joined
-    /// at different times in the same millisecond counts as a disagreement even though neither
-    /// overtook the other. Use it only to compare with the thesis' numbers.
+    /// This reproduces the metric of the thesis this project comes from (Distributed Virtual
+    /// Waiting Room), which computed it over (join ms, admission ms). It makes batching look
+    /// unfair: admitting two visitors who joined at different times in the same millisecond counts
+    /// as a disagreement even though neither overtook the other. Use it only to compare with the
+    /// thesis' numbers.
     CountAsDiscordant,
 }
 

@@ -25,7 +25,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
-use crate::token::{DEFAULT_LEEWAY_MS, TokenKind, encoded_header};
+use crate::jose::{TokenKind, encoded_header};
+
+/// How far in the future, in milliseconds, a token's `issued_at` may be before it is refused as
+/// not yet valid: room for clock skew between nodes.
+pub const DEFAULT_LEEWAY_MS: u64 = 5_000;
 
 /// HKDF `info` label of the secret that keys ticket MACs.
 const TICKET_MAC_INFO: &[u8] = b"waitingroom v1 ticket hmac-sha256";

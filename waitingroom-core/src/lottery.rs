@@ -1,4 +1,4 @@
-//! Provable lotteries (the fairness-audit issue, item 5; README, "Random queueing").
+//! Provable lotteries (README, "Random queueing").
 //!
 //! A lottery orders the visitors who share one join time by their ticket ids (the queue's
 //! second key, [`crate::QueueKey`]). To make that order checkable, a lottery's ids are not drawn
@@ -12,10 +12,10 @@
 //! What an outsider can then check ([`audit_draws`]): that the revealed seed is the committed
 //! one, and that every pass's id is the hash of that seed and its draw — so no id was picked by
 //! hand, and no seed was picked after the fact to suit someone; together with the round records
-//! (`rounds.rs`), that visitors were let out in the order of those ids. What it cannot check:
-//! the cluster's nodes know the seed while the lottery runs (it travels with the live
-//! settings), so a node that wanted to cheat could try draws until one gave a small id; the
-//! cluster is trusted with its own signing key in the same way.
+//! ([`crate::round_records`]), that visitors were let out in the order of those ids. What it
+//! cannot check: the cluster's nodes know the seed while the lottery runs (it travels with the
+//! live settings), so a node that wanted to cheat could try draws until one gave a small id;
+//! the cluster is trusted with its own signing key in the same way.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::keys::{ClusterKey, VerifyingKeySet};
-use crate::rounds::{RecordError, sign_typed, verify_typed};
+use crate::round_records::{RecordError, sign_typed, verify_typed};
 use crate::types::{TicketId, Time};
 
 /// The JWS `typ` of a lottery record.
@@ -266,7 +266,7 @@ mod tests {
         let mut parts: Vec<String> = shown.split('.').map(str::to_owned).collect();
         parts[1] = URL_SAFE_NO_PAD.encode(br#"{"name":"launch","commit":"x","reveal_at_ms":5}"#);
         let edited = parts.join(".");
-        let other = crate::rounds::sign_record(&key(), &round());
+        let other = crate::round_records::sign_record(&key(), &round());
         let found = audit_draws(&[edited, other], &keys(), &[]);
         assert_eq!(found.lotteries, 0);
         assert!(
@@ -278,11 +278,11 @@ mod tests {
         assert_eq!(found.findings.len(), 2);
     }
 
-    fn round() -> crate::rounds::RoundRecord {
-        crate::rounds::RoundRecord {
+    fn round() -> crate::round_records::RoundRecord {
+        crate::round_records::RoundRecord {
             round: 0,
             decided_at_ms: 1,
-            cutoff: crate::rounds::Cutoff::from(crate::types::QueueKey {
+            cutoff: crate::round_records::Cutoff::from(crate::types::QueueKey {
                 join_time: 1,
                 ticket: TicketId(1),
                 node: crate::types::NodeId(1),

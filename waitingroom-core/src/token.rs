@@ -39,16 +39,13 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::jose::{JoseHeader, TokenKind, to_json};
 use crate::keys::{ClusterKey, KeyRing, VerifyingKeySet};
 use crate::types::{NodeId, Pass, Ticket, TicketId, Time};
 
 /// Tokens longer than this many bytes are refused before any decoding. Real tokens are about
 /// 400 bytes; the bound keeps the work an attacker can cause per request small.
 pub const MAX_TOKEN_LEN: usize = 4096;
-
-/// How far in the future, in milliseconds, a token's `issued_at` may be before it is refused as
-/// not yet valid: room for clock skew between nodes.
-pub const DEFAULT_LEEWAY_MS: u64 = 5_000;
 
 /// Bytes of an Ed25519 signature.
 const SIGNATURE_LEN: usize = 64;
@@ -59,56 +56,6 @@ const MAC_LEN: usize = 32;
 const SIGNATURE_BUF: usize = 66;
 /// Room for the decoded payload of the longest token allowed, so it is decoded on the stack.
 const PAYLOAD_BUF: usize = MAX_TOKEN_LEN / 4 * 3;
-/// Serialised claims are about 300 bytes: written into a buffer this big, they never regrow it.
-const CLAIMS_CAPACITY: usize = 512;
-
-/// The two kinds of token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TokenKind {
-    /// A [`Ticket`]: a waiting visitor's place in line.
-    Ticket,
-    /// A [`Pass`]: an admitted visitor's permission to be on the site.
-    Pass,
-}
-
-impl TokenKind {
-    /// The JWS header `typ` of this kind (RFC 8725 §3.11 explicit typing).
-    pub fn typ(self) -> &'static str {
-        match self {
-            TokenKind::Ticket => "wr-ticket+jwt",
-            TokenKind::Pass => "wr-pass+jwt",
-        }
-    }
-
-    /// The value of the payload's `kind` claim for this kind.
-    pub fn claim(self) -> &'static str {
-        match self {
-            TokenKind::Ticket => "ticket",
-            TokenKind::Pass => "pass",
-        }
-    }
-
-    /// The only JWS `alg` accepted for this kind: `HS256` for tickets, `EdDSA` for passes.
-    pub fn alg(self) -> &'static str {
-        match self {
-            TokenKind::Ticket => "HS256",
-            TokenKind::Pass => "EdDSA",
-        }
-    }
-
-    fn other(self) -> TokenKind {
-        match self {
-            TokenKind::Ticket => TokenKind::Pass,
-            TokenKind::Pass => TokenKind::Ticket,
-        }
-    }
-}
-
-impl std::fmt::Display for TokenKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.claim())
-    }
-}
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -158,41 +105,6 @@ pub enum TokenError {
     /// The token's `issued_at` is further ahead of `now` than the leeway allows.
     #[error("token is not valid yet")]
     NotYetValid,
-}
-
-/// A JWS protected header as this crate reads it.
-///
-/// Members other than these are refused: in particular `crit` (no extension is understood) and
-/// `b64` (RFC 7797 would change what the signature covers).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JoseHeader {
-    /// Signature algorithm.
-    pub alg: String,
-    /// Id of the signing key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kid: Option<String>,
-    /// Token type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub typ: Option<String>,
-}
-
-/// The header this crate writes; borrowed so encoding it copies nothing.
-#[derive(Serialize)]
-struct HeaderOut<'a> {
-    alg: &'static str,
-    kid: &'a str,
-    typ: &'static str,
-}
-
-/// The base64url protected header of `kind` tokens made with the key `kid`: computed once per
-/// key ([`ClusterKey`] keeps both), never per token.
-pub(crate) fn encoded_header(kind: TokenKind, kid: &str) -> String {
-    URL_SAFE_NO_PAD.encode(to_json(&HeaderOut {
-        alg: kind.alg(),
-        kid,
-        typ: kind.typ(),
-    }))
 }
 
 /// JWT NumericDate: whole seconds, rounded down so generic libraries never accept a token past
@@ -386,14 +298,6 @@ fn check_registered(
 struct KindPeek {
     #[serde(default)]
     kind: Option<String>,
-}
-
-fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut json = Vec::with_capacity(CLAIMS_CAPACITY);
-    // serde_json fails only on maps with non-string keys or on a Serialize impl that reports an
-    // error; headers and claims are structs of strings, integers and ids, so this cannot fail.
-    serde_json::to_writer(&mut json, value).expect("token header and claims always serialise");
-    json
 }
 
 /// The JWS signing input, `header.payload`, with room left for the signature's `signature_chars`
@@ -715,6 +619,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::keys::DEFAULT_LEEWAY_MS;
 
     const NOW: Time = 1_700_000_100_500;
 

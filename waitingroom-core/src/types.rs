@@ -1,8 +1,8 @@
 //! The data every part of the waiting room shares: identifiers, the queue key, tickets and passes.
 //!
-//! Field meanings follow appendix A.1 of the thesis this design comes from. All times are
-//! milliseconds on the caller's clock (Unix milliseconds in the server, simulated milliseconds in
-//! the simulator).
+//! Field meanings follow the thesis this design comes from (Distributed Virtual Waiting Room,
+//! appendix A.1). All times are milliseconds on the caller's clock (Unix milliseconds in the
+//! server, simulated milliseconds in the simulator).
 
 use std::fmt;
 
@@ -24,9 +24,9 @@ impl fmt::Display for NodeId {
 
 /// An identifier given to a visitor when they join; the pass they get later carries it too.
 ///
-/// Its high 32 bits are random. A room's own ids carry in their low 32 bits the sequence number
-/// of the join, scrambled under the high half, by which the room finds the visitor's record
-/// without hashing (`records.rs`); lottery ids are drawn whole ([`crate::lottery::drawn_id`]).
+/// Its high 32 bits are random. A room's own ids carry in their low 32 bits the sequence number of
+/// the join, scrambled under the high half, by which the room finds the visitor's record without
+/// hashing (`visitor_table.rs`); lottery ids are drawn whole ([`crate::lottery::drawn_id`]).
 ///
 /// In JSON it is a 16-digit lowercase hex string: browsers parse JSON numbers as doubles, which
 /// cannot hold every `u64`.

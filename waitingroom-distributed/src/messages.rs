@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use waitingroom_core::rounds::RoundRecord;
+use waitingroom_core::round_records::RoundRecord;
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::live::LiveSettings;
@@ -482,7 +482,7 @@ pub struct Summary {
     #[serde(default)]
     pub released: Vec<Release>,
     /// The round's record, if it let anyone out: the claims every node signs the same way
-    /// (README, "Fairness records"; `waitingroom_core::rounds`).
+    /// (README, "Fairness records"; `waitingroom_core::round_records`).
     #[serde(default)]
     pub record: Option<RoundRecord>,
     /// Lost rounds the root held against the site (it granted nothing while any was live):

@@ -7,7 +7,7 @@
 //! from the node so that the modules producing outputs need not import it.
 
 use serde::{Deserialize, Serialize};
-use waitingroom_core::rounds::RoundRecord;
+use waitingroom_core::round_records::RoundRecord;
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::lease::Pause;

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use waitingroom_core::rounds::{Cutoff, RoundRecord};
+use waitingroom_core::round_records::{Cutoff, RoundRecord};
 use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};

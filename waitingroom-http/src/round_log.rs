@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use waitingroom_core::Time;
-use waitingroom_core::rounds::{self, Cutoff, RoundRecord};
+use waitingroom_core::round_records::{self, Cutoff, RoundRecord};
 
 use crate::crypto::Crypto;
 
@@ -127,7 +127,7 @@ impl RoundLog {
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         records
             .back()
-            .map(|(round, jws)| (*round, rounds::link(jws)))
+            .map(|(round, jws)| (*round, round_records::link(jws)))
     }
 
     /// Signs and keeps `record`; returns its link. A record whose number is not after the last
@@ -135,7 +135,7 @@ impl RoundLog {
     /// the fork or gap, which must not be hidden.
     pub fn record(&self, record: &RoundRecord) -> String {
         let jws = self.crypto.sign_record(record);
-        let link = rounds::link(&jws);
+        let link = round_records::link(&jws);
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         if records.len() >= self.kept {
             records.pop_front();
@@ -227,7 +227,7 @@ pub fn claim(jws: &str, name: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use waitingroom_core::rounds::Cutoff;
+    use waitingroom_core::round_records::Cutoff;
     use waitingroom_core::{NodeId, TicketId};
 
     use super::*;

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod network;
 pub mod output;
 pub mod progress;
+pub mod room;
 pub mod scheduler;
 pub mod seeds;
 pub mod sim;

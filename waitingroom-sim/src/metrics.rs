@@ -530,8 +530,7 @@ mod tests {
     }
 
     /// A visitor let out late by catch-up (their node missed the round that decided them)
-    /// counts as on time by the strict measure and as late by the actual one (item 6 of the
-    /// fairness-audit issue).
+    /// counts as on time by the strict measure and as late by the actual one.
     #[test]
     fn a_catch_up_admission_counts_against_the_actual_measure_only() {
         let mut l = Ledger::new(3);

@@ -32,9 +32,21 @@ pub fn human_report(r: &RunReport) -> String {
 
 /// The fields of the human-readable report, in order, as (name, value).
 fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
-    let n = &r.network;
-    let timed_out = if r.timed_out { " (timed out)" } else { "" };
-    let mut fields = vec![
+    let mut fields = fairness_fields(r);
+    fields.extend(outcome_fields(r));
+    fields.extend(run_fields(r));
+    if !r.protocol_events.is_empty() {
+        fields.push(("protocol events", counts(&r.protocol_events)));
+    }
+    if !r.visitor_errors.is_empty() {
+        fields.push(("refused visitor operations", counts(&r.visitor_errors)));
+    }
+    fields
+}
+
+/// How fair the order of admission was: Kendall-Tau against each notion of the fair order.
+fn fairness_fields(r: &RunReport) -> Vec<(&'static str, String)> {
+    vec![
         ("kendall_tau", format!("{:.3e}", r.kendall_tau)),
         (
             "kendall_tau_actual",
@@ -48,6 +60,13 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
             "kendall_tau_arrival",
             format!("{:.3e} ({})", r.kendall_tau_arrival, r.queueing_method),
         ),
+    ]
+}
+
+/// Who got in and who did not, how long they waited, how full the site got.
+fn outcome_fields(r: &RunReport) -> Vec<(&'static str, String)> {
+    let timed_out = if r.timed_out { " (timed out)" } else { "" };
+    vec![
         ("admitted", r.admitted.to_string()),
         ("lost", r.lost.to_string()),
         ("abandoned", r.abandoned.to_string()),
@@ -71,6 +90,14 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
             r.partition_waits
                 .map_or("-".into(), |(cut, other)| format!("{cut:.0} / {other:.0}")),
         ),
+    ]
+}
+
+/// The run itself: its messages, invariant checks, events, time and memory, its trace hash and
+/// the network's tally.
+fn run_fields(r: &RunReport) -> Vec<(&'static str, String)> {
+    let n = &r.network;
+    vec![
         ("messages", r.messages.to_string()),
         (
             "messages_per_admitted",
@@ -99,14 +126,7 @@ fn report_fields(r: &RunReport) -> Vec<(&'static str, String)> {
                 n.sent, n.lost, n.duplicated, n.reordered, n.cut, n.to_dead
             ),
         ),
-    ];
-    if !r.protocol_events.is_empty() {
-        fields.push(("protocol events", counts(&r.protocol_events)));
-    }
-    if !r.visitor_errors.is_empty() {
-        fields.push(("refused visitor operations", counts(&r.visitor_errors)));
-    }
-    fields
+    ]
 }
 
 /// `name count, name count, …`

@@ -48,7 +48,7 @@ impl Progress {
         }
     }
 
-    /// Called every [`EVERY_EVENTS`] events: prints a line when [`INTERVAL`] has passed.
+    /// Called every [`EVERY_EVENTS`] events: prints a line when `INTERVAL` has passed.
     pub fn tick(&mut self, events: u64, sim_ms: Time, admitted: u64, users: u64) {
         if !self.enabled || self.last.elapsed() < INTERVAL {
             return;

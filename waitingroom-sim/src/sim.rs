@@ -3,110 +3,21 @@
 //! Simulated time jumps from one event to the next. Visitors arrive, check in every refresh
 //! interval (a little late, by the jitter), leave the queue at the check-in that says they are
 //! admitted, stay on the site while their pass is valid, and may give up. What answers them is
-//! a [`Room`]: the real protocol cluster or one of the baselines.
+//! a [`Room`] (`crate::room`): the real protocol cluster or one of the baselines.
 
 use std::time::Instant;
 
-use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 use waitingroom_distributed::QueueingMethod;
 
 use crate::config::{RunConfig, Strategy};
-use crate::metrics::{Admission, Ledger, RunReport, peak_memory};
+use crate::metrics::{Admission, RunReport, peak_memory};
 use crate::progress::{self, Progress};
-use crate::scheduler::{Ev, Scheduler};
-use crate::seeds::{self, Stream};
+use crate::room::{Ctx, Reply, Room};
+use crate::scheduler::Ev;
 use crate::strategies;
 use crate::trace::Trace;
 use crate::visitors::{Phase, Visitors};
-
-/// What a waiting room answered a visitor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reply {
-    /// Still queued: come back after the refresh interval.
-    Queued,
-    /// Let out: leave the queue now.
-    Admitted,
-    /// Nobody could serve the request right now (no node ready): try again later.
-    Unavailable,
-    /// The waiting room refused the visitor for good: they lost their place.
-    Refused,
-}
-
-/// A waiting room the simulated visitors go through.
-pub trait Room {
-    /// Sets up (starts nodes, schedules ticks and disturbances) before the first event.
-    fn start(&mut self, ctx: &mut Ctx);
-    /// Visitor `v` arrives.
-    fn join(&mut self, ctx: &mut Ctx, v: u32) -> Reply;
-    /// Visitor `v` checks in (joins if they could not yet).
-    fn check_in(&mut self, ctx: &mut Ctx, v: u32) -> Reply;
-    /// Admitted visitor `v` leaves the queue; returns when their pass expires, None if refused.
-    fn leave(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
-    /// Visitor `v` on the site refreshes their pass; returns its new expiry, None if refused.
-    fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
-    /// When the waiting room asked visitor `v` to check in next, if it said (a real client
-    /// follows the ticket's `next_refresh`); None means one refresh interval from now.
-    fn next_check_in(&self, _v: u32) -> Option<Time> {
-        None
-    }
-    /// Reads what the next step of visitor `v` reads first, so that its cache misses overlap the
-    /// current event's work (in part: a read, unlike a prefetch, still waits for its data)
-    /// instead of stalling the next one. A large run is bound by memory latency (README).
-    /// Changes nothing.
-    fn touch(&self, _v: u32) {}
-    /// Asks the processor to fetch what [`Room::touch`] will read of visitor `v`, without
-    /// waiting for it: one event earlier, so that the touch finds it cached. Changes nothing.
-    fn prefetch(&self, _v: u32) {}
-    /// An event of the room's own (messages, timers, disturbances, ticks).
-    fn handle(&mut self, ctx: &mut Ctx, ev: Ev);
-    /// Adds the room's own measurements to the report.
-    fn finish(&mut self, ctx: &mut Ctx, report: &mut RunReport);
-}
-
-/// The state every room shares: clock, event queue, visitors, ledger, trace.
-pub struct Ctx {
-    /// The run's configuration.
-    pub cfg: RunConfig,
-    /// Simulated time.
-    pub now: Time,
-    /// When the arrival window opens.
-    pub start: Time,
-    /// Pending events.
-    pub sched: Scheduler,
-    /// Who joined and was admitted when; who is on the site.
-    pub ledger: Ledger,
-    /// The visitors.
-    pub visitors: Visitors,
-    /// Visitor behaviour stream: check-in jitter, load-balancer choices.
-    pub rng: ChaCha8Rng,
-    /// The event trace.
-    pub trace: Trace,
-    /// When each visitor's session ends (only with `session_ms > 0`).
-    session_end: Vec<Time>,
-}
-
-impl Ctx {
-    /// A room admitted a visitor (`a`); `alive` tells whether a node process is still running.
-    pub fn admitted(&mut self, a: Admission, alive: impl Fn(u32) -> bool) {
-        let v = a.v;
-        self.trace.note(
-            self.now,
-            "admit",
-            &[u64::from(v), a.decided_at, a.at, u64::from(a.by)],
-        );
-        let first = self.ledger.admit(a, alive);
-        let gone = matches!(
-            self.visitors.phase[v as usize],
-            Phase::Abandoned | Phase::Refused
-        );
-        if first && gone {
-            // Nobody comes to claim the place: it is held until the claim window closes.
-            let at = self.now + self.cfg.protocol.ticket_expiry_ms;
-            self.sched.at(at, Ev::Visitor(v));
-        }
-    }
-}
 
 /// Runs one simulation.
 pub fn run(cfg: &RunConfig) -> RunReport {
@@ -216,29 +127,6 @@ fn event_loop(ctx: &mut Ctx, room: &mut dyn Room, progress: &mut Progress) -> Ra
 }
 
 impl Ctx {
-    /// The state of a run about to start: the visitors drawn, nothing scheduled yet.
-    fn new(cfg: &RunConfig, trace: Trace) -> Self {
-        let start = cfg.workload.warmup_ms;
-        let mut arrivals = seeds::rng(cfg.seed, Stream::Arrivals);
-        let visitors = Visitors::generate(&cfg.workload, start, &mut arrivals);
-        let n = visitors.len();
-        Ctx {
-            cfg: cfg.clone(),
-            now: 0,
-            start,
-            sched: Scheduler::default(),
-            ledger: Ledger::new(n),
-            visitors,
-            rng: seeds::rng(cfg.seed, Stream::Visitors),
-            trace,
-            session_end: if cfg.workload.session_ms > 0 {
-                vec![0; n]
-            } else {
-                Vec::new()
-            },
-        }
-    }
-
     /// Adds what the ledger and the visitors' phases measured to the report.
     fn measure(&self, report: &mut RunReport) {
         let ledger = &self.ledger;
@@ -378,9 +266,7 @@ fn enter_site(ctx: &mut Ctx, v: u32, expires: Time) {
     ctx.visitors.phase[i] = Phase::OnSite;
     ctx.visitors.unfinished -= 1;
     ctx.visitors.pass_expires[i] = expires;
-    if !ctx.session_end.is_empty() {
-        ctx.session_end[i] = ctx.now + ctx.cfg.workload.session_ms;
-    }
+    ctx.start_session(i);
     schedule_on_site(ctx, v);
 }
 
@@ -394,7 +280,7 @@ fn schedule_on_site(ctx: &mut Ctx, v: u32) {
         ctx.visitors.phase[i] = Phase::Done;
         return;
     }
-    let session_end = ctx.session_end.get(i).copied().unwrap_or(0);
+    let session_end = ctx.session_end(i);
     let refresh_at = ctx.now + (ctx.cfg.protocol.pass_expiry_ms / 2).max(1);
     let at = if session_end > ctx.now && refresh_at < expires {
         refresh_at.min(session_end)
@@ -406,7 +292,7 @@ fn schedule_on_site(ctx: &mut Ctx, v: u32) {
 
 fn on_site_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
     let i = v as usize;
-    let session_end = ctx.session_end.get(i).copied().unwrap_or(0);
+    let session_end = ctx.session_end(i);
     if ctx.now < ctx.visitors.pass_expires[i]
         && ctx.now < session_end
         && let Some(expires) = room.refresh_pass(ctx, v)

@@ -1,6 +1,6 @@
-//! Line charts as plain SVG text: small multiples (one panel per visitor count, like the
-//! thesis' figures 6.1–6.3), one line per series. No plotting crate: the output is a few
-//! hundred lines of SVG any browser renders.
+//! Line charts as plain SVG text: small multiples (one panel per visitor count, like figures
+//! 6.1–6.3 of the thesis, Distributed Virtual Waiting Room), one line per series. No plotting
+//! crate: the output is a few hundred lines of SVG any browser renders.
 
 use std::fmt::Write;
 

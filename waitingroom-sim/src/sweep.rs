@@ -1,6 +1,6 @@
-//! Many runs at once: the thesis' experiment grid (table 6.1), the chaos preset, and the
-//! strategies side by side. Seeds run in parallel on `std::thread`s; results are collected in
-//! run order, so the output does not depend on the number of threads.
+//! Many runs at once: the thesis' experiment grid (Distributed Virtual Waiting Room, table 6.1),
+//! the chaos preset, and the strategies side by side. Seeds run in parallel on `std::thread`s;
+//! results are collected in run order, so the output does not depend on the number of threads.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,7 +77,7 @@ pub struct SweepRow {
     pub thesis_a2_kendall_tau: Option<f64>,
     /// The thesis' appendix A.2 simulated time for this row, if any.
     pub thesis_a2_sim_time_ms: Option<f64>,
-    /// Strict Kendall-Tau of the thesis' reference implementation (protocol issue), if any.
+    /// Strict Kendall-Tau of the thesis' reference implementation, if any.
     pub reference_kendall_tau: Option<f64>,
     /// The bound `kendall_tau_mean` must stay under: half the reference (1e-7 without churn).
     pub kendall_tau_bound: Option<f64>,
@@ -182,8 +182,8 @@ pub fn thesis_a2(target: Target, users: u64, churn: u32) -> Option<(f64, f64)> {
     }
 }
 
-/// Strict Kendall-Tau of the thesis' reference implementation on the same grid (from the
-/// protocol issue: 300 seeds per row, pairs tied in admission time not counted).
+/// Strict Kendall-Tau of the thesis' reference implementation on the same grid (300 seeds per
+/// row, pairs tied in admission time not counted).
 pub fn reference_kendall_tau(target: Target, users: u64, churn: u32) -> Option<f64> {
     let t20 = target == Target::Limited(20);
     Some(match (users, churn) {

@@ -91,7 +91,8 @@ fn crashes_and_additions_lose_nobody() {
 /// Mixed-chaos seed 4,364: after a partition heals, node 4's peers drop it and rejoin one
 /// another under new incarnations; node 4 then drops its last peer and is alone. It finds
 /// their cluster again only by probing its former members in whatever life they live now
-/// (`Cluster::former_candidates`); before, it stalled with 6 visitors until the time limit.
+/// (`Cluster::former_candidates`); without that probe it stalls, visitors still waiting, until
+/// the time limit.
 #[test]
 fn a_node_every_peer_forgot_finds_their_cluster_again() {
     let line = "--seed 4364 --nodes 8 --users 500 --loss-probability 0.05 \

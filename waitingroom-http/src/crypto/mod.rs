@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use thiserror::Error;
 use waitingroom_core::lottery::{self, LotteryRecord};
-use waitingroom_core::rounds::{self, RoundRecord};
+use waitingroom_core::round_records::{self, RoundRecord};
 
 use return_path::ReturnPathKey;
 use waitingroom_core::{Pass, Ticket, Time};
@@ -159,7 +159,7 @@ impl Crypto {
 
     /// Signs a round record with the current key (`typ` `wr-round+jwt`).
     pub fn sign_record(&self, record: &RoundRecord) -> String {
-        rounds::sign_record(self.keys.current(), record)
+        round_records::sign_record(self.keys.current(), record)
     }
 
     /// Signs lottery records with the current key (`typ` `wr-lottery+jwt`), reusing the

@@ -83,8 +83,8 @@ pub enum Strategy {
     /// Cloudflare-style: one bucket per minute of arrival, oldest bucket first, random order
     /// within a bucket.
     Buckets,
-    /// The relaxed distributed queue of the thesis §7.2.2: every admission takes the better
-    /// head of `d` randomly chosen nodes' local queues.
+    /// The relaxed distributed queue of the thesis (Distributed Virtual Waiting Room, §7.2.2):
+    /// every admission takes the better head of `d` randomly chosen nodes' local queues.
     RandomSample,
 }
 

@@ -14,9 +14,9 @@ use waitingroom_core::Time;
 
 use crate::config::{RunConfig, Strategy};
 use crate::metrics::{Admission, RunReport};
+use crate::room::{Ctx, Reply, Room};
 use crate::scheduler::Ev;
 use crate::seeds::{self, Stream};
-use crate::sim::{Ctx, Reply, Room};
 
 /// The room a configuration asks for.
 pub fn build(cfg: &RunConfig) -> Box<dyn Room> {

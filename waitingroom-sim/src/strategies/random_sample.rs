@@ -1,7 +1,7 @@
-//! The relaxed distributed priority queue of the thesis §7.2.2: every node keeps a local queue
-//! of the visitors who joined there; each admission asks `d` random nodes for their head and
-//! takes the smallest. Simple and scalable, but a visitor can wait behind later arrivals for as
-//! long as their node is not sampled.
+//! The relaxed distributed priority queue of the thesis (Distributed Virtual Waiting Room, §7.2.2):
+//! every node keeps a local queue of the visitors who joined there; each admission asks `d` random
+//! nodes for their head and takes the smallest. Simple and scalable, but a visitor can wait behind
+//! later arrivals for as long as their node is not sampled.
 
 use std::collections::BTreeSet;
 

@@ -1,9 +1,9 @@
 //! `waitingroom-node audit`: checks a cluster's published admission records (README,
 //! "Fairness records") — signatures against its JWKS, the hash chain, round numbers, cutoffs
 //! that never go back — and passes visitors hold against them (each covered by the round it
-//! names, by no earlier one), with `waitingroom_core::rounds::audit`; and its lotteries (README,
-//! "Random queueing"): each revealed seed against its commitment, and each lottery pass's id
-//! against the seed and its draw, with `waitingroom_core::lottery::audit_draws`.
+//! names, by no earlier one), with `waitingroom_core::round_records::audit`; and its lotteries
+//! (README, "Random queueing"): each revealed seed against its commitment, and each lottery pass's
+//! id against the seed and its draw, with `waitingroom_core::lottery::audit_draws`.
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 use waitingroom_core::lottery::{self, DrawnPass, LotteryAudit};
-use waitingroom_core::rounds::{self, AdmittedPass, Finding};
+use waitingroom_core::round_records::{self, AdmittedPass, Finding};
 use waitingroom_core::{NodeId, QueueKey, VerifyingKeySet};
 use waitingroom_http::round_log::claim;
 
@@ -47,7 +47,7 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<()> {
         Some(path) => read_passes(path, &keys)?,
         None => Passes::default(),
     };
-    let report = rounds::audit(&records, &keys, &passes.in_rounds);
+    let report = round_records::audit(&records, &keys, &passes.in_rounds);
     let lotteries = fetch_list(&client, &format!("{base}/api/lotteries"), "lotteries").await?;
     let draws = lottery::audit_draws(&lotteries, &keys, &passes.drawn);
     let violations: Vec<&Finding> = report.violations().collect();
@@ -79,7 +79,12 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_text(report: &rounds::Audit, draws: &LotteryAudit, passes: &Passes, violations: usize) {
+fn print_text(
+    report: &round_records::Audit,
+    draws: &LotteryAudit,
+    passes: &Passes,
+    violations: usize,
+) {
     println!("rounds checked: {}", report.rounds);
     println!("passes checked: {}", report.passes);
     println!(

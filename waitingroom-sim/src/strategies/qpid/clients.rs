@@ -3,8 +3,8 @@
 //!
 //! Nearly every event of a large run reads one random visitor's record, and with millions
 //! waiting it is never in cache. A `Ticket` as the protocol returns it spans two cache lines
-//! (96 bytes, 104 as an `Option`) and the sticky node was a third, in an array of its own.
-//! Packed, the record is one line: ten million visitors take 640 MB instead of 1.08 GB. Every
+//! (96 bytes, 104 as an `Option`), and the sticky node in an array of its own would be a
+//! third. Packed, the record is one line of 64 bytes. Every
 //! field is kept exactly; times as 32-bit milliseconds, which `RunConfig::validate` bounds.
 
 use waitingroom_core::{NodeId, Ticket, TicketId, Time};

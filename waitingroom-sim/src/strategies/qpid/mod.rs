@@ -17,9 +17,9 @@ use crate::config::{Disturbance, PartitionKind, RunConfig};
 use crate::disturbances;
 use crate::metrics::{Admission, RunReport};
 use crate::network::Network;
+use crate::room::{Ctx, Reply, Room};
 use crate::scheduler::Ev;
 use crate::seeds::{self, Stream};
-use crate::sim::{Ctx, Reply, Room};
 
 mod checks;
 mod clients;

@@ -5,8 +5,8 @@ use waitingroom_distributed::{Body, Transmit};
 
 use super::nodes::slot_of_addr;
 use crate::network::Network;
+use crate::room::Ctx;
 use crate::scheduler::Ev;
-use crate::sim::Ctx;
 
 /// The network and what is on it.
 pub(super) struct Wire {

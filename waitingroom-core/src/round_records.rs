@@ -1,13 +1,14 @@
-//! Round records: fairness anyone can check (the fairness-audit issue).
+//! Round records: signed, hash-chained records of the admission rounds, so anyone can check the
+//! fairness of who was let out.
 //!
-//! The protocol decides each admission round at the root with a cutoff in queue order (thesis
-//! §4.5.3: the round lets out every queued key up to it), so the whole admission history is a
-//! short list of decisions. Each round that lets anyone out becomes a record — its number, when
-//! it was decided, the cutoff (the largest queue key it lets out), how many it let out, the root,
-//! the membership version — signed with the cluster key as a compact JWS of its own type
-//! ([`ROUND_TYP`]: never a ticket or a pass) and chained: `prev` is the SHA-256 of the previous
-//! record's JWS. Ed25519 signatures are deterministic, so every node that signs the same claims
-//! gets the same bytes, and the chain is the same everywhere.
+//! The protocol decides each admission round at the root with a cutoff in queue order (Distributed
+//! Virtual Waiting Room, §4.5.3: the round lets out every queued key up to it), so the whole
+//! admission history is a short list of decisions. Each round that lets anyone out becomes a record
+//! — its number, when it was decided, the cutoff (the largest queue key it lets out), how many it
+//! let out, the root, the membership version — signed with the cluster key as a compact JWS of its
+//! own type ([`ROUND_TYP`]: never a ticket or a pass) and chained: `prev` is the SHA-256 of the
+//! previous record's JWS. Ed25519 signatures are deterministic, so every node that signs the same
+//! claims gets the same bytes, and the chain is the same everywhere.
 //!
 //! [`audit`] checks a published list of records, and the passes visitors hold against it:
 //! signatures, the chain, cutoffs that never go back, and that each pass's queue key is covered

@@ -3,7 +3,7 @@
 //! Every check-in looks its visitor's record up. In a hash table the records of the visitors
 //! who wait (a few thousand per node in a large run) lie scattered among those of visitors who
 //! already left (kept until their ticket expires), one cache line each, behind control bytes
-//! that cost a line of their own: with many nodes in one process the lookup missed the cache
+//! that cost a line of their own: with many nodes in one process the lookup misses the cache
 //! twice on nearly every check-in (simulator README, "Speed"). But a room lets its visitors out
 //! in the order they joined, so it keeps its own visitors' records in a ring in the order their
 //! ticket ids were issued: the ones still waiting sit together at its back, where the
@@ -24,9 +24,10 @@ use std::fmt;
 use crate::queue::TicketHasher;
 use crate::types::TicketId;
 
-/// Records by ticket id; a slot in a ring for the ids issued here, a hash map for the rest.
+/// The visitors' records by ticket id: a slot in a ring for each id issued here, a hash map for
+/// the rest.
 #[derive(Clone)]
-pub(crate) struct Records<V> {
+pub(crate) struct VisitorTable<V> {
     /// Slot `i` belongs to the id with sequence number `next - ring.len() + i` (wrapping), and
     /// holds its record while one is kept there.
     ring: VecDeque<Option<(TicketId, V)>>,
@@ -36,9 +37,9 @@ pub(crate) struct Records<V> {
     others: HashMap<TicketId, V, TicketHasher>,
 }
 
-impl<V> Default for Records<V> {
+impl<V> Default for VisitorTable<V> {
     fn default() -> Self {
-        Records {
+        VisitorTable {
             ring: VecDeque::new(),
             next: 0,
             others: HashMap::with_hasher(TicketHasher),
@@ -46,14 +47,14 @@ impl<V> Default for Records<V> {
     }
 }
 
-impl<V: fmt::Debug> fmt::Debug for Records<V> {
+impl<V: fmt::Debug> fmt::Debug for VisitorTable<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ring = self.ring.iter().flatten().map(|(id, v)| (id, v));
         f.debug_map().entries(ring).entries(&self.others).finish()
     }
 }
 
-impl<V> Records<V> {
+impl<V> VisitorTable<V> {
     /// A new ticket id, its slot taken from now on: the high half of `random`, and the next
     /// sequence number scrambled under it.
     pub(crate) fn issue(&mut self, random: u64) -> TicketId {
@@ -149,10 +150,8 @@ impl<V> Records<V> {
 
 /// A bijection of 32-bit numbers that looks random (Chris Wellons' `lowbias32`): ids stay as
 /// evenly spread as wholly random ones (the protocol spreads visitors' check-ins by ticket id
-/// and breaks ties with it) and do not show how many joined. With plain sequence numbers,
-/// mixed-chaos sweeps failed more often (8 of 20,000 seeds against 1 with random ids and 3
-/// scrambled, before the fix of former-member probes that all 20,000 now pass with: simulator
-/// README).
+/// and breaks ties with it; the simulator README compares mixed-chaos sweeps with plain,
+/// random and scrambled ids) and do not show how many joined.
 fn scramble(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);
@@ -193,7 +192,7 @@ mod tests {
 
     #[test]
     fn issued_ids_keep_the_random_high_half_over_a_scrambled_count() {
-        let mut records = Records::<u8>::default();
+        let mut records = VisitorTable::<u8>::default();
         let a = records.issue(0xabcd_ef01_2345_6789);
         let b = records.issue(0x1111_2222_ffff_ffff);
         assert_eq!(
@@ -213,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_front_goes_once_its_records_are_gone() {
-        let mut records = Records::<u8>::default();
+        let mut records = VisitorTable::<u8>::default();
         let ids: Vec<_> = (0..4).map(|_| records.issue(0)).collect();
         for &id in &ids {
             records.insert(id, 0);
@@ -232,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_foreign_id_in_a_free_slot_does_not_hide_the_owner() {
-        let mut records = Records::<u8>::default();
+        let mut records = VisitorTable::<u8>::default();
         let own = records.issue(0x5555_0000_0000_0000);
         // Another node's id with the same sequence number takes the free slot first.
         let foreign = foreign(0, 0x7777);
@@ -276,7 +275,7 @@ mod tests {
     proptest! {
         #[test]
         fn behaves_like_a_hash_map(ops in prop::collection::vec(op(), 1..300)) {
-            let mut records = Records::<u8>::default();
+            let mut records = VisitorTable::<u8>::default();
             let mut model = HashMap::new();
             let mut ids = Vec::new();
             for op in ops {

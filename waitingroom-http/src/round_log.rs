@@ -1,6 +1,6 @@
 //! The round log: the admission rounds' records this node keeps and publishes
 //! (`GET /api/rounds`, README "Fairness records"). The records themselves, their claims, chain
-//! and audit, are `waitingroom_core::rounds`; this is where a node keeps them, signed, in memory
+//! and audit, are `waitingroom_core::round_records`; this is where a node keeps them, signed, in memory
 //! and on disk.
 //!
 //! Every node learns each round that let anyone out from the round's result

@@ -24,6 +24,7 @@ pub mod messages;
 pub mod node;
 mod outputs;
 mod qpid;
+mod record_chain;
 pub mod released;
 mod swim;
 mod tag;

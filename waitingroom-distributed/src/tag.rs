@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use waitingroom_core::rounds::{Cutoff, RoundRecord};
 use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
@@ -28,6 +27,7 @@ use crate::messages::{
 };
 use crate::outputs::{Event, Outbox};
 use crate::patch::{Mode, QueueingMethod};
+use crate::record_chain::RecordChain;
 use crate::released::{Release, Released};
 use crate::voters::Voters;
 
@@ -42,11 +42,6 @@ const DEPARTED_KEPT: usize = 256;
 const RANGES_KEPT: usize = 8;
 /// Ranges passed on with each result.
 const RANGES_SENT: usize = 3;
-
-/// Records remembered to name on passes (a visitor leaves within a ticket's life of being let
-/// out: 64 rounds is a minute of 1-s rounds that all let someone out; older, the pass names
-/// none).
-const RECORDED_KEPT: usize = 64;
 
 /// For how many intervals a count carries a release up (a round that fails to finish loses
 /// none).
@@ -108,12 +103,8 @@ pub(crate) struct Tag {
     departed: Vec<Departed>,
     /// Passes given back early (`released.rs`).
     released: Released,
-    /// The number the next round record takes (one past the last this node knows), and the
-    /// last one's link once the driver has signed it (README, "Fairness records"). A new root
-    /// goes on from here.
-    chain: (u64, String),
-    /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
-    recorded: VecDeque<(Time, u64)>,
+    /// Where this node is in the chain of round records (`record_chain.rs`).
+    records: RecordChain,
     /// Every member this node has had (at most [`SEEN_KEPT`]): before any voters are agreed,
     /// the first need a majority of them, and a founder votes alone only while it has had no
     /// other (`voters.rs`).
@@ -190,8 +181,7 @@ impl Tag {
             ranges: Vec::new(),
             departed: Vec::new(),
             released: Released::default(),
-            chain: (0, String::new()),
-            recorded: VecDeque::new(),
+            records: RecordChain::default(),
             started: VecDeque::new(),
             seen: BTreeSet::new(),
         }
@@ -591,8 +581,9 @@ impl Tag {
             settings: self.live().clone(),
             departed: self.departed.clone(),
             released: counts.released.clone(),
-            record: (admit > 0)
-                .then(|| self.next_record(&round.stamp, (admit, max_key), version, lottery)),
+            record: (admit > 0).then(|| {
+                (self.records).next_record(&round.stamp, (admit, max_key), version, lottery)
+            }),
             lost,
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
@@ -615,55 +606,21 @@ impl Tag {
         }
     }
 
-    /// The record of a round decided now that lets `admit` out (up to `max_key`, or everyone
-    /// before the stamp's time): the next after the last this node knows, naming its link.
-    fn next_record(
-        &self,
-        stamp: &Stamp,
-        (admit, max_key): (u64, Option<QueueKey>),
-        version: u64,
-        lottery: bool,
-    ) -> RoundRecord {
-        let everyone_before = |t: Time| Cutoff {
-            join_time: t.saturating_sub(1),
-            id: TicketId(u64::MAX),
-            node: NodeId(u64::MAX),
-        };
-        RoundRecord {
-            round: self.chain.0,
-            decided_at_ms: stamp.time,
-            cutoff: max_key.map_or_else(|| everyone_before(stamp.time), Cutoff::from),
-            admitted: admit,
-            root: stamp.origin,
-            version,
-            prev: self.chain.1.clone(),
-            lottery,
-        }
-    }
-
-    /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
-    /// pass's `eviction_time`), if this node knows it.
+    /// The round whose record let out visitors decided at `decided_at`, if this node knows it
+    /// ([`RecordChain::round_decided_at`]).
     pub(crate) fn round_decided_at(&self, decided_at: Time) -> Option<u64> {
-        self.recorded
-            .iter()
-            .rev()
-            .find(|(t, _)| *t == decided_at)
-            .map(|&(_, round)| round)
+        self.records.round_decided_at(decided_at)
     }
 
-    /// Goes on from record `round` (with `link`) kept before a restart, if it is later than
-    /// any this node knows.
+    /// Goes on from record `round` (with `link`) kept before a restart
+    /// ([`RecordChain::resume`]).
     pub(crate) fn resume_records(&mut self, round: u64, link: String) {
-        if round + 1 > self.chain.0 {
-            self.chain = (round + 1, link);
-        }
+        self.records.resume(round, link);
     }
 
-    /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
+    /// The driver signed round `round`'s record ([`RecordChain::linked`]).
     pub(crate) fn record_linked(&mut self, round: u64, link: String) {
-        if self.chain.0 == round + 1 {
-            self.chain.1 = link;
-        }
+        self.records.linked(round, link);
     }
 
     /// A visitor gives their pass back at this node at `now` (README, "Sessions"): refused here
@@ -838,18 +795,9 @@ impl Tag {
         self.lease.grant(r.summary.stamp, mine);
         self.lease.learn_lost(now, &r.summary.lost);
         self.voters.adopt(&r.summary.voters);
-        if let Some(record) = r
-            .summary
-            .record
-            .as_ref()
-            .filter(|rec| rec.round >= self.chain.0)
+        if let Some(record) = r.summary.record.as_ref()
+            && self.records.take(record)
         {
-            self.chain = (record.round + 1, String::new());
-            if self.recorded.len() >= RECORDED_KEPT {
-                self.recorded.pop_front();
-            }
-            self.recorded
-                .push_back((record.decided_at_ms, record.round));
             out.emit(Event::RoundRecorded(Box::new(record.clone())));
         }
         // A version that does not fit here is kept and passed on (`adopt_settings`).
@@ -1149,6 +1097,8 @@ mod tests {
     use crate::node::Node;
     use crate::patch::SettingsPatch;
     use crate::testing::{self, Neighbours, Peer, Said, member, said, settle, tree};
+
+    use waitingroom_core::rounds::{Cutoff, RoundRecord};
 
     use super::*;
 

@@ -11,6 +11,7 @@
 mod channel;
 mod cluster;
 pub mod config;
+mod departed;
 pub mod events;
 mod ignored;
 pub mod lease;

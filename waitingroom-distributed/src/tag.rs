@@ -17,13 +17,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
+use crate::departed::{self, DepartedPlaces};
 use crate::ignored::Ignored;
 use crate::lease::{Lease, Pause};
 use crate::live::{InForce, LiveSettings};
 use crate::local::Local;
 use crate::messages::{
-    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, LostRound,
-    NodeCounts, SEEN_KEPT, Stamp, Summary,
+    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, LostRound, NodeCounts,
+    SEEN_KEPT, Stamp, Summary,
 };
 use crate::outputs::{Event, Outbox};
 use crate::patch::{Mode, QueueingMethod};
@@ -33,9 +34,6 @@ use crate::voters::Voters;
 
 /// Histogram buckets reported per count, for position estimates.
 const BUCKETS: u64 = 16;
-
-/// Departures remembered at most (a flapping member must not grow the list without bound).
-const DEPARTED_KEPT: usize = 256;
 
 /// Ranges kept: a visitor re-queued after their node died is let out at once if their key falls
 /// in one of these (the cluster already decided to let them in).
@@ -99,8 +97,8 @@ pub(crate) struct Tag {
     rate: Rate,
     /// The latest ranges decided (range admission), oldest first.
     ranges: Vec<AdmitRange>,
-    /// Places departed members' visitors may still hold, counted until their passes expire.
-    departed: Vec<Departed>,
+    /// Places departed members' visitors may still hold (`departed.rs`).
+    departed: DepartedPlaces,
     /// Passes given back early (`released.rs`).
     released: Released,
     /// Where this node is in the chain of round records (`record_chain.rs`).
@@ -179,7 +177,7 @@ impl Tag {
             voters: Voters::default(),
             rate: Rate::default(),
             ranges: Vec::new(),
-            departed: Vec::new(),
+            departed: DepartedPlaces::default(),
             released: Released::default(),
             records: RecordChain::default(),
             started: VecDeque::new(),
@@ -414,7 +412,7 @@ impl Tag {
             smallest: room.smallest_before(cutoff, select as usize),
             ranges: self.recent_ranges(),
             per_node: vec![own],
-            departed: self.departed.clone(),
+            departed: self.departed.list().to_vec(),
             voters: self.voters.clone(),
             settings: self.live().clone(),
             released: Vec::new(),
@@ -579,7 +577,7 @@ impl Tag {
             grants: majority.then_some(grants.grants),
             voters: self.voters.clone(),
             settings: self.live().clone(),
-            departed: self.departed.clone(),
+            departed: self.departed.list().to_vec(),
             released: counts.released.clone(),
             record: (admit > 0).then(|| {
                 (self.records).next_record(&round.stamp, (admit, max_key), version, lottery)
@@ -724,13 +722,8 @@ impl Tag {
     /// Visitors on the site at the count plus the places departed members may still hold (the
     /// root's list merged with the ones the count carried up; expired ones dropped).
     fn on_site_with_departed(&mut self, now: Time, counts: &Counts) -> u64 {
-        for &d in counts.departed.iter().take(DEPARTED_KEPT) {
-            self.note_departed(d);
-        }
-        self.departed.retain(|d| d.until > now);
-        self.departed
-            .iter()
-            .fold(counts.on_site, |sum, d| sum.saturating_add(d.places))
+        self.departed.learn(&counts.departed);
+        self.departed.on_site(now, counts.on_site)
     }
 
     /// How many of the eligible visitors the `free` places let out, and in range admission the
@@ -803,17 +796,15 @@ impl Tag {
         // A version that does not fit here is kept and passed on (`adopt_settings`).
         let _ = self.adopt_settings(&r.summary.settings);
         self.own_below.retain(|(s, _)| *s >= r.summary.stamp);
-        for &d in r.summary.departed.iter().take(DEPARTED_KEPT) {
-            self.note_departed(d);
-        }
+        self.departed.learn(&r.summary.departed);
         self.summary = Some(r.summary);
         r.earlier.into_iter().chain(r.admit).collect()
     }
 
     /// A member left the cluster (it died, was removed, or is cut off) with membership
     /// `version`: the places it held at the last count, with its grant, stay counted until
-    /// whatever it may still have let out is gone ([`Tag::departed_for`]), so the site does not
-    /// fill past the target with visitors nobody counts any more.
+    /// whatever it may still have let out is gone ([`departed::counted_for`]), so the site does
+    /// not fill past the target with visitors nobody counts any more.
     pub(crate) fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
         if self.unlimited() {
             return;
@@ -824,54 +815,13 @@ impl Tag {
             .as_ref()
             .and_then(|s| s.places.iter().find(|(n, _)| *n == node))
             .map_or(0, |&(_, p)| p);
-        if places > 0 && expiry > 0 {
-            self.note_departed(Departed {
-                until: now.saturating_add(expiry),
-                node,
-                version,
-                places,
-            });
-        }
+        self.departed
+            .member_departed(now, (node, version), places, expiry);
     }
 
-    /// How long a departed member's places stay counted. It may be alive and cut off: it may
-    /// spend its grant until that expires (a grant's life after its last count, which came
-    /// before the departure); a visitor it let out then holds the place for a ticket's life
-    /// until they get a pass, which lasts a pass's life (passes are extended only under a live
-    /// grant; the longest pass expiry in force since this node started, as an operator may have
-    /// shortened it after those passes were issued). Plus 1% for the rate at which its clock
-    /// and ours may drift apart (quartz clocks drift by well under 0.01%) and an interval to
-    /// spare.
+    /// How long a departed member's places stay counted ([`departed::counted_for`]).
     fn departed_for(&self) -> Time {
-        let s = self.settings();
-        let life = self
-            .lease
-            .life()
-            .saturating_add(s.ticket_expiry_ms)
-            .saturating_add(self.in_force.longest_pass_expiry());
-        life.saturating_add(life / 100)
-            .saturating_add(s.eviction_interval_ms)
-    }
-
-    /// Records a departure once, whoever reports it (every member notes it, and results spread
-    /// the root's list, so a new root still counts it).
-    fn note_departed(&mut self, d: Departed) {
-        match self
-            .departed
-            .iter_mut()
-            .find(|k| k.node == d.node && k.version == d.version)
-        {
-            Some(k) => {
-                k.until = k.until.max(d.until);
-                k.places = k.places.max(d.places);
-            }
-            None => self.departed.push(d),
-        }
-        if self.departed.len() > DEPARTED_KEPT {
-            // Keep the ones that hold places longest.
-            self.departed.sort_unstable_by(|a, b| b.cmp(a));
-            self.departed.truncate(DEPARTED_KEPT);
-        }
+        departed::counted_for(self.lease.life(), &self.in_force)
     }
 
     /// Adds decided ranges this node had not seen (the node then lets out what falls in them,

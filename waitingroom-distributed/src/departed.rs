@@ -105,7 +105,12 @@ pub(crate) fn counted_for(grant_life: Time, in_force: &InForce) -> Time {
 
 #[cfg(test)]
 mod tests {
+    use waitingroom_core::Settings;
+
     use super::*;
+    use crate::lease::Lease;
+    use crate::patch::SettingsPatch;
+    use crate::testing;
 
     fn departed(node: u64, version: u64, until: Time, places: u64) -> Departed {
         Departed {
@@ -150,5 +155,39 @@ mod tests {
             d.list().iter().all(|k| k.until > 1_000),
             "the soonest to expire went"
         );
+    }
+
+    /// README, "Live settings": passes issued before an operator shortened the pass expiry
+    /// still live the old expiry, so a departed member's places stay counted for it; a longer
+    /// one counts at once.
+    #[test]
+    fn departed_places_count_the_longest_pass_expiry_in_force() {
+        let settings = Settings {
+            target_on_site: 10,
+            pass_expiry_ms: 10_000,
+            pass_max_lifetime_ms: 60_000,
+            ..testing::queued_settings()
+        };
+        let cfg = testing::config(1, 1, settings);
+        let mut in_force = InForce::new(&cfg.settings, cfg.live());
+        let life = Lease::new(cfg.settings.eviction_interval_ms).life();
+        let before = counted_for(life, &in_force);
+        let shorter = SettingsPatch {
+            pass_expiry_ms: Some(1_000),
+            ..SettingsPatch::default()
+        };
+        in_force
+            .change(|l, f| l.patched(&shorter, (NodeId(1), 0, [0; 32]), f))
+            .unwrap();
+        assert_eq!(in_force.settings().pass_expiry_ms, 1_000);
+        assert_eq!(counted_for(life, &in_force), before);
+        let longer = SettingsPatch {
+            pass_expiry_ms: Some(20_000),
+            ..SettingsPatch::default()
+        };
+        in_force
+            .change(|l, f| l.patched(&longer, (NodeId(1), 0, [0; 32]), f))
+            .unwrap();
+        assert!(counted_for(life, &in_force) > before);
     }
 }

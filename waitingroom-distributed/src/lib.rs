@@ -11,6 +11,7 @@
 mod channel;
 mod cluster;
 pub mod config;
+mod decision;
 mod departed;
 pub mod events;
 mod ignored;

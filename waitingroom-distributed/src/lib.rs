@@ -40,7 +40,7 @@ pub mod testing;
 mod fuzz_regressions;
 
 pub use cluster::Phase;
-pub use config::{AdmissionMode, NodeConfig};
+pub use config::{AdmissionMode, NodeConfig, leased_if_limited};
 pub use events::{EventPhase, EventSettings, ScheduledEvent};
 pub use ignored::Ignored;
 pub use lease::Pause;

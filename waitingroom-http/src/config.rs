@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
-use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig};
+use waitingroom_distributed::{AdmissionMode, Mode, NodeConfig, leased_if_limited};
 
 use crate::client_addr::Cidr;
 use crate::cookies::{CookieOptions, SameSite};
@@ -353,28 +353,6 @@ pub struct Options {
 /// `--mode` takes the protocol's own names for the room's modes ([`Mode::name`]).
 fn room_mode() -> impl TypedValueParser<Value = Mode> {
     PossibleValuesParser::new(Mode::ALL.map(Mode::name)).try_map(|name| name.parse::<Mode>())
-}
-
-/// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
-/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
-/// them only while nothing limits admission. Refuses `admission` when it is one of them and
-/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
-pub fn leased_if_limited(
-    admission: AdmissionMode,
-    target: u64,
-    rate_cap: bool,
-) -> Result<(), SettingsError> {
-    if admission == AdmissionMode::Range || target == Settings::UNLIMITED && !rate_cap {
-        return Ok(());
-    }
-    Err(SettingsError::new(
-        "admission",
-        format!(
-            "{} lets visitors out without admission leases, so it runs only with \
-             target_on_site unlimited and no new_users_per_minute; use range",
-            admission.name()
-        ),
-    ))
 }
 
 /// `--admission` takes the protocol's own names for its modes ([`AdmissionMode::name`]).

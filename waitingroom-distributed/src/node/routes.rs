@@ -86,7 +86,7 @@ impl Node {
         self.with_qpid(now, |q, ctx, _, out| q.check_settling(now, ctx, out));
     }
 
-    // ---- TAG -------------------------------------------------------------------------------
+    // ---- TAG, the decision, and what each part takes of a round ----------------------------
 
     /// Runs `f` on TAG with what it needs to know of the node, then sends what it said.
     fn with_tag<R>(

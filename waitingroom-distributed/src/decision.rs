@@ -9,7 +9,8 @@
 //! majority of the voters (`voters.rs`), and nothing while a round whose result was lost may
 //! still have granted places (README, "Admission leases", rule 4). The round's record is the
 //! next in the chain (`record_chain.rs`), and the smoothed admission rate feeds the visitors'
-//! ETAs. The thesis lets every node act on the last count it heard instead.
+//! ETAs. Grants and the majority rule are not in the thesis, which lets every node act on the
+//! last count it heard.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -243,17 +243,9 @@ impl Lease {
 
 #[cfg(test)]
 mod tests {
-    use waitingroom_core::NodeId;
-
     use super::*;
     use crate::messages::LostRound;
-
-    fn stamp(time: Time) -> Stamp {
-        Stamp {
-            time,
-            origin: NodeId(1),
-        }
-    }
+    use crate::testing::stamp;
 
     /// A grant lives from the moment its holder asked, so time spent waiting for the result
     /// (or frozen) is spent from the grant.

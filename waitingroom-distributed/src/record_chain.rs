@@ -104,13 +104,7 @@ impl RecordChain {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stamp(time: Time) -> Stamp {
-        Stamp {
-            time,
-            origin: NodeId(1),
-        }
-    }
+    use crate::testing::stamp;
 
     fn record(round: u64, decided_at_ms: Time) -> RoundRecord {
         let mut record =

@@ -563,6 +563,14 @@ pub fn events(node: &mut Node) -> Vec<Event> {
     std::iter::from_fn(|| node.poll_event()).collect()
 }
 
+/// The stamp of a round node 1 started at `time`.
+pub fn stamp(time: Time) -> Stamp {
+    Stamp {
+        time,
+        origin: NodeId(1),
+    }
+}
+
 /// A count's reply up the tree for round `stamp`: `counts`, or None for a refusal.
 pub fn count_reply(stamp: Stamp, counts: Option<Counts>) -> ChannelMsg {
     ChannelMsg::CountReply {

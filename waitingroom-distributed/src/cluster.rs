@@ -1,7 +1,7 @@
-//! Membership changes (thesis §4.4 and §4.7): this node's place in a cluster. Joining through a
-//! seed, applying a new tree (§4.7.2), merging two trees made concurrently from one version
-//! (§4.7.4), being removed and rejoining, leaving, and merging the two sides of a healed
-//! partition.
+//! Membership changes (thesis "Distributed Virtual Waiting Room", §4.4 and §4.7): this node's place
+//! in a cluster. Joining through a seed, applying a new tree (§4.7.2), merging two trees made
+//! concurrently from one version (§4.7.4), being removed and rejoining, leaving, and merging the
+//! two sides of a healed partition.
 //!
 //! The tree edits themselves are [`Membership`]'s (§4.7.1). Departs from the thesis (README,
 //! "Membership changes" and "Partitions"): trees also spread by anti-entropy (every probe

@@ -51,6 +51,28 @@ impl fmt::Display for AdmissionMode {
     }
 }
 
+/// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
+/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
+/// them only while nothing limits admission. Refuses `admission` when it is one of them and
+/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
+pub fn leased_if_limited(
+    admission: AdmissionMode,
+    target: u64,
+    rate_cap: bool,
+) -> Result<(), SettingsError> {
+    if admission == AdmissionMode::Range || target == Settings::UNLIMITED && !rate_cap {
+        return Ok(());
+    }
+    Err(SettingsError::new(
+        "admission",
+        format!(
+            "{} lets visitors out without admission leases, so it runs only with \
+             target_on_site unlimited and no new_users_per_minute; use range",
+            admission.name()
+        ),
+    ))
+}
+
 /// A name that is not one of [`AdmissionMode::ALL`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("unknown admission mode `{0}` (range, batched or sequential)")]
@@ -201,5 +223,22 @@ mod tests {
             "fifo".parse::<AdmissionMode>(),
             Err(UnknownAdmissionMode("fifo".into()))
         );
+    }
+
+    /// The thesis' deleteMin modes are not leased: they run only while nothing limits
+    /// admission.
+    #[test]
+    fn the_unleased_admission_modes_need_no_limit() {
+        for admission in [AdmissionMode::Batched, AdmissionMode::Sequential] {
+            let err = leased_if_limited(admission, 100, false).unwrap_err();
+            assert_eq!(err.field, "admission");
+            assert!(err.reason.contains(admission.name()), "{err}");
+            assert!(leased_if_limited(admission, Settings::UNLIMITED, false).is_ok());
+            assert!(
+                leased_if_limited(admission, Settings::UNLIMITED, true).is_err(),
+                "a rate cap is a limit too"
+            );
+        }
+        assert!(leased_if_limited(AdmissionMode::Range, 100, true).is_ok());
     }
 }

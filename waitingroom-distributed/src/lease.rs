@@ -16,9 +16,11 @@
 //! decides while one is live grants nothing (README, "Admission leases", rule 4).
 
 use serde::{Deserialize, Serialize};
-use waitingroom_core::Time;
+use waitingroom_core::{NodeId, Time};
 
-use crate::messages::{LostRound, Stamp};
+use crate::live::InForce;
+use crate::messages::{LostRound, Stamp, Summary};
+use crate::patch::Mode;
 
 /// How many eviction intervals a grant lives, counted from the moment its holder asked. Rounds
 /// start every interval, so a healthy node always holds a live grant; a result slower than two
@@ -128,6 +130,20 @@ impl Lease {
         }
     }
 
+    /// A round's result reached this node at `now`: the places it grants `me` (taken as
+    /// [`Lease::grant`] says; none when its root had no majority), and the lost rounds it
+    /// tells of.
+    pub(crate) fn take_result(&mut self, now: Time, me: NodeId, summary: &Summary) {
+        let mine = summary.grants.as_ref().map(|grants| {
+            grants
+                .iter()
+                .find(|(n, _)| *n == me)
+                .map_or(0, |&(_, places)| places)
+        });
+        self.grant(summary.stamp, mine);
+        self.learn_lost(now, &summary.lost);
+    }
+
     /// Whether the latest grant has not expired at `now`. A pass is refreshed only then: a node
     /// cut off from the majority stops extending passes once its grant lapses, so the places the
     /// others count for it run out when its passes do.
@@ -189,21 +205,47 @@ impl Lease {
         }
         ok
     }
+
+    /// Takes one straight-through place for a visitor joining an empty queue (`queued_here`
+    /// wait here): only while the last count (`last`) let everyone in and this node's grant
+    /// has a place left. Passthrough lets everyone through, and with no limit on the site
+    /// nobody needs a place.
+    pub(crate) fn take_place(
+        &mut self,
+        now: Time,
+        queued_here: u64,
+        last: Option<&Summary>,
+        settings: &InForce,
+    ) -> bool {
+        let everyone_in = last.is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
+        if settings.current().mode == Mode::Passthrough {
+            return true;
+        }
+        if !settings.settings().admit_straight_through || queued_here > 0 || !everyone_in {
+            return false;
+        }
+        settings.unlimited() || self.take(now)
+    }
+
+    /// Why this node lets nobody out at `now`, if it does not, with a limit on the site: the
+    /// last result (`last`) came from a root without a majority or held a lost round back, or
+    /// its grant has lapsed.
+    pub(crate) fn pause(&self, now: Time, last: Option<&Summary>) -> Option<Pause> {
+        if last.is_some_and(|s| s.grants.is_none()) {
+            return Some(Pause::NoMajority);
+        }
+        if last.is_some_and(|s| !s.lost.is_empty()) {
+            return Some(Pause::LostRound);
+        }
+        (!self.is_live(now)).then_some(Pause::NoGrant)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use waitingroom_core::NodeId;
-
     use super::*;
     use crate::messages::LostRound;
-
-    fn stamp(time: Time) -> Stamp {
-        Stamp {
-            time,
-            origin: NodeId(1),
-        }
-    }
+    use crate::testing::stamp;
 
     /// A grant lives from the moment its holder asked, so time spent waiting for the result
     /// (or frozen) is spent from the grant.

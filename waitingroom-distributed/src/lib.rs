@@ -11,6 +11,8 @@
 mod channel;
 mod cluster;
 pub mod config;
+mod decision;
+mod departed;
 pub mod events;
 mod ignored;
 pub mod lease;
@@ -24,6 +26,7 @@ pub mod messages;
 pub mod node;
 mod outputs;
 mod qpid;
+mod record_chain;
 pub mod released;
 mod swim;
 mod tag;
@@ -37,7 +40,7 @@ pub mod testing;
 mod fuzz_regressions;
 
 pub use cluster::Phase;
-pub use config::{AdmissionMode, NodeConfig};
+pub use config::{AdmissionMode, NodeConfig, leased_if_limited};
 pub use events::{EventPhase, EventSettings, ScheduledEvent};
 pub use ignored::Ignored;
 pub use lease::Pause;

@@ -410,6 +410,26 @@ impl InForce {
         self.longest_pass_expiry
     }
 
+    /// Whether nothing limits admission: no target, and no rate cap (or passthrough). Then
+    /// nobody needs a place to let a visitor through, and no majority is needed.
+    pub(crate) fn unlimited(&self) -> bool {
+        let now = &self.current;
+        self.settings.is_unlimited()
+            && (now.new_users_per_minute.is_none() || now.mode == Mode::Passthrough)
+    }
+
+    /// An operator's change made at this node: the next version, in force here at once and
+    /// carried to the others by the next round. `change` makes it from the newest version
+    /// known and the file settings.
+    pub(crate) fn change(
+        &mut self,
+        change: impl FnOnce(&LiveSettings, &Settings) -> Result<LiveSettings, SettingsError>,
+    ) -> Result<LiveSettings, SettingsError> {
+        let next = change(&self.live, &self.file)?;
+        self.adopt(&next)?;
+        Ok(next)
+    }
+
     /// Adopts `other` if it is a newer version than the one known. A version that does not
     /// fit the file settings (another file configuration) is kept and passed on, but the room
     /// settings stay as they were; the error says why.

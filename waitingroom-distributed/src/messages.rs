@@ -11,7 +11,7 @@ use waitingroom_core::{NodeId, QueueKey, Time};
 use crate::live::LiveSettings;
 use crate::membership::{ClusterRank, Contact, Membership, View};
 use crate::released::{self, Release};
-use crate::voters::Voters;
+use crate::voters::{SEEN_KEPT, Voters};
 
 /// A message on the wire, with who sent it to whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -337,9 +337,6 @@ pub struct NodeCounts {
 
 /// Most departures a count carries (a peer must not grow one without bound).
 const DEPARTED_SENT: usize = 256;
-
-/// Most members a node remembers having had, and a count carries (`seen`).
-pub(crate) const SEEN_KEPT: usize = 1_024;
 
 /// Most lost rounds a count carries.
 const LOST_SENT: usize = 64;

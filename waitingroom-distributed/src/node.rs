@@ -8,9 +8,11 @@
 //! seed replays a run exactly.
 //!
 //! The node composes the protocol's parts, each with state of its own: the membership
-//! (`Cluster`), QPID, TAG, SWIM, the reliable channel and the local room. It owns the links
-//! and the timers, hands each part what it needs for one call, sends what the part put in its
-//! outbox, and routes what one part's call means for the others (`node/routes.rs`).
+//! (`Cluster`), QPID, TAG's count, the root's decision, this node's lease, the voters, the
+//! departed places, the record chain, the released passes, the live settings, SWIM, the
+//! reliable channel and the local room. It owns the links and the timers, hands each part what
+//! it needs for one call, sends what the part put in its outbox, and routes what one part's
+//! call means for the others (`node/routes.rs`).
 
 mod routes;
 pub(crate) mod visitor;
@@ -26,20 +28,24 @@ use waitingroom_core::{NodeId, SettingsError, TicketId, Time, WaitingRoom};
 use crate::channel::Channels;
 use crate::cluster::{Cluster, Phase};
 use crate::config::NodeConfig;
+use crate::decision::Decider;
+use crate::departed::DepartedPlaces;
 use crate::events::ScheduledEvent;
 use crate::ignored::Ignored;
-use crate::lease::Pause;
-use crate::live::LiveSettings;
+use crate::lease::{Lease, Pause};
+use crate::live::{InForce, LiveSettings};
 use crate::local::Local;
 use crate::membership::{Contact, Membership};
 use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
 use crate::outputs::{Event, Outbox, Output, Transmit};
 use crate::patch::SettingsPatch;
 use crate::qpid::Qpid;
+use crate::record_chain::RecordChain;
+use crate::released::Released;
 use crate::swim::Swim;
 use crate::tag::Tag;
 use crate::timer::{Timer, TimerTable};
-use crate::voters::Voters;
+use crate::voters::{Electorate, Voters};
 
 /// One node of the waiting room cluster.
 #[derive(Debug, Clone)]
@@ -50,7 +56,22 @@ pub struct Node {
     /// This node's own visitors.
     local: Local,
     qpid: Qpid,
+    /// TAG's count (`tag.rs`).
     tag: Tag,
+    /// The root's decision at the end of a count (`decision.rs`).
+    decision: Decider,
+    /// This node's grant of places: every admission here takes one (`lease.rs`).
+    lease: Lease,
+    /// The voters of the majority rule, and the members this node has had (`voters.rs`).
+    voters: Electorate,
+    /// Places departed members' visitors may still hold (`departed.rs`).
+    departed: DepartedPlaces,
+    /// Where this node is in the chain of round records (`record_chain.rs`).
+    records: RecordChain,
+    /// Passes given back early (`released.rs`).
+    released: Released,
+    /// The live settings known, and what of them is in force (`live.rs`, `events.rs`).
+    in_force: InForce,
     swim: Swim,
     channels: Channels,
     /// Visitors re-queued here whose previous node was unreachable, to be told to it once it is
@@ -102,13 +123,20 @@ impl Node {
             incarnation: cfg.incarnation,
             addr: cfg.addr.as_str().into(),
         };
-        let tag = Tag::new(&cfg);
-        let pause = (!tag.unlimited()).then_some(Pause::NoGrant);
+        let in_force = InForce::new(&cfg.settings, cfg.live());
+        let pause = (!in_force.unlimited()).then_some(Pause::NoGrant);
         Ok(Node {
             cluster: Cluster::new(me, cfg.max_tree_degree, cfg.join_timeout_ms),
             local: Local::new(room),
             qpid: Qpid::new(cfg.admission, 10 * cfg.retransmit_ms),
-            tag,
+            tag: Tag::new(&cfg),
+            decision: Decider::new(cfg.admission),
+            lease: Lease::new(cfg.settings.eviction_interval_ms),
+            voters: Electorate::default(),
+            departed: DepartedPlaces::default(),
+            records: RecordChain::default(),
+            released: Released::default(),
+            in_force,
             swim: Swim::new(cfg.seed, cfg.suspect_rounds, cfg.indirect_probes),
             channels: Channels::default(),
             forgets: BTreeMap::new(),
@@ -125,7 +153,7 @@ impl Node {
     /// Starts a new cluster with this node as its only member (and root).
     pub fn start_cluster(&mut self, now: Time) {
         self.start_timers(now);
-        self.tag.found(self.id());
+        self.voters.found(self.id());
         self.become_single(now);
     }
 
@@ -198,7 +226,7 @@ impl Node {
             }
         };
         let reference_now = now.saturating_add_signed(offset);
-        if self.tag.settings_at(reference_now) {
+        if self.in_force.at(reference_now) {
             self.apply_settings();
         }
     }
@@ -289,7 +317,7 @@ impl Node {
                 clock,
             } => self.on_ping_ack(now, &from, (nonce, target), (view, clock)),
             Body::Tree(m, voters) => {
-                self.tag.adopt_voters(&voters);
+                self.voters.adopt(&voters);
                 self.on_tree(now, from.id, Arc::unwrap_or_clone(m))
             }
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
@@ -392,7 +420,7 @@ impl Node {
     /// Sends an unreliable message.
     fn send_raw(&mut self, to: &Contact, mut body: Body) {
         if let Body::Tree(_, voters) = &mut body {
-            voters.clone_from(self.tag.voters());
+            voters.clone_from(self.voters.voters());
         }
         let t = crate::channel::envelope(self.cluster.me(), to, body);
         self.out.push_back(t);
@@ -577,22 +605,24 @@ impl Node {
 
     /// Why this node lets nobody out at `now`, if it does not (README, "Admission leases").
     pub fn pause(&self, now: Time) -> Option<Pause> {
-        if self.is_member() {
-            self.tag.pause(now)
+        if self.in_force.unlimited() {
+            None
+        } else if self.is_member() {
+            self.lease.pause(now, self.tag.summary())
         } else {
-            (!self.tag.unlimited()).then_some(Pause::NoGrant)
+            Some(Pause::NoGrant)
         }
     }
 
     /// Places this node may still give out at `now` under its grant, and when the grant expires
     /// on this node's clock (0: never granted).
     pub fn grant(&self, now: Time) -> (u64, Time) {
-        self.tag.grant(now)
+        (self.lease.places(now), self.lease.expires())
     }
 
     /// The newest live settings this node knows (README, "Live settings").
     pub fn live_settings(&self) -> &LiveSettings {
-        self.tag.live()
+        self.in_force.live()
     }
 
     /// An operator's change made at this node: the next version of the live settings, in
@@ -607,8 +637,8 @@ impl Node {
     ) -> Result<LiveSettings, SettingsError> {
         let me = (self.id(), self.reference_time(now), seed);
         let next = self
-            .tag
-            .change_settings(|live, file| live.patched(patch, me, file))?;
+            .in_force
+            .change(|live, file| live.patched(patch, me, file))?;
         self.apply_settings();
         Ok(next)
     }
@@ -619,14 +649,14 @@ impl Node {
     /// member. Returns the new voters.
     pub fn reset_voters(&mut self) -> Voters {
         let members = self.cluster.membership().members.keys().copied().collect();
-        self.tag.reset_voters(members).clone()
+        self.voters.reset(members).clone()
     }
 
     /// The voters the cluster last agreed on, as this node knows them (None before any
     /// agreement): what a driver keeps on disk, so that this node still needs a majority of
     /// them after a restart (README, "Admission leases").
     pub fn agreed_voters(&self) -> Option<&Voters> {
-        let voters = self.tag.voters();
+        let voters = self.voters.voters();
         voters.agreed().then_some(voters)
     }
 
@@ -635,7 +665,7 @@ impl Node {
     /// before the restart, instead of counting as a new cluster with whoever it finds (newer
     /// voters it hears of replace them, as always).
     pub fn remember_voters(&mut self, voters: &Voters) {
-        self.tag.adopt_voters(voters);
+        self.voters.adopt(voters);
     }
 
     /// An operator schedules an event at this node (README, "Scheduled events"): the next
@@ -650,8 +680,8 @@ impl Node {
     ) -> Result<LiveSettings, SettingsError> {
         let me = (self.id(), self.reference_time(now), seed);
         let next = self
-            .tag
-            .change_settings(|live, file| live.with_event(event, me, file))?;
+            .in_force
+            .change(|live, file| live.with_event(event, me, file))?;
         self.look_at_clock(now);
         self.apply_settings();
         Ok(next)
@@ -662,8 +692,8 @@ impl Node {
     pub fn remove_event(&mut self, now: Time, name: &str) -> Option<LiveSettings> {
         let me = self.id();
         let next = self
-            .tag
-            .change_settings(|live, _| {
+            .in_force
+            .change(|live, _| {
                 live.without_event(name, me)
                     .ok_or_else(|| SettingsError::new("name", "no such event"))
             })
@@ -676,13 +706,13 @@ impl Node {
     /// The driver signed round `round`'s record (`Event::RoundRecorded`): its link, which the
     /// next record this node decides as root names as `prev` (README, "Fairness records").
     pub fn record_linked(&mut self, round: u64, link: String) {
-        self.tag.record_linked(round, link);
+        self.records.linked(round, link);
     }
 
     /// The last round record this node kept before it restarted (`--rounds-log`): a record it
     /// decides as root follows it, unless a round has told it of a later one.
     pub fn resume_records(&mut self, round: u64, link: String) {
-        self.tag.resume_records(round, link);
+        self.records.resume(round, link);
     }
 
     /// Whether the latest round's result carried live settings at least as new as `version`:
@@ -695,7 +725,7 @@ impl Node {
 
     /// The voters of the majority rule, as this node last agreed on them.
     pub fn voters(&self) -> Vec<NodeId> {
-        self.tag.voters().ids().collect()
+        self.voters.voters().ids().collect()
     }
 
     /// A serialisable snapshot for operators at `now`.
@@ -731,7 +761,7 @@ impl Node {
                     rtt_ms,
                 })
                 .collect(),
-            settings: self.tag.live().clone(),
+            settings: self.in_force.live().clone(),
             summary: self.tag.summary().cloned(),
         }
     }

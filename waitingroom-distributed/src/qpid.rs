@@ -1,5 +1,5 @@
-//! QPID: the distributed priority queue over the spanning tree (thesis §3.3, with the changes
-//! of §4.3 and §4.7.3).
+//! QPID: the distributed priority queue over the spanning tree (thesis "Distributed Virtual Waiting
+//! Room", §3.3, with the changes of §4.3 and §4.7.3).
 //!
 //! Every node keeps a weight table over itself and its tree neighbours and a pointer towards the
 //! root, which holds the smallest key of the whole cluster. Updates travel lazily towards the

@@ -18,6 +18,10 @@ const RELEASED_KEPT: usize = 65_536;
 /// Most releases one count or result carries.
 pub const RELEASED_SENT: usize = 4_096;
 
+/// For how many intervals a count carries a release up (a round that fails to finish loses
+/// none).
+pub(crate) const RELEASES_SENT_INTERVALS: Time = 3;
+
 /// A released pass: its visitor, and until when it could have been valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Release {

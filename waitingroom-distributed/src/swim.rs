@@ -1,5 +1,5 @@
-//! SWIM failure detection (thesis §4.6): probe one member per period in a shuffled
-//! round-robin order (§4.6.1, SWIM's round-robin probe target selection).
+//! SWIM failure detection (thesis "Distributed Virtual Waiting Room", §4.6): probe one member per
+//! period in a shuffled round-robin order (§4.6.1, SWIM's round-robin probe target selection).
 //!
 //! Departs from the thesis, which assumes links never lose a message and so needs neither: when
 //! a ping goes unanswered, `k` other members are asked to probe the target too (SWIM's indirect

@@ -1,5 +1,5 @@
-//! Eviction with TAG (thesis §4.5): on a shared interval only the root counts the cluster over
-//! the tree, then decides how many visitors to let out.
+//! Eviction with TAG (thesis "Distributed Virtual Waiting Room", §4.5): on a shared interval
+//! only the root counts the cluster over the tree; what it then decides is `decision.rs`'s.
 //!
 //! Every node wakes at the same interval boundaries (§4.5.1; clocks are in sync); the root
 //! starts a count stamped with the boundary. A node answers once all its subtree has (§4.5.2),
@@ -12,30 +12,25 @@
 //! range every node lets out its share of (README, "Eviction with TAG", departs from §4.5.3's
 //! one deleteMin per visitor).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
-use waitingroom_core::round_records::{Cutoff, RoundRecord};
-use waitingroom_core::{NodeId, QueueKey, Settings, SettingsError, TicketId, Time, WaitingRoom};
+use waitingroom_core::{NodeId, QueueKey, TicketId, Time, WaitingRoom};
 
 use crate::config::{AdmissionMode, NodeConfig};
 use crate::ignored::Ignored;
-use crate::lease::{Lease, Pause};
+use crate::lease::Lease;
 use crate::live::{InForce, LiveSettings};
 use crate::local::Local;
 use crate::messages::{
-    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, LostRound,
-    NodeCounts, SEEN_KEPT, Stamp, Summary,
+    AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Departed, LostRound, NodeCounts,
+    Stamp, Summary,
 };
-use crate::outputs::{Event, Outbox};
-use crate::patch::{Mode, QueueingMethod};
-use crate::released::{Release, Released};
+use crate::outputs::Outbox;
+use crate::released::Release;
 use crate::voters::Voters;
 
 /// Histogram buckets reported per count, for position estimates.
 const BUCKETS: u64 = 16;
-
-/// Departures remembered at most (a flapping member must not grow the list without bound).
-const DEPARTED_KEPT: usize = 256;
 
 /// Ranges kept: a visitor re-queued after their node died is let out at once if their key falls
 /// in one of these (the cluster already decided to let them in).
@@ -43,20 +38,8 @@ const RANGES_KEPT: usize = 8;
 /// Ranges passed on with each result.
 const RANGES_SENT: usize = 3;
 
-/// Records remembered to name on passes (a visitor leaves within a ticket's life of being let
-/// out: 64 rounds is a minute of 1-s rounds that all let someone out; older, the pass names
-/// none).
-const RECORDED_KEPT: usize = 64;
-
-/// For how many intervals a count carries a release up (a round that fails to finish loses
-/// none).
-const RELEASES_SENT_INTERVALS: Time = 3;
-
 /// Passes refreshed elsewhere that wait to be uncounted, at most.
 const UNCOUNT_KEPT: usize = 65_536;
-
-/// Rounds a root remembers starting (more than a lost round lives: `lease.rs`).
-const STARTED_KEPT: usize = 16;
 
 /// What TAG needs to know of the rest of the node for one call.
 #[derive(Debug, Clone, Copy)]
@@ -67,13 +50,31 @@ pub(crate) struct Ctx<'a> {
     pub version: u64,
     /// This node's tree neighbours, in id order.
     pub neighbours: &'a [NodeId],
+    /// The live settings known, and what of them is in force (`live.rs`).
+    pub settings: &'a InForce,
+}
+
+/// What this node's own count carries up besides its room's figures: the cluster state that
+/// travels with the rounds, from the node's other parts as it counts itself in.
+#[derive(Debug)]
+pub(crate) struct Carried {
+    /// The places departed members may still hold (`departed.rs`).
+    pub departed: Vec<Departed>,
+    /// The newest voters known (`voters.rs`).
+    pub voters: Voters,
+    /// The members this node has had, until voters are agreed (`voters.rs`).
+    pub seen: BTreeSet<NodeId>,
+    /// The newest live settings known (`live.rs`).
+    pub settings: LiveSettings,
+    /// The passes given back lately (`released.rs`).
+    pub released: Vec<Release>,
+    /// The rounds whose result this node may have missed, but this one (`lease.rs`).
+    pub lost: Vec<LostRound>,
 }
 
 /// TAG state of one node.
 #[derive(Debug, Clone)]
 pub(crate) struct Tag {
-    /// The live settings known, and what of them is in force (`live.rs`, `events.rs`).
-    in_force: InForce,
     /// Passes refreshed on another node since this node last counted itself in: it counts
     /// them once more, then stops (`uncount_next`) at its count after that. The other node may
     /// have been counted before the refresh in the same round: counted nowhere, the visitor's
@@ -82,7 +83,7 @@ pub(crate) struct Tag {
     /// Passes counted once more since they were refreshed elsewhere: uncounted at this node's
     /// next count.
     uncount_next: Vec<TicketId>,
-    /// How the root lets visitors out once a count has decided how many.
+    /// How visitors are let out: in range admission a count also selects the smallest keys.
     mode: AdmissionMode,
     /// Range admission: most keys per count reply, and so most admitted per round.
     select_limit: u32,
@@ -96,54 +97,8 @@ pub(crate) struct Tag {
     own_below: Vec<(Stamp, Vec<u64>)>,
     /// When this node last saw a count (started or received).
     last_round_seen: Time,
-    /// This node's grant of places: every admission here takes one (README, "Admission leases").
-    lease: Lease,
-    /// The newest voters this node knows, for the majority rule.
-    voters: Voters,
-    /// Root only: admitted total and time at the previous completed round, and the smoothed rate.
-    rate: Rate,
     /// The latest ranges decided (range admission), oldest first.
     ranges: Vec<AdmitRange>,
-    /// Places departed members' visitors may still hold, counted until their passes expire.
-    departed: Vec<Departed>,
-    /// Passes given back early (`released.rs`).
-    released: Released,
-    /// The number the next round record takes (one past the last this node knows), and the
-    /// last one's link once the driver has signed it (README, "Fairness records"). A new root
-    /// goes on from here.
-    chain: (u64, String),
-    /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
-    recorded: VecDeque<(Time, u64)>,
-    /// Every member this node has had (at most [`SEEN_KEPT`]): before any voters are agreed,
-    /// the first need a majority of them, and a founder votes alone only while it has had no
-    /// other (`voters.rs`).
-    seen: BTreeSet<NodeId>,
-    /// The latest rounds this node started as root: it knows what each granted, so they are
-    /// never lost to it (`lease.rs`).
-    started: VecDeque<Stamp>,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Rate {
-    last: Option<(Time, u64)>,
-    milli_per_s: u64,
-}
-
-impl Rate {
-    fn sample(&mut self, now: Time, admitted_total: u64) -> u64 {
-        if let Some((t0, a0)) = self.last
-            && now > t0
-        {
-            let sample = admitted_total.saturating_sub(a0) * 1_000_000 / (now - t0);
-            self.milli_per_s = if self.milli_per_s == 0 {
-                sample
-            } else {
-                (self.milli_per_s * 7 + sample * 3) / 10
-            };
-        }
-        self.last = Some((now, admitted_total));
-        self.milli_per_s
-    }
 }
 
 /// One count in progress at this node.
@@ -157,24 +112,18 @@ pub(crate) struct Round {
     bounds: Vec<Time>,
 }
 
-/// What the root decided at the end of a count, for the node to carry out.
-#[derive(Debug)]
-pub(crate) struct Decision {
-    /// The ranges the subtrees reported (a new root may have missed some): merged first.
-    pub reported: Vec<AdmitRange>,
-    /// The result to flood down the tree (its earlier ranges filled in after the merge).
-    pub summary: Summary,
-    /// Range admission: the range decided.
-    pub range: Option<AdmitRange>,
-    /// DeleteMin admission: the batch to let out through QPID.
-    pub batch: Option<Admission>,
+impl Round {
+    /// The round's stamp, histogram bounds and the whole subtree's counts: at the root, what
+    /// the decision is made of (`decision.rs`).
+    pub(crate) fn into_counted(self) -> (Stamp, Vec<Time>, Counts) {
+        (self.stamp, self.bounds, self.acc)
+    }
 }
 
 impl Tag {
     /// TAG of a node configured by `cfg`.
     pub(crate) fn new(cfg: &NodeConfig) -> Tag {
         Tag {
-            in_force: InForce::new(&cfg.settings, cfg.live()),
             uncount_later: Vec::new(),
             uncount_next: Vec::new(),
             mode: cfg.admission,
@@ -184,96 +133,8 @@ impl Tag {
             summary: None,
             own_below: Vec::new(),
             last_round_seen: 0,
-            lease: Lease::new(cfg.settings.eviction_interval_ms),
-            voters: Voters::default(),
-            rate: Rate::default(),
             ranges: Vec::new(),
-            departed: Vec::new(),
-            released: Released::default(),
-            chain: (0, String::new()),
-            recorded: VecDeque::new(),
-            started: VecDeque::new(),
-            seen: BTreeSet::new(),
         }
-    }
-
-    /// This node founds a cluster on purpose (not after giving up on its seeds): it votes.
-    pub(crate) fn found(&mut self, me: NodeId) {
-        if self.voters.set.is_empty() {
-            self.voters = Voters::founder(me);
-        }
-    }
-
-    /// This node applied a membership of `members`: it has had them (`seen`).
-    pub(crate) fn members_now<'a>(&mut self, members: impl IntoIterator<Item = &'a NodeId>) {
-        for &id in members {
-            if self.seen.len() >= SEEN_KEPT {
-                break;
-            }
-            self.seen.insert(id);
-        }
-    }
-
-    /// An operator makes `members` the voters (`Voters::reset`).
-    pub(crate) fn reset_voters(&mut self, members: BTreeSet<NodeId>) -> &Voters {
-        self.voters = self.voters.reset(members);
-        &self.voters
-    }
-
-    /// Voters a peer told of: the newer win.
-    pub(crate) fn adopt_voters(&mut self, voters: &Voters) {
-        self.voters.adopt(voters);
-    }
-
-    /// The newest voters this node knows.
-    pub(crate) fn voters(&self) -> &Voters {
-        &self.voters
-    }
-
-    /// The room settings in force.
-    pub(crate) fn settings(&self) -> &Settings {
-        self.in_force.settings()
-    }
-
-    /// The newest live settings this node knows.
-    pub(crate) fn live(&self) -> &LiveSettings {
-        self.in_force.live()
-    }
-
-    /// The live settings in force (an event's applied).
-    pub(crate) fn current(&self) -> &LiveSettings {
-        self.in_force.current()
-    }
-
-    /// Looks at the reference clock; whether the settings in force changed (an event's edge).
-    pub(crate) fn settings_at(&mut self, reference_now: Time) -> bool {
-        self.in_force.at(reference_now)
-    }
-
-    /// Adopts `other` if it is a newer version than the live settings known here (see
-    /// [`InForce::adopt`]).
-    pub(crate) fn adopt_settings(&mut self, other: &LiveSettings) -> Result<(), SettingsError> {
-        self.in_force.adopt(other)
-    }
-
-    /// An operator's change made at this node: the next version, in force here at once and
-    /// carried to the others by the next round. `change` makes it from the newest version
-    /// known and the file settings.
-    pub(crate) fn change_settings(
-        &mut self,
-        change: impl FnOnce(&LiveSettings, &Settings) -> Result<LiveSettings, SettingsError>,
-    ) -> Result<LiveSettings, SettingsError> {
-        let next = change(self.in_force.live(), self.in_force.file())?;
-        self.in_force.adopt(&next)?;
-        Ok(next)
-    }
-
-    /// Whether nothing limits admission: no target, and no rate cap (or passthrough). Then
-    /// nobody needs a place to let a visitor through, and no majority is needed.
-    pub(crate) fn unlimited(&self) -> bool {
-        let now = self.in_force.current();
-        self.settings().is_unlimited()
-            && (now.new_users_per_minute.is_none() || now.mode == Mode::Passthrough)
     }
 
     /// The node's clock starts: the watchdog counts from here.
@@ -304,9 +165,15 @@ impl Tag {
 
     /// At an interval boundary: whether visitors wait (`queued`) in a cluster of more than one
     /// and no count has come by for `watchdog_rounds` intervals. Then the pointers must be
-    /// tangled, and rebuilding the tree makes every node re-pick its parent.
-    pub(crate) fn watchdog(&mut self, now: Time, queued: u64, members: usize) -> bool {
-        let interval = self.settings().eviction_interval_ms;
+    /// tangled, and rebuilding the tree makes every node re-pick its parent. Rounds start every
+    /// `interval`.
+    pub(crate) fn watchdog(
+        &mut self,
+        now: Time,
+        queued: u64,
+        members: usize,
+        interval: Time,
+    ) -> bool {
         let stale =
             now.saturating_sub(self.last_round_seen) > interval * u64::from(self.watchdog_rounds);
         if stale && queued > 0 && members > 1 {
@@ -316,8 +183,30 @@ impl Tag {
         false
     }
 
-    /// At the root, at an interval boundary: count the cluster (§4.5.1). Returns the round if it
-    /// is complete at once (a cluster of one).
+    /// At the root, at an interval boundary: count the cluster in round `stamp` ([`Tag::stamp_at`],
+    /// §4.5.1). Returns the round if it is complete at once (a cluster of one).
+    pub(crate) fn start_count(
+        &mut self,
+        now: Time,
+        (stamp, carried): (Stamp, Carried),
+        ctx: Ctx<'_>,
+        local: &mut Local,
+        out: &mut Outbox,
+    ) -> Option<Round> {
+        let boundary = stamp.time;
+        let bounds = make_bounds(local.room().head().map(|k| k.join_time), boundary);
+        let select = match self.mode {
+            AdmissionMode::Range if !ctx.settings.unlimited() => self
+                .select_limit
+                .min(u32::try_from(ctx.settings.settings().target_on_site).unwrap_or(u32::MAX)),
+            _ => 0,
+        };
+        self.last_round_seen = now;
+        self.start_round((stamp, bounds, select), (None, carried), ctx, local, out)
+    }
+
+    /// The stamp of the count the root `me` starts at the interval boundary at or before
+    /// `reference_now`, rounds starting every `interval`.
     ///
     /// The round's cutoff is a boundary of the cluster's reference clock (`reference_now`, the
     /// clock join times are stamped on: README, "Clocks"), not of the root's own: a visitor
@@ -325,43 +214,22 @@ impl Tag {
     /// node, as §4.5.1 assumes of synchronised clocks. On a root whose clock ran ahead, an
     /// own-clock cutoff would let visitors who joined after their node was counted into the
     /// decided range, taking places meant for visitors counted ahead of them.
-    pub(crate) fn start_count(
-        &mut self,
-        (now, reference_now): (Time, Time),
-        ctx: Ctx<'_>,
-        local: &mut Local,
-        out: &mut Outbox,
-    ) -> Option<Round> {
-        let interval = self.settings().eviction_interval_ms;
+    pub(crate) fn stamp_at(me: NodeId, reference_now: Time, interval: Time) -> Stamp {
         let boundary = reference_now / interval * interval;
-        let stamp = Stamp {
+        Stamp {
             time: boundary,
-            origin: ctx.me,
-        };
-        let bounds = make_bounds(local.room().head().map(|k| k.join_time), boundary);
-        let select = match self.mode {
-            AdmissionMode::Range if !self.unlimited() => self
-                .select_limit
-                .min(u32::try_from(self.settings().target_on_site).unwrap_or(u32::MAX)),
-            _ => 0,
-        };
-        self.last_round_seen = now;
-        if self.started.len() >= STARTED_KEPT {
-            self.started.pop_front();
+            origin: me,
         }
-        self.started.push_back(stamp);
-        self.start_round(now, (stamp, bounds, select), None, ctx, local, out)
     }
 
     /// Counts this node's subtree for the round `(stamp, bounds, select)`: asks every neighbour
-    /// but the parent side (`reply_to`; None at the root). Counting itself in is this node's
-    /// request for places: it gives up what is left of its grant. Returns the round if it is
-    /// complete.
+    /// but the parent side (`reply_to`; None at the root). Its own count carries what the
+    /// node's other parts gave (`carried`: counting itself in is this node's request for
+    /// places, and it gave up what was left of its grant). Returns the round if it is complete.
     fn start_round(
         &mut self,
-        now: Time,
         (stamp, bounds, select): (Stamp, Vec<Time>, u32),
-        reply_to: Option<NodeId>,
+        (reply_to, carried): (Option<NodeId>, Carried),
         ctx: Ctx<'_>,
         local: &mut Local,
         out: &mut Outbox,
@@ -369,12 +237,8 @@ impl Tag {
         for ticket in std::mem::take(&mut self.uncount_next) {
             local.room_mut().uncount_pass(ticket);
         }
-        let mut acc = self.own_counts(ctx.me, &bounds, select, local);
-        let window = RELEASES_SENT_INTERVALS * self.settings().eviction_interval_ms;
-        acc.released = self.released.recent(now, window);
-        acc.lost = self.lease.lost_rounds(now, Some(stamp));
+        let acc = self.own_counts(ctx.me, (&bounds, select), carried, local);
         self.uncount_next = std::mem::take(&mut self.uncount_later);
-        self.lease.ask(stamp, now);
         if self.own_below.len() >= 4 {
             self.own_below.remove(0);
         }
@@ -406,7 +270,13 @@ impl Tag {
         self.finish_if_done(out)
     }
 
-    fn own_counts(&self, me: NodeId, bounds: &[Time], select: u32, local: &Local) -> Counts {
+    fn own_counts(
+        &self,
+        me: NodeId,
+        (bounds, select): (&[Time], u32),
+        carried: Carried,
+        local: &Local,
+    ) -> Counts {
         let room = local.room();
         let cutoff = bounds.last().copied().unwrap_or(0);
         let below: Vec<u64> = bounds.iter().map(|&b| room.queued_before(b)).collect();
@@ -424,16 +294,12 @@ impl Tag {
             smallest: room.smallest_before(cutoff, select as usize),
             ranges: self.recent_ranges(),
             per_node: vec![own],
-            departed: self.departed.clone(),
-            voters: self.voters.clone(),
-            settings: self.live().clone(),
-            released: Vec::new(),
-            lost: Vec::new(),
-            seen: if self.voters.agreed() {
-                BTreeSet::new()
-            } else {
-                self.seen.clone()
-            },
+            departed: carried.departed,
+            voters: carried.voters,
+            settings: carried.settings,
+            released: carried.released,
+            lost: carried.lost,
+            seen: carried.seen,
         }
     }
 
@@ -461,24 +327,18 @@ impl Tag {
         true
     }
 
-    /// Counts this node's subtree for the round `r` that `from` asked about.
+    /// Counts this node's subtree for the round `r` that `from` asked about, its own count
+    /// carrying `carried`.
     pub(crate) fn join_round(
         &mut self,
-        now: Time,
-        from: NodeId,
-        r: CountRequest,
+        (from, r): (NodeId, CountRequest),
+        carried: Carried,
         ctx: Ctx<'_>,
         local: &mut Local,
         out: &mut Outbox,
     ) -> Option<Round> {
-        self.start_round(
-            now,
-            (r.stamp, r.bounds, r.select),
-            Some(from),
-            ctx,
-            local,
-            out,
-        )
+        let spec = (r.stamp, r.bounds, r.select);
+        self.start_round(spec, (Some(from), carried), ctx, local, out)
     }
 
     /// The latest decided ranges this node knows, oldest first.
@@ -541,152 +401,6 @@ impl Tag {
         }
     }
 
-    /// At the root, with the whole cluster counted: decide how many to let out (§4.5.3, with
-    /// the places departed members' visitors may still hold counted as taken) and grant each
-    /// member its places. Members that hold a majority of the voters become the next voters;
-    /// without a majority the root grants nothing (README, "Admission leases").
-    pub(crate) fn decide(
-        &mut self,
-        now: Time,
-        round: Round,
-        version: u64,
-        out: &mut Outbox,
-    ) -> Decision {
-        let counts = round.acc;
-        let cutoff = round.stamp.time;
-        // A version the count carried that does not fit here is still passed on.
-        let _ = self.adopt_settings(&counts.settings);
-        let majority = self.vote(&counts);
-        let on_site = self.on_site_with_departed(now, &counts);
-        let in_force = self.live().in_force_at(cutoff);
-        let (held, lost) = self.held_back(now, &counts, round.stamp);
-        let free = if majority && !held {
-            self.free_places(&in_force, on_site, cutoff)
-        } else {
-            0
-        };
-        let lottery = in_force.queueing_method == QueueingMethod::Random;
-        let (admit, max_key) = self.how_many(&counts, free, lottery);
-        let rate = self.rate.sample(now, counts.admitted_total);
-        let everyone_in = counts.queued <= admit;
-        let straight = if everyone_in { free - admit } else { 0 };
-        let by_range = self.mode == AdmissionMode::Range;
-        // With no limit on the site nobody needs a place to let a visitor through.
-        let granted = if self.unlimited() { 0 } else { straight };
-        let grants = grants(&counts, admit, max_key.is_some(), granted, by_range);
-        let summary = Summary {
-            stamp: round.stamp,
-            bounds: round.bounds,
-            below: counts.below,
-            version,
-            queued: counts.queued,
-            on_site,
-            admitted: admit,
-            rate_milli_per_s: rate,
-            free_places: straight,
-            members: counts.nodes,
-            places: grants.places,
-            grants: majority.then_some(grants.grants),
-            voters: self.voters.clone(),
-            settings: self.live().clone(),
-            departed: self.departed.clone(),
-            released: counts.released.clone(),
-            record: (admit > 0)
-                .then(|| self.next_record(&round.stamp, (admit, max_key), version, lottery)),
-            lost,
-        };
-        out.emit(Event::CountCompleted(Box::new(summary.clone())));
-        let range = (by_range && admit > 0).then_some(AdmitRange {
-            cutoff,
-            max_key,
-            version,
-            decided_at: round.stamp.time,
-        });
-        let batch = (!by_range && admit > 0).then_some(Admission {
-            count: admit,
-            cutoff,
-            version,
-        });
-        Decision {
-            reported: counts.ranges,
-            summary,
-            range,
-            batch,
-        }
-    }
-
-    /// The record of a round decided now that lets `admit` out (up to `max_key`, or everyone
-    /// before the stamp's time): the next after the last this node knows, naming its link.
-    fn next_record(
-        &self,
-        stamp: &Stamp,
-        (admit, max_key): (u64, Option<QueueKey>),
-        version: u64,
-        lottery: bool,
-    ) -> RoundRecord {
-        let everyone_before = |t: Time| Cutoff {
-            join_time: t.saturating_sub(1),
-            id: TicketId(u64::MAX),
-            node: NodeId(u64::MAX),
-        };
-        RoundRecord {
-            round: self.chain.0,
-            decided_at_ms: stamp.time,
-            cutoff: max_key.map_or_else(|| everyone_before(stamp.time), Cutoff::from),
-            admitted: admit,
-            root: stamp.origin,
-            version,
-            prev: self.chain.1.clone(),
-            lottery,
-        }
-    }
-
-    /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
-    /// pass's `eviction_time`), if this node knows it.
-    pub(crate) fn round_decided_at(&self, decided_at: Time) -> Option<u64> {
-        self.recorded
-            .iter()
-            .rev()
-            .find(|(t, _)| *t == decided_at)
-            .map(|&(_, round)| round)
-    }
-
-    /// Goes on from record `round` (with `link`) kept before a restart, if it is later than
-    /// any this node knows.
-    pub(crate) fn resume_records(&mut self, round: u64, link: String) {
-        if round + 1 > self.chain.0 {
-            self.chain = (round + 1, link);
-        }
-    }
-
-    /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
-    pub(crate) fn record_linked(&mut self, round: u64, link: String) {
-        if self.chain.0 == round + 1 {
-            self.chain.1 = link;
-        }
-    }
-
-    /// A visitor gives their pass back at this node at `now` (README, "Sessions"): refused here
-    /// from now on, and everywhere once a round has carried it; uncounted here at once if this
-    /// node counts it, else by the node that does when the round reaches it. Twice is once.
-    pub(crate) fn release(&mut self, now: Time, r: Release, local: &mut Local) {
-        local.room_mut().uncount_pass(r.ticket);
-        self.released.release(now, r);
-    }
-
-    /// Whether the pass of `ticket` was given back.
-    pub(crate) fn is_released(&self, ticket: TicketId) -> bool {
-        self.released.contains(ticket)
-    }
-
-    /// Releases a round's result carries: refused from now on, uncounted if this node counts
-    /// them.
-    pub(crate) fn learn_released(&mut self, now: Time, list: &[Release], local: &mut Local) {
-        for ticket in self.released.learn(now, list) {
-            local.room_mut().uncount_pass(ticket);
-        }
-    }
-
     /// A pass this node counts was refreshed on another node, which counts it from now on:
     /// this node stops counting it after one more count of its own (see `uncount_later`). A
     /// node that is not counted for long keeps counting such passes, erring towards a fuller
@@ -699,105 +413,6 @@ impl Tag {
         }
     }
 
-    /// Places a round at `boundary` may fill, with `on_site` taken: the target's room, at most
-    /// the rate cap's allowance for the round; none in queue-all mode (README, "Live settings").
-    fn free_places(&self, live: &LiveSettings, on_site: u64, boundary: Time) -> u64 {
-        if live.mode == Mode::QueueAll {
-            return 0;
-        }
-        let settings = live.apply_to(self.in_force.file());
-        let room = if settings.is_unlimited() {
-            u64::MAX
-        } else {
-            settings.target_on_site.saturating_sub(on_site)
-        };
-        if live.mode == Mode::Passthrough {
-            return room;
-        }
-        let interval = settings.eviction_interval_ms;
-        live.round_allowance(boundary, interval)
-            .map_or(room, |cap| room.min(cap))
-    }
-
-    /// The majority rule at the root (`voters.rs`): whether the members counted hold a majority
-    /// of the newest voters known, which they then become. With no limit on the site there is
-    /// nothing to protect, and no rule holds admission back.
-    fn vote(&mut self, counts: &Counts) -> bool {
-        self.voters.adopt(&counts.voters);
-        let counted: BTreeSet<NodeId> = counts.per_node.iter().map(|n| n.node).collect();
-        let had_company = self.seen.len() > 1;
-        let lone_founder = self.voters.is_founding() && had_company && counted.len() == 1;
-        let next = if lone_founder {
-            None
-        } else {
-            let seen = self.seen.union(&counts.seen).copied().collect();
-            self.voters.next(&counted, &seen)
-        };
-        let majority = next.is_some() || self.unlimited();
-        if let Some(next) = next {
-            self.voters = next;
-        }
-        majority
-    }
-
-    /// Rule 4 at the root (README, "Admission leases"): whether round `deciding` must grant
-    /// nothing, because a lost round is live or the round took too long (`Lease::in_time`),
-    /// and the lost rounds held.
-    fn held_back(&mut self, now: Time, counts: &Counts, deciding: Stamp) -> (bool, Vec<LostRound>) {
-        let lost = self.lost_rounds(now, counts, deciding);
-        let asked = self.lease.asked_at(deciding);
-        let in_time = asked.is_some_and(|at| self.lease.in_time(at, now));
-        (!self.unlimited() && (!lost.is_empty() || !in_time), lost)
-    }
-
-    /// The lost rounds the count carried up or this node holds, live at `now`, but those this
-    /// node started itself (it knows what they granted) and the round being decided.
-    fn lost_rounds(&mut self, now: Time, counts: &Counts, deciding: Stamp) -> Vec<LostRound> {
-        let started = &self.started;
-        let unknown: Vec<LostRound> = (counts.lost.iter())
-            .filter(|l| !started.contains(&l.stamp))
-            .copied()
-            .collect();
-        self.lease.learn_lost(now, &unknown);
-        let mut lost = self.lease.lost_rounds(now, Some(deciding));
-        lost.retain(|l| !self.started.contains(&l.stamp));
-        lost
-    }
-
-    /// Visitors on the site at the count plus the places departed members may still hold (the
-    /// root's list merged with the ones the count carried up; expired ones dropped).
-    fn on_site_with_departed(&mut self, now: Time, counts: &Counts) -> u64 {
-        for &d in counts.departed.iter().take(DEPARTED_KEPT) {
-            self.note_departed(d);
-        }
-        self.departed.retain(|d| d.until > now);
-        self.departed
-            .iter()
-            .fold(counts.on_site, |sum, d| sum.saturating_add(d.places))
-    }
-
-    /// How many of the eligible visitors the `free` places let out, and in range admission the
-    /// largest key among them (the admit-th smallest; a round admits at most as many as were
-    /// reported).
-    ///
-    /// Under random queueing with a limit the range is always cut by key, even when it lets
-    /// everyone counted out: the lottery's visitors all share one join time, earlier than the
-    /// cutoff, so a range cut by time alone would also cover everyone who joins after the count
-    /// (without a limit everyone is let out anyway).
-    fn how_many(&self, counts: &Counts, free: u64, lottery: bool) -> (u64, Option<QueueKey>) {
-        let eligible = counts.below.last().copied().unwrap_or(0);
-        let admit = eligible.min(free);
-        let everyone = admit >= eligible && (!lottery || self.unlimited());
-        if self.mode != AdmissionMode::Range || everyone || admit == 0 {
-            return (admit, None);
-        }
-        let admit = admit.min(counts.smallest.len() as u64);
-        let max_key = admit
-            .checked_sub(1)
-            .and_then(|i| counts.smallest.get(i as usize).copied());
-        (admit, max_key)
-    }
-
     /// The result of the root's count, with the latest ranges (merged from the count first).
     pub(crate) fn result(&self, summary: Summary, range: Option<AdmitRange>) -> CountResult {
         CountResult {
@@ -807,123 +422,44 @@ impl Tag {
         }
     }
 
-    /// The result of a count flows down the tree: keep the summary, take this node's share of
-    /// straight-through places, pass it on. Returns the ranges it carries, for the node to merge
-    /// (and let out its part of).
-    pub(crate) fn on_count_result(
+    /// The result of a count flows down the tree: passed on to every neighbour but `from`.
+    /// Returns whether it is new here; then the node's parts take their share of it (this
+    /// node's grant, the voters, the record, the live settings, the departed places) and TAG
+    /// keeps its summary ([`Tag::keep`]). Either way the node merges the ranges it carries (and
+    /// lets out its part of them).
+    pub(crate) fn pass_on(
         &mut self,
-        now: Time,
         from: NodeId,
-        r: CountResult,
+        r: &CountResult,
         ctx: Ctx<'_>,
         out: &mut Outbox,
-    ) -> Vec<AdmitRange> {
+    ) -> bool {
         let seen = self
             .summary
             .as_ref()
             .is_some_and(|s| s.stamp >= r.summary.stamp);
         if seen {
             // A copy that came another way (the tree changed under the flood), or an old one.
-            return r.earlier.into_iter().chain(r.admit).collect();
+            return false;
         }
         for &n in ctx.neighbours.iter().filter(|&&n| n != from) {
             out.send(n, ChannelMsg::CountResult(Box::new(r.clone())));
         }
-        let mine = r.summary.grants.as_ref().map(|grants| {
-            grants
-                .iter()
-                .find(|(n, _)| *n == ctx.me)
-                .map_or(0, |&(_, places)| places)
-        });
-        self.lease.grant(r.summary.stamp, mine);
-        self.lease.learn_lost(now, &r.summary.lost);
-        self.voters.adopt(&r.summary.voters);
-        if let Some(record) = r
-            .summary
-            .record
-            .as_ref()
-            .filter(|rec| rec.round >= self.chain.0)
-        {
-            self.chain = (record.round + 1, String::new());
-            if self.recorded.len() >= RECORDED_KEPT {
-                self.recorded.pop_front();
-            }
-            self.recorded
-                .push_back((record.decided_at_ms, record.round));
-            out.emit(Event::RoundRecorded(Box::new(record.clone())));
-        }
-        // A version that does not fit here is kept and passed on (`adopt_settings`).
-        let _ = self.adopt_settings(&r.summary.settings);
-        self.own_below.retain(|(s, _)| *s >= r.summary.stamp);
-        for &d in r.summary.departed.iter().take(DEPARTED_KEPT) {
-            self.note_departed(d);
-        }
-        self.summary = Some(r.summary);
-        r.earlier.into_iter().chain(r.admit).collect()
+        true
     }
 
-    /// A member left the cluster (it died, was removed, or is cut off) with membership
-    /// `version`: the places it held at the last count, with its grant, stay counted until
-    /// whatever it may still have let out is gone ([`Tag::departed_for`]), so the site does not
-    /// fill past the target with visitors nobody counts any more.
-    pub(crate) fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
-        if self.unlimited() {
-            return;
-        }
-        let expiry = self.departed_for();
-        let places = self
-            .summary
+    /// Keeps the summary of a new result: the latest cluster-wide figures, for positions.
+    pub(crate) fn keep(&mut self, summary: Summary) {
+        self.own_below.retain(|(s, _)| *s >= summary.stamp);
+        self.summary = Some(summary);
+    }
+
+    /// The places member `node` held after the last round, as its summary says.
+    pub(crate) fn places_of(&self, node: NodeId) -> u64 {
+        self.summary
             .as_ref()
             .and_then(|s| s.places.iter().find(|(n, _)| *n == node))
-            .map_or(0, |&(_, p)| p);
-        if places > 0 && expiry > 0 {
-            self.note_departed(Departed {
-                until: now.saturating_add(expiry),
-                node,
-                version,
-                places,
-            });
-        }
-    }
-
-    /// How long a departed member's places stay counted. It may be alive and cut off: it may
-    /// spend its grant until that expires (a grant's life after its last count, which came
-    /// before the departure); a visitor it let out then holds the place for a ticket's life
-    /// until they get a pass, which lasts a pass's life (passes are extended only under a live
-    /// grant; the longest pass expiry in force since this node started, as an operator may have
-    /// shortened it after those passes were issued). Plus 1% for the rate at which its clock
-    /// and ours may drift apart (quartz clocks drift by well under 0.01%) and an interval to
-    /// spare.
-    fn departed_for(&self) -> Time {
-        let s = self.settings();
-        let life = self
-            .lease
-            .life()
-            .saturating_add(s.ticket_expiry_ms)
-            .saturating_add(self.in_force.longest_pass_expiry());
-        life.saturating_add(life / 100)
-            .saturating_add(s.eviction_interval_ms)
-    }
-
-    /// Records a departure once, whoever reports it (every member notes it, and results spread
-    /// the root's list, so a new root still counts it).
-    fn note_departed(&mut self, d: Departed) {
-        match self
-            .departed
-            .iter_mut()
-            .find(|k| k.node == d.node && k.version == d.version)
-        {
-            Some(k) => {
-                k.until = k.until.max(d.until);
-                k.places = k.places.max(d.places);
-            }
-            None => self.departed.push(d),
-        }
-        if self.departed.len() > DEPARTED_KEPT {
-            // Keep the ones that hold places longest.
-            self.departed.sort_unstable_by(|a, b| b.cmp(a));
-            self.departed.truncate(DEPARTED_KEPT);
-        }
+            .map_or(0, |&(_, p)| p)
     }
 
     /// Adds decided ranges this node had not seen (the node then lets out what falls in them,
@@ -958,16 +494,22 @@ impl Tag {
     /// that decided it: this node's share of the latest round, and anyone re-queued here (their
     /// node died) or cut off from a result that the cluster had already decided to let in.
     /// Returns whether anyone was let out.
-    /// Each takes a place of this node's grant; without one left they wait for the next round.
-    pub(crate) fn admit_decided(&mut self, now: Time, local: &mut Local, out: &mut Outbox) -> bool {
+    /// Each takes a place of this node's grant (`lease`) unless nothing limits admission
+    /// (`unlimited`); without one left they wait for the next round.
+    pub(crate) fn admit_decided(
+        &self,
+        now: Time,
+        (lease, unlimited): (&mut Lease, bool),
+        local: &mut Local,
+        out: &mut Outbox,
+    ) -> bool {
         let mut admitted = false;
-        let unlimited = self.unlimited();
         for range in &self.ranges {
             while let Some(k) = local.room().head() {
                 if !range.covers(&k) {
                     break;
                 }
-                if !unlimited && !self.lease.take(now) {
+                if !unlimited && !lease.take(now) {
                     return admitted;
                 }
                 local.admit_head(now, range.decided_at, out);
@@ -975,49 +517,6 @@ impl Tag {
             }
         }
         admitted
-    }
-
-    /// Takes one straight-through place for a visitor joining an empty queue: only while the
-    /// last count let everyone in and this node's grant has a place left.
-    pub(crate) fn take_place(&mut self, now: Time, queued_here: u64) -> bool {
-        let everyone_in = self
-            .summary
-            .as_ref()
-            .is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
-        if self.current().mode == Mode::Passthrough {
-            return true;
-        }
-        if !self.settings().admit_straight_through || queued_here > 0 || !everyone_in {
-            return false;
-        }
-        self.unlimited() || self.lease.take(now)
-    }
-
-    /// Whether a pass may be extended here at `now`: only under a live grant (a node cut off
-    /// from the majority must not keep its visitors on the site past what the others count).
-    pub(crate) fn may_refresh(&self, now: Time) -> bool {
-        self.unlimited() || self.lease.is_live(now)
-    }
-
-    /// Why this node lets nobody out at `now`, if it does not: the last result came from a root
-    /// without a majority, or its grant has lapsed. Never with no limit on the site.
-    pub(crate) fn pause(&self, now: Time) -> Option<Pause> {
-        if self.unlimited() {
-            return None;
-        }
-        if self.summary.as_ref().is_some_and(|s| s.grants.is_none()) {
-            return Some(Pause::NoMajority);
-        }
-        if self.summary.as_ref().is_some_and(|s| !s.lost.is_empty()) {
-            return Some(Pause::LostRound);
-        }
-        (!self.lease.is_live(now)).then_some(Pause::NoGrant)
-    }
-
-    /// Places this node may still give out at `now`, and when its grant expires (0: never
-    /// granted).
-    pub(crate) fn grant(&self, now: Time) -> (u64, Time) {
-        (self.lease.places(now), self.lease.expires())
     }
 
     /// Estimated number of visitors ahead of `key` in the whole cluster of `members`: exactly
@@ -1062,49 +561,6 @@ impl Tag {
     }
 }
 
-/// What a round grants each counted member, and the places each holds once it has used them.
-struct Grants {
-    /// Places each member may give out (its share of the range, in range admission, and of
-    /// the straight-through places), by node id.
-    grants: Vec<(NodeId, u64)>,
-    /// Its visitors on the site plus its grant and its share of the round's admissions: what
-    /// to keep counting if it departs.
-    places: Vec<(NodeId, u64)>,
-}
-
-/// Each counted member's share of the `admit` let out and of the `straight` through places.
-/// With a range cut by key (`by_key`) the share of the admissions is exact (the smallest keys
-/// carry their node); otherwise a node that had `eligible` visitors gets `min(eligible, admit)`,
-/// an upper bound, which errs towards a fuller site. Straight-through places are split evenly
-/// in id order. Only range admission (`by_range`) lets visitors out of the queue under the
-/// grant; the deleteMin modes let them out through QPID.
-fn grants(counts: &Counts, admit: u64, by_key: bool, straight: u64, by_range: bool) -> Grants {
-    let mut taken: BTreeMap<NodeId, u64> = BTreeMap::new();
-    if by_key {
-        let k = usize::try_from(admit).unwrap_or(usize::MAX);
-        for key in counts.smallest.iter().take(k) {
-            *taken.entry(key.node).or_default() += 1;
-        }
-    }
-    let mut nodes = counts.per_node.clone();
-    nodes.sort_unstable_by_key(|n| n.node);
-    let n = nodes.len().max(1) as u64;
-    let (mut grants, mut places) = (Vec::new(), Vec::new());
-    for (i, node) in nodes.iter().enumerate() {
-        let share = if by_key {
-            taken.get(&node.node).copied().unwrap_or(0)
-        } else {
-            node.eligible.min(admit)
-        };
-        let through = straight / n + u64::from((i as u64) < straight % n);
-        let grant = through.saturating_add(if by_range { share } else { 0 });
-        grants.push((node.node, grant));
-        let held = node.on_site.saturating_add(share).saturating_add(through);
-        places.push((node.node, held));
-    }
-    Grants { grants, places }
-}
-
 /// `BUCKETS` boundaries from the oldest waiting visitor's join time up to the cutoff (the last
 /// boundary is the cutoff itself).
 fn make_bounds(oldest: Option<Time>, cutoff: Time) -> Vec<Time> {
@@ -1144,13 +600,15 @@ fn interpolate(bounds: &[Time], below: &[u64], t: Time) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use waitingroom_core::round_records::{Cutoff, RoundRecord};
+
+    use super::*;
     use crate::membership::Membership;
     use crate::messages::Body;
     use crate::node::Node;
-    use crate::patch::SettingsPatch;
-    use crate::testing::{self, Neighbours, Peer, Said, member, said, settle, tree};
-
-    use super::*;
+    use crate::outputs::Event;
+    use crate::testing::{self, Neighbours, Peer, Said, count_reply as reply, counts_of};
+    use crate::testing::{member, said, settle, tree};
 
     /// Node `id` of `m`, settled, with nothing left to resend.
     fn settled(id: u64, m: &Membership) -> (Node, Neighbours) {
@@ -1173,37 +631,6 @@ mod tests {
             bounds: vec![time],
             select: 0,
             ranges: Vec::new(),
-        }
-    }
-
-    fn reply(stamp: Stamp, counts: Option<Counts>) -> ChannelMsg {
-        ChannelMsg::CountReply {
-            stamp,
-            counts: counts.map(Box::new),
-        }
-    }
-
-    /// Node `node`'s own figures in a count: `queued` visitors, all eligible.
-    fn counts_of(node: u64, queued: u64) -> Counts {
-        Counts {
-            on_site: 0,
-            queued,
-            below: vec![queued],
-            admitted_total: 0,
-            nodes: 1,
-            smallest: Vec::new(),
-            ranges: Vec::new(),
-            per_node: vec![NodeCounts {
-                node: NodeId(node),
-                on_site: 0,
-                eligible: queued,
-            }],
-            departed: Vec::new(),
-            released: Vec::new(),
-            voters: Voters::default(),
-            settings: LiveSettings::default(),
-            lost: Vec::new(),
-            seen: BTreeSet::new(),
         }
     }
 
@@ -1271,74 +698,6 @@ mod tests {
             said(&mut node),
             [Said::Channel(NodeId(1), reply(r.stamp, None))]
         );
-    }
-
-    /// README, "Admission leases", rule 4: a count that carries a round whose result a member
-    /// never heard (another root's) grants nothing, and says so, until that round's grants
-    /// have expired; a lost round of the root's own is no reason to wait.
-    #[test]
-    fn a_lost_round_holds_grants_back_until_it_expires() {
-        let settings = Settings {
-            target_on_site: 5,
-            ..testing::queued_settings()
-        };
-        let m = tree(2, &[1, 2], &[(1, 2)]);
-        let mut cfg = testing::config(1, 1, settings);
-        // Node 2 is this test's hand: it answers no probe.
-        (cfg.probe_interval_ms, cfg.probe_timeout_ms) = (1 << 40, 1 << 39);
-        let mut node = member(cfg, &m);
-        let mut peers = settle(&mut node);
-        let lost = |origin: u64, remaining_ms: Time| LostRound {
-            stamp: Stamp {
-                time: 500,
-                origin: NodeId(origin),
-            },
-            remaining_ms,
-        };
-        let mut count = |node: &mut Node, at: Time, carried: Option<LostRound>| {
-            node.handle_timeout(at);
-            said(node);
-            let stamp = Stamp {
-                time: at,
-                origin: NodeId(1),
-            };
-            let mut counts = counts_of(2, 1);
-            counts.lost = carried.into_iter().collect();
-            let env = peers.channel(2, node, reply(stamp, Some(counts)));
-            assert_eq!(node.handle_message(at, env), Ok(()));
-            said(node);
-            let summary = node.summary().expect("decided").clone();
-            (summary.admitted, summary.lost)
-        };
-        assert_eq!(
-            count(&mut node, 1_000, Some(lost(3, 1_500))),
-            (0, vec![lost(3, 1_500)])
-        );
-        assert_eq!(node.pause(1_000), Some(Pause::LostRound));
-        assert_eq!(node.grant(1_000).0, 0);
-        // Held here too, counted down, though the count no longer carries it.
-        assert_eq!(count(&mut node, 2_000, None), (0, vec![lost(3, 500)]));
-        assert_eq!(count(&mut node, 3_000, None), (1, vec![]));
-        assert_eq!(node.pause(3_000), None);
-        // Its own round: it knows what that granted.
-        let own = LostRound {
-            stamp: Stamp {
-                time: 3_000,
-                origin: NodeId(1),
-            },
-            remaining_ms: 5_000,
-        };
-        node.handle_timeout(4_000);
-        said(&mut node);
-        let stamp = Stamp {
-            time: 4_000,
-            origin: NodeId(1),
-        };
-        let mut counts = counts_of(2, 1);
-        counts.lost = vec![own];
-        let env = peers.channel(2, &node, reply(stamp, Some(counts)));
-        assert_eq!(node.handle_message(4_000, env), Ok(()));
-        assert_eq!(node.summary().expect("decided").lost, []);
     }
 
     /// §4.5.1 and §4.5.3, with range admission (README, "Eviction with TAG"): at the interval
@@ -1471,35 +830,5 @@ mod tests {
             assert!(v >= last);
             last = v;
         }
-    }
-
-    /// README, "Live settings": passes issued before an operator shortened the pass expiry
-    /// still live the old expiry, so a departed member's places stay counted for it; a longer
-    /// one counts at once.
-    #[test]
-    fn departed_places_count_the_longest_pass_expiry_in_force() {
-        let settings = Settings {
-            target_on_site: 10,
-            pass_expiry_ms: 10_000,
-            pass_max_lifetime_ms: 60_000,
-            ..testing::queued_settings()
-        };
-        let mut tag = Tag::new(&testing::config(1, 1, settings));
-        let before = tag.departed_for();
-        let shorter = SettingsPatch {
-            pass_expiry_ms: Some(1_000),
-            ..SettingsPatch::default()
-        };
-        tag.change_settings(|l, f| l.patched(&shorter, (NodeId(1), 0, [0; 32]), f))
-            .unwrap();
-        assert_eq!(tag.settings().pass_expiry_ms, 1_000);
-        assert_eq!(tag.departed_for(), before);
-        let longer = SettingsPatch {
-            pass_expiry_ms: Some(20_000),
-            ..SettingsPatch::default()
-        };
-        tag.change_settings(|l, f| l.patched(&longer, (NodeId(1), 0, [0; 32]), f))
-            .unwrap();
-        assert!(tag.departed_for() > before);
     }
 }

@@ -19,8 +19,9 @@ use rand_chacha::ChaCha8Rng;
 use waitingroom_core::{CheckInStatus, NodeId, Pass, QueueKey, Settings, Ticket, TicketId, Time};
 
 use crate::invariants::{self, Violation};
+use crate::live::LiveSettings;
 use crate::membership::Contact;
-use crate::messages::{Body, ChannelMsg, Envelope};
+use crate::messages::{Body, ChannelMsg, Counts, Envelope, NodeCounts, Stamp};
 use crate::voters::Voters;
 use crate::{AdmissionMode, Event, Ignored, Membership, Node, NodeConfig, Transmit, VisitorError};
 
@@ -560,6 +561,46 @@ pub fn said(node: &mut Node) -> Vec<Said> {
 /// What `node` emitted since last asked.
 pub fn events(node: &mut Node) -> Vec<Event> {
     std::iter::from_fn(|| node.poll_event()).collect()
+}
+
+/// The stamp of a round node 1 started at `time`.
+pub fn stamp(time: Time) -> Stamp {
+    Stamp {
+        time,
+        origin: NodeId(1),
+    }
+}
+
+/// A count's reply up the tree for round `stamp`: `counts`, or None for a refusal.
+pub fn count_reply(stamp: Stamp, counts: Option<Counts>) -> ChannelMsg {
+    ChannelMsg::CountReply {
+        stamp,
+        counts: counts.map(Box::new),
+    }
+}
+
+/// Node `node`'s own figures in a count: `queued` visitors, all eligible.
+pub fn counts_of(node: u64, queued: u64) -> Counts {
+    Counts {
+        on_site: 0,
+        queued,
+        below: vec![queued],
+        admitted_total: 0,
+        nodes: 1,
+        smallest: Vec::new(),
+        ranges: Vec::new(),
+        per_node: vec![NodeCounts {
+            node: NodeId(node),
+            on_site: 0,
+            eligible: queued,
+        }],
+        departed: Vec::new(),
+        released: Vec::new(),
+        voters: Voters::default(),
+        settings: LiveSettings::default(),
+        lost: Vec::new(),
+        seen: BTreeSet::new(),
+    }
 }
 
 /// A membership at `version` over `ids` (first lives) with these tree `edges`.

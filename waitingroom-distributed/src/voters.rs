@@ -45,6 +45,9 @@ use waitingroom_core::NodeId;
 /// Fewest voters kept once a cluster has had that many members.
 pub const VOTERS_FLOOR: usize = 3;
 
+/// Most members a node remembers having had, and a count carries (`seen`).
+pub(crate) const SEEN_KEPT: usize = 1_024;
+
 /// A set of voters and the epoch it was agreed in (newer epochs win).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Voters {
@@ -124,7 +127,7 @@ impl Voters {
     /// ever had (`seen`), so that two sides of a cluster cut before its first round cannot
     /// both start voters (the simulator's chaos preset found a 4-4 split doing so). Two or more
     /// become the first voters; a founder alone stays its own voter (while it has never had
-    /// company, `Tag::vote`), and the founding voters never count without their founder.
+    /// company, `Electorate::vote`), and the founding voters never count without their founder.
     fn first(&self, members: &BTreeSet<NodeId>, seen: &BTreeSet<NodeId>) -> Option<Voters> {
         let everyone: BTreeSet<NodeId> = seen.union(members).copied().collect();
         if !majority(&everyone, members) || self.is_founding() && !self.is_majority(members) {
@@ -167,6 +170,90 @@ fn majority(voters: &BTreeSet<NodeId>, members: &BTreeSet<NodeId>) -> bool {
     let lowest_in = voters.first().is_some_and(|v| members.contains(v));
     let n = voters.len();
     n > 0 && (2 * held > n || 2 * held == n && lowest_in)
+}
+
+/// The voters this node knows, and the members it has had: what the majority rule needs of one
+/// node, at the root and everywhere else.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Electorate {
+    /// The newest voters this node knows, for the majority rule.
+    voters: Voters,
+    /// Every member this node has had (at most [`SEEN_KEPT`]): before any voters are agreed,
+    /// the first need a majority of them, and a founder votes alone only while it has had no
+    /// other.
+    seen: BTreeSet<NodeId>,
+}
+
+impl Electorate {
+    /// This node founds a cluster on purpose (not after giving up on its seeds): it votes.
+    pub(crate) fn found(&mut self, me: NodeId) {
+        if self.voters.set.is_empty() {
+            self.voters = Voters::founder(me);
+        }
+    }
+
+    /// This node applied a membership of `members`: it has had them (`seen`).
+    pub(crate) fn members_now<'a>(&mut self, members: impl IntoIterator<Item = &'a NodeId>) {
+        for &id in members {
+            if self.seen.len() >= SEEN_KEPT {
+                break;
+            }
+            self.seen.insert(id);
+        }
+    }
+
+    /// An operator makes `members` the voters (`Voters::reset`).
+    pub(crate) fn reset(&mut self, members: BTreeSet<NodeId>) -> &Voters {
+        self.voters = self.voters.reset(members);
+        &self.voters
+    }
+
+    /// Voters a peer told of: the newer win.
+    pub(crate) fn adopt(&mut self, voters: &Voters) {
+        self.voters.adopt(voters);
+    }
+
+    /// The newest voters this node knows.
+    pub(crate) fn voters(&self) -> &Voters {
+        &self.voters
+    }
+
+    /// What this node's own count carries of the members it has had: all of them until voters
+    /// are agreed, none after.
+    pub(crate) fn seen_to_count(&self) -> BTreeSet<NodeId> {
+        if self.voters.agreed() {
+            BTreeSet::new()
+        } else {
+            self.seen.clone()
+        }
+    }
+
+    /// The majority rule at the root: whether the members `counted` (whose newest voters are
+    /// `theirs`, and who have had `their_seen`) hold a majority of the newest voters known,
+    /// which they then become. With no limit on the site (`unlimited`) there is nothing to
+    /// protect, and no rule holds admission back.
+    pub(crate) fn vote(
+        &mut self,
+        theirs: &Voters,
+        counted: &BTreeSet<NodeId>,
+        their_seen: &BTreeSet<NodeId>,
+        unlimited: bool,
+    ) -> bool {
+        self.voters.adopt(theirs);
+        let had_company = self.seen.len() > 1;
+        let lone_founder = self.voters.is_founding() && had_company && counted.len() == 1;
+        let next = if lone_founder {
+            None
+        } else {
+            let seen = self.seen.union(their_seen).copied().collect();
+            self.voters.next(counted, &seen)
+        };
+        let majority = next.is_some() || unlimited;
+        if let Some(next) = next {
+            self.voters = next;
+        }
+        majority
+    }
 }
 
 #[cfg(test)]

@@ -8,16 +8,19 @@ use waitingroom_core::{NodeId, Time};
 use super::Node;
 use crate::cluster::{Applied, Asking, Change};
 use crate::config::AdmissionMode;
+use crate::decision::Parts;
+use crate::departed;
 use crate::ignored::Ignored;
 use crate::local::Local;
 use crate::membership::{ClusterRank, Contact, Membership, View};
 use crate::messages::{
-    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Stamp, Weight,
+    Admission, AdmitRange, ChannelMsg, CountRequest, CountResult, Counts, Stamp, Summary, Weight,
 };
 use crate::outputs::{Event, Outbox};
 use crate::qpid::{self, Qpid};
+use crate::released::RELEASES_SENT_INTERVALS;
 use crate::swim::{Swim, Tick};
-use crate::tag::{self, Round, Tag};
+use crate::tag::{self, Carried, Round, Tag};
 use crate::timer::Timer;
 
 impl Node {
@@ -83,7 +86,7 @@ impl Node {
         self.with_qpid(now, |q, ctx, _, out| q.check_settling(now, ctx, out));
     }
 
-    // ---- TAG -------------------------------------------------------------------------------
+    // ---- TAG, the decision, and what each part takes of a round ----------------------------
 
     /// Runs `f` on TAG with what it needs to know of the node, then sends what it said.
     fn with_tag<R>(
@@ -97,6 +100,7 @@ impl Node {
             me: self.cluster.me().id,
             version: membership.version,
             neighbours: &neighbours,
+            settings: &self.in_force,
         };
         let mut out = Outbox::default();
         let result = f(&mut self.tag, ctx, &mut self.local, &mut out);
@@ -105,14 +109,14 @@ impl Node {
         result
     }
 
-    /// Puts the room settings TAG holds in force in the local room, if a round brought new
-    /// live settings (`live.rs`).
+    /// Puts the room settings in force in the local room, if a round or an operator brought
+    /// new live settings (`live.rs`).
     pub(super) fn apply_settings(&mut self) {
-        if self.local.room().settings() != self.tag.settings() {
-            let settings = self.tag.settings().clone();
-            // TAG checked them against this node's file settings before it took them.
+        if self.local.room().settings() != self.in_force.settings() {
+            let settings = self.in_force.settings().clone();
+            // They were checked against this node's file settings before they were taken.
             let _ = self.local.room_mut().set_settings(settings);
-            self.emit(Event::SettingsChanged(self.tag.live().clone()));
+            self.emit(Event::SettingsChanged(self.in_force.live().clone()));
         }
     }
 
@@ -123,7 +127,8 @@ impl Node {
         }
         let queued = self.local.room().queued();
         let members = self.cluster.membership().members.len();
-        if self.tag.watchdog(now, queued, members) {
+        let interval = self.in_force.settings().eviction_interval_ms;
+        if self.tag.watchdog(now, queued, members, interval) {
             let refreshed = self.cluster.refreshed();
             self.emit(Event::TreeRepaired);
             self.commit_membership(now, refreshed);
@@ -133,10 +138,30 @@ impl Node {
             return;
         }
         let reference = self.reference_time(now);
+        let stamp = Tag::stamp_at(self.id(), reference, interval);
+        self.decision.started(stamp);
+        let carried = self.count_in(now, stamp);
         let done = self.with_tag(now, |t, ctx, local, out| {
-            t.start_count((now, reference), ctx, local, out)
+            t.start_count(now, (stamp, carried), ctx, local, out)
         });
         self.complete_round(now, done);
+    }
+
+    /// This node counts itself into round `stamp` at `now`: what its own count carries of the
+    /// other parts. Counting itself in is its request for places: it gives up what is left of
+    /// its grant (`Lease::ask`), after gathering the rounds it may have missed but this one.
+    fn count_in(&mut self, now: Time, stamp: Stamp) -> Carried {
+        let window = RELEASES_SENT_INTERVALS * self.in_force.settings().eviction_interval_ms;
+        let carried = Carried {
+            departed: self.departed.list().to_vec(),
+            voters: self.voters.voters().clone(),
+            seen: self.voters.seen_to_count(),
+            settings: self.in_force.live().clone(),
+            released: self.released.recent(now, window),
+            lost: self.lease.lost_rounds(now, Some(stamp)),
+        };
+        self.lease.ask(stamp, now);
+        carried
     }
 
     pub(super) fn on_count_request(&mut self, now: Time, from: NodeId, mut r: CountRequest) {
@@ -148,8 +173,9 @@ impl Node {
             return;
         }
         self.merge_ranges(now, std::mem::take(&mut r.ranges));
+        let carried = self.count_in(now, r.stamp);
         let done = self.with_tag(now, |t, ctx, local, out| {
-            t.join_round(now, from, r, ctx, local, out)
+            t.join_round((from, r), carried, ctx, local, out)
         });
         self.complete_round(now, done);
     }
@@ -176,7 +202,18 @@ impl Node {
             return;
         };
         let version = self.cluster.membership().version;
-        let decision = self.with_tag(now, |t, _, _, out| t.decide(now, round, version, out));
+        let mut out = Outbox::default();
+        let parts = Parts {
+            settings: &mut self.in_force,
+            voters: &mut self.voters,
+            departed: &mut self.departed,
+            lease: &mut self.lease,
+            records: &self.records,
+        };
+        let counted = round.into_counted();
+        let decision = (self.decision).decide(now, counted, version, parts, &mut out);
+        self.send_outbox(now, out);
+        self.apply_settings();
         self.merge_ranges(now, decision.reported);
         let result = self.tag.result(decision.summary, decision.range);
         self.on_count_result(now, self.id(), result);
@@ -194,13 +231,36 @@ impl Node {
         }
     }
 
+    /// The result of a count flows down the tree (TAG passes it on): the releases it carries
+    /// are refused from now on and uncounted if this node counts them; a new result is taken
+    /// by every part; the ranges it carries are merged (and this node's part let out).
     pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
-        let released = &r.summary.released;
-        self.tag.learn_released(now, released, &mut self.local);
-        let ranges = self.with_tag(now, |t, ctx, _, out| {
-            t.on_count_result(now, from, r, ctx, out)
-        });
+        for ticket in self.released.learn(now, &r.summary.released) {
+            self.local.room_mut().uncount_pass(ticket);
+        }
+        let new = self.with_tag(now, |t, ctx, _, out| t.pass_on(from, &r, ctx, out));
+        let ranges = r.earlier.into_iter().chain(r.admit).collect();
+        if new {
+            self.take_result(now, r.summary);
+        }
         self.merge_ranges(now, ranges);
+    }
+
+    /// A new result: this node's grant and the lost rounds it tells of, the voters, the
+    /// record (for the driver to sign), the live settings (a version that does not fit here is
+    /// kept and passed on: `InForce::adopt`), the departed places, and TAG's summary.
+    fn take_result(&mut self, now: Time, summary: Summary) {
+        self.lease.take_result(now, self.id(), &summary);
+        self.voters.adopt(&summary.voters);
+        if let Some(record) = summary.record.as_ref()
+            && self.records.take(record)
+        {
+            self.emit(Event::RoundRecorded(Box::new(record.clone())));
+        }
+        let _ = self.in_force.adopt(&summary.settings);
+        self.apply_settings();
+        self.departed.learn(&summary.departed);
+        self.tag.keep(summary);
     }
 
     fn merge_ranges(&mut self, now: Time, ranges: Vec<AdmitRange>) {
@@ -212,7 +272,10 @@ impl Node {
     /// head.
     pub(super) fn admit_decided(&mut self, now: Time) {
         let mut out = Outbox::default();
-        let admitted = self.tag.admit_decided(now, &mut self.local, &mut out);
+        let lease = (&mut self.lease, self.in_force.unlimited());
+        let admitted = self
+            .tag
+            .admit_decided(now, lease, &mut self.local, &mut out);
         self.send_outbox(now, out);
         if admitted {
             self.local_queue_changed(now);
@@ -418,11 +481,11 @@ impl Node {
             Applied::Unchanged => return,
         };
         let version = self.cluster.membership().version;
-        self.tag
+        self.voters
             .members_now(self.cluster.membership().members.keys());
         for id in gone {
             self.swim.forget(id);
-            self.tag.member_departed(now, id, version);
+            self.member_departed(now, id, version);
         }
         for c in added {
             for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
@@ -436,6 +499,19 @@ impl Node {
             // Whoever sent them learns nothing of how they were taken.
             let _ = self.on_channel_msg(now, from, msg);
         }
+    }
+
+    /// A member left the cluster (it died, was removed, or is cut off) with membership
+    /// `version`: the places it held at the last count, with its grant, stay counted until
+    /// whatever it may still have let out is gone ([`departed::counted_for`]), so the site does
+    /// not fill past the target with visitors nobody counts any more.
+    fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
+        if self.in_force.unlimited() {
+            return;
+        }
+        let expiry = departed::counted_for(self.lease.life(), &self.in_force);
+        let places = self.tag.places_of(node);
+        (self.departed).member_departed(now, (node, version), places, expiry);
     }
 
     /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]): the root

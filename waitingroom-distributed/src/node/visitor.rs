@@ -58,18 +58,20 @@ impl Node {
     pub fn join(&mut self, now: Time) -> Result<CheckIn, VisitorError> {
         self.ready()?;
         self.look_at_clock(now);
-        if self.tag.current().mode == Mode::Reject {
+        if self.in_force.current().mode == Mode::Reject {
             let reference_now = self.reference_time(now);
-            return Err(if self.tag.live().event_over_at(reference_now) {
+            return Err(if self.in_force.live().event_over_at(reference_now) {
                 VisitorError::EventOver
             } else {
                 VisitorError::Rejected
             });
         }
-        let straight_through = self.tag.take_place(now, self.local.room().queued());
+        let queued_here = self.local.room().queued();
+        let last = self.tag.summary();
+        let straight_through = (self.lease).take_place(now, queued_here, last, &self.in_force);
         // README, "Scheduled events" and "Random queueing": the join time a pre-queue or a
         // lottery stamps.
-        let stamp = self.tag.live().join_stamp(self.reference_time(now));
+        let stamp = self.in_force.live().join_stamp(self.reference_time(now));
         let answer = self
             .local
             .room_mut()
@@ -167,7 +169,7 @@ impl Node {
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
         self.ready_for(ticket)?;
         let mut pass = self.local.room_mut().leave(now, ticket)?;
-        pass.round = self.tag.round_decided_at(pass.eviction_time);
+        pass.round = self.records.round_decided_at(pass.eviction_time);
         Ok(pass)
     }
 
@@ -176,14 +178,16 @@ impl Node {
     /// once. Until it hears, both count them: more than there are, never fewer.
     /// Refused while this node holds no live grant (README, "Admission leases").
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
-        if self.tag.is_released(pass.id) {
+        if self.released.contains(pass.id) {
             return Err(VisitorError::Released);
         }
         if pass.is_bypass() {
             // Counted nowhere, and extended nowhere: extending it here would count it.
             return Err(VisitorError::Bypass);
         }
-        if !self.tag.may_refresh(now) {
+        // Only under a live grant: a node cut off from the majority must not keep its visitors
+        // on the site past what the others count.
+        if !self.in_force.unlimited() && !self.lease.is_live(now) {
             let why = self.pause(now).unwrap_or(Pause::NoGrant);
             return Err(VisitorError::Paused(why));
         }
@@ -197,7 +201,7 @@ impl Node {
     /// Whether `pass` is valid at `now`: not expired, not given back.
     pub fn validate_pass(&self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
         self.local.room().validate_pass(now, pass)?;
-        if self.tag.is_released(pass.id) {
+        if self.released.contains(pass.id) {
             return Err(VisitorError::Released);
         }
         Ok(())
@@ -205,7 +209,7 @@ impl Node {
 
     /// Whether the pass of `ticket` was given back (README, "Sessions").
     pub fn is_released(&self, ticket: TicketId) -> bool {
-        self.tag.is_released(ticket)
+        self.released.contains(ticket)
     }
 
     /// A visitor gives their place back early (README, "Sessions"): the pass is refused here
@@ -215,7 +219,7 @@ impl Node {
     /// pass could still be refreshed to (its session), at most a day.
     pub fn release_pass(&mut self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
         self.local.room().validate_pass(now, pass)?;
-        let session = self.tag.settings().pass_max_lifetime_ms;
+        let session = self.in_force.settings().pass_max_lifetime_ms;
         let until = pass
             .created_at
             .saturating_add(session)
@@ -225,7 +229,8 @@ impl Node {
             ticket: pass.id,
             until,
         };
-        self.tag.release(now, release, &mut self.local);
+        self.local.room_mut().uncount_pass(release.ticket);
+        self.released.release(now, release);
         Ok(())
     }
 
@@ -320,7 +325,7 @@ impl Node {
             answer.starts_in_ms = self.prequeue_left(now);
             if let Some(left) = answer.starts_in_ms {
                 // Check in again just after the start, spread over half an interval by id.
-                let spread = self.tag.settings().eviction_interval_ms / 2 + 1;
+                let spread = self.in_force.settings().eviction_interval_ms / 2 + 1;
                 let after_start = now + left + answer.ticket.id.0 % spread;
                 answer.ticket.next_refresh = answer.ticket.next_refresh.min(after_start);
             }
@@ -332,7 +337,7 @@ impl Node {
     /// "Scheduled events").
     pub fn prequeue_left(&self, now: Time) -> Option<u64> {
         let reference_now = self.reference_time(now);
-        self.tag
+        self.in_force
             .live()
             .prequeue_until(reference_now)
             .map(|start| start - reference_now)
@@ -346,11 +351,11 @@ impl Node {
     ///
     /// Not without a limit on the site: then the whole queue is let out every round, and moving
     /// everyone's check-in into the round would only bunch the queue's whole traffic together
-    /// (2,000 visitors on 3 nodes: check-in p99 0.2 s instead of 35 ms); their refresh
-    /// intervals, spread by ticket id, serve them.
+    /// (check-in latency grows with the queue); their refresh intervals, spread by ticket id,
+    /// serve them.
     fn refresh_soon(&self, now: Time, ticket: &Ticket, position: u64) -> Option<Time> {
         let s = self.tag.summary()?;
-        if self.tag.settings().is_unlimited() || position > s.admitted.max(1) {
+        if self.in_force.settings().is_unlimited() || position > s.admitted.max(1) {
             return None;
         }
         let interval = self.cfg.settings.eviction_interval_ms;

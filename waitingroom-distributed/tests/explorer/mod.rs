@@ -125,9 +125,9 @@ impl Config {
 }
 
 impl Config {
-    /// A named scenario: `base`, `crash`, `join`, `lossy`, `anytime`, `partition`, `pause`.
-    pub fn scenario(name: &str) -> Option<Config> {
-        let base = Config {
+    /// The `base` scenario: three nodes, three visitors, two rounds of events, no faults.
+    fn base() -> Config {
+        Config {
             nodes: 3,
             visitors: 3,
             quiet_joins: false,
@@ -149,7 +149,12 @@ impl Config {
             all_acks: false,
             to_horizon: false,
             progress: false,
-        };
+        }
+    }
+
+    /// A named scenario: `base`, `crash`, `join`, `lossy`, `anytime`, `partition`, `pause`.
+    pub fn scenario(name: &str) -> Option<Config> {
+        let base = Config::base();
         Some(match name {
             "base" => base,
             "crash" => Config {
@@ -220,6 +225,20 @@ pub struct Report {
     pub elapsed: Duration,
     /// The first safety violation and the exact steps that lead to it.
     pub violation: Option<(Vec<String>, Vec<String>)>,
+}
+
+impl Report {
+    /// A run ended in `state` (no step left): counted, and if a visitor who could get in did
+    /// not, or the cluster did not converge, counted as incomplete, the first with its trace.
+    fn ended(&mut self, state: &State, cfg: &Config, trace: impl FnOnce() -> Vec<String>) {
+        self.terminal += 1;
+        if let Some(why) = checks::incomplete(state, cfg) {
+            self.incomplete += 1;
+            if self.incomplete_example.is_none() {
+                self.incomplete_example = Some((why, trace()));
+            }
+        }
+    }
 }
 
 impl fmt::Display for Report {
@@ -343,13 +362,7 @@ pub fn explore(cfg: &Config) -> Report {
         }
         let steps = state.enabled(cfg, &timing);
         if steps.is_empty() {
-            report.terminal += 1;
-            if let Some(why) = checks::incomplete(&state, cfg) {
-                report.incomplete += 1;
-                if report.incomplete_example.is_none() {
-                    report.incomplete_example = Some((why, trace(&initial, &path())));
-                }
-            }
+            report.ended(&state, cfg, || trace(&initial, &path()));
             continue;
         }
         if depth >= cfg.max_depth {

@@ -16,12 +16,13 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq as _;
 use waitingroom_core::lottery;
 use waitingroom_core::{Pass, Settings, TicketId};
-use waitingroom_distributed::{EventPhase, LiveSettings, ScheduledEvent, SettingsPatch};
+use waitingroom_distributed::{
+    EventPhase, LiveSettings, ScheduledEvent, SettingsPatch, leased_if_limited,
+};
 
 use super::body::RawBody;
 use crate::app::App;
 use crate::clock::now_ms;
-use crate::config::leased_if_limited;
 use crate::wire::errors::ApiError;
 
 /// Lets a request through only with the admin token (see the module's doc).

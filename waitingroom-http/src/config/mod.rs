@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use clap::builder::OsStr;
 use thiserror::Error;
 use waitingroom_core::{NodeId, Settings, SettingsError};
-use waitingroom_distributed::{AdmissionMode, NodeConfig};
+use waitingroom_distributed::NodeConfig;
 
 use crate::crypto::tls::TlsFiles;
 use crate::wire::cookies::CookieOptions;
@@ -248,28 +248,6 @@ pub enum ConfigError {
     /// A setting's value is refused.
     #[error(transparent)]
     Setting(#[from] SettingsError),
-}
-
-/// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
-/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
-/// them only while nothing limits admission. Refuses `admission` when it is one of them and
-/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
-pub fn leased_if_limited(
-    admission: AdmissionMode,
-    target: u64,
-    rate_cap: bool,
-) -> Result<(), SettingsError> {
-    if admission == AdmissionMode::Range || target == Settings::UNLIMITED && !rate_cap {
-        return Ok(());
-    }
-    Err(SettingsError::new(
-        "admission",
-        format!(
-            "{} lets visitors out without admission leases, so it runs only with \
-             target_on_site unlimited and no new_users_per_minute; use range",
-            admission.name()
-        ),
-    ))
 }
 
 /// A setting's default as clap shows and parses it (`default_value = shown(…)`): for a default

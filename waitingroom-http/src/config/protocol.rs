@@ -6,10 +6,10 @@ use clap::Args;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde::Deserialize;
 use waitingroom_core::{NodeId, Settings, SettingsError, Time};
-use waitingroom_distributed::{AdmissionMode, NodeConfig};
+use waitingroom_distributed::{AdmissionMode, NodeConfig, leased_if_limited};
 
 use super::room::RoomOptions;
-use super::{defaulted, leased_if_limited, protocol_defaults, shown};
+use super::{defaulted, protocol_defaults, shown};
 
 layered! {
     /// The admission protocol's knobs.

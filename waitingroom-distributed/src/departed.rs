@@ -1,0 +1,193 @@
+//! Departed places (README, "Eviction with TAG", departed places; not in the thesis): passes
+//! stay valid after the node that issued them is gone, but nobody counts them any more, so the
+//! places a departed member held stay counted against the target until whatever it may still
+//! have let out is gone.
+//!
+//! Every member notes a departure when it applies the membership without the member; counts
+//! carry each member's list up and results carry the root's down, so a new root keeps counting
+//! it. A departure is known by its member and the membership version that removed it, and is
+//! kept once whoever reports it.
+
+use waitingroom_core::{NodeId, Time};
+
+use crate::live::InForce;
+use crate::messages::Departed;
+
+/// Departures remembered at most (a flapping member must not grow the list without bound).
+const DEPARTED_KEPT: usize = 256;
+
+/// The places departed members' visitors may still hold, as this node knows them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DepartedPlaces {
+    /// Places departed members' visitors may still hold, counted until their passes expire.
+    departed: Vec<Departed>,
+}
+
+impl DepartedPlaces {
+    /// The departures known, for a count or a result to carry.
+    pub(crate) fn list(&self) -> &[Departed] {
+        &self.departed
+    }
+
+    /// Departures a count or a result carried: each noted once.
+    pub(crate) fn learn(&mut self, list: &[Departed]) {
+        for &d in list.iter().take(DEPARTED_KEPT) {
+            self.note_departed(d);
+        }
+    }
+
+    /// Visitors on the site at `now`, `on_site` of them counted, plus the places departed
+    /// members may still hold (expired departures dropped).
+    pub(crate) fn on_site(&mut self, now: Time, on_site: u64) -> u64 {
+        self.departed.retain(|d| d.until > now);
+        self.departed
+            .iter()
+            .fold(on_site, |sum, d| sum.saturating_add(d.places))
+    }
+
+    /// Member `node` left with membership `version` at `now`, holding `places` at the last
+    /// count: they stay counted for `expiry` ([`counted_for`]).
+    pub(crate) fn member_departed(
+        &mut self,
+        now: Time,
+        (node, version): (NodeId, u64),
+        places: u64,
+        expiry: Time,
+    ) {
+        if places > 0 && expiry > 0 {
+            self.note_departed(Departed {
+                until: now.saturating_add(expiry),
+                node,
+                version,
+                places,
+            });
+        }
+    }
+
+    /// Records a departure once, whoever reports it (every member notes it, and results spread
+    /// the root's list, so a new root still counts it).
+    fn note_departed(&mut self, d: Departed) {
+        match self
+            .departed
+            .iter_mut()
+            .find(|k| k.node == d.node && k.version == d.version)
+        {
+            Some(k) => {
+                k.until = k.until.max(d.until);
+                k.places = k.places.max(d.places);
+            }
+            None => self.departed.push(d),
+        }
+        if self.departed.len() > DEPARTED_KEPT {
+            // Keep the ones that hold places longest.
+            self.departed.sort_unstable_by(|a, b| b.cmp(a));
+            self.departed.truncate(DEPARTED_KEPT);
+        }
+    }
+}
+
+/// How long a departed member's places stay counted. It may be alive and cut off: it may
+/// spend its grant until that expires (a grant's life after its last count, which came
+/// before the departure); a visitor it let out then holds the place for a ticket's life
+/// until they get a pass, which lasts a pass's life (passes are extended only under a live
+/// grant; the longest pass expiry in force since this node started, as an operator may have
+/// shortened it after those passes were issued). Plus 1% for the rate at which its clock
+/// and ours may drift apart (quartz clocks drift by well under 0.01%) and an interval to
+/// spare.
+pub(crate) fn counted_for(grant_life: Time, in_force: &InForce) -> Time {
+    let s = in_force.settings();
+    let life = grant_life
+        .saturating_add(s.ticket_expiry_ms)
+        .saturating_add(in_force.longest_pass_expiry());
+    life.saturating_add(life / 100)
+        .saturating_add(s.eviction_interval_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use waitingroom_core::Settings;
+
+    use super::*;
+    use crate::lease::Lease;
+    use crate::patch::SettingsPatch;
+    use crate::testing;
+
+    fn departed(node: u64, version: u64, until: Time, places: u64) -> Departed {
+        Departed {
+            until,
+            node: NodeId(node),
+            version,
+            places,
+        }
+    }
+
+    /// A departure is counted once whoever reports it, for the longest and most places any
+    /// report gives, and until it expires.
+    #[test]
+    fn a_departure_is_counted_once_until_it_expires() {
+        let mut d = DepartedPlaces::default();
+        d.member_departed(1_000, (NodeId(2), 5), 3, 4_000);
+        d.learn(&[departed(2, 5, 6_000, 2), departed(3, 5, 2_000, 1)]);
+        assert_eq!(
+            d.list(),
+            [departed(2, 5, 6_000, 3), departed(3, 5, 2_000, 1)]
+        );
+        assert_eq!(d.on_site(1_999, 10), 14);
+        assert_eq!(d.on_site(2_000, 10), 13, "node 3's places expired");
+        assert_eq!(d.list().len(), 1);
+        d.member_departed(2_000, (NodeId(4), 6), 0, 4_000);
+        d.member_departed(2_000, (NodeId(4), 6), 2, 0);
+        assert_eq!(d.list().len(), 1, "nothing held, or nothing to wait for");
+        assert_eq!(d.on_site(6_000, 10), 10);
+    }
+
+    /// Past the bound, the departures that hold places longest are kept.
+    #[test]
+    fn the_longest_held_are_kept() {
+        let mut d = DepartedPlaces::default();
+        let many: Vec<Departed> = (0..=DEPARTED_KEPT as u64)
+            .map(|i| departed(i + 1, 1, 1_000 + i, 1))
+            .collect();
+        d.learn(&many[..DEPARTED_KEPT]);
+        d.learn(&many[DEPARTED_KEPT..]);
+        assert_eq!(d.list().len(), DEPARTED_KEPT);
+        assert!(
+            d.list().iter().all(|k| k.until > 1_000),
+            "the soonest to expire went"
+        );
+    }
+
+    /// README, "Live settings": passes issued before an operator shortened the pass expiry
+    /// still live the old expiry, so a departed member's places stay counted for it; a longer
+    /// one counts at once.
+    #[test]
+    fn departed_places_count_the_longest_pass_expiry_in_force() {
+        let settings = Settings {
+            target_on_site: 10,
+            pass_expiry_ms: 10_000,
+            pass_max_lifetime_ms: 60_000,
+            ..testing::queued_settings()
+        };
+        let cfg = testing::config(1, 1, settings);
+        let mut in_force = InForce::new(&cfg.settings, cfg.live());
+        let life = Lease::new(cfg.settings.eviction_interval_ms).life();
+        let before = counted_for(life, &in_force);
+        let shorter = SettingsPatch {
+            pass_expiry_ms: Some(1_000),
+            ..SettingsPatch::default()
+        };
+        in_force
+            .change(|l, f| l.patched(&shorter, (NodeId(1), 0, [0; 32]), f))
+            .unwrap();
+        assert_eq!(in_force.settings().pass_expiry_ms, 1_000);
+        assert_eq!(counted_for(life, &in_force), before);
+        let longer = SettingsPatch {
+            pass_expiry_ms: Some(20_000),
+            ..SettingsPatch::default()
+        };
+        in_force
+            .change(|l, f| l.patched(&longer, (NodeId(1), 0, [0; 32]), f))
+            .unwrap();
+        assert!(counted_for(life, &in_force) > before);
+    }
+}

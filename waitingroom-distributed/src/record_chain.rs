@@ -1,0 +1,157 @@
+//! The chain of round records (README, "Fairness records"; not in the thesis): every round a
+//! root decides to let visitors out of becomes a record (round number, cutoff key, count, root,
+//! membership version) that names the link of the one before it.
+//!
+//! The protocol only numbers and links the records: the driver signs each one
+//! (`Event::RoundRecorded`) and hands the signed link back ([`RecordChain::linked`]), and as
+//! Ed25519 signatures are deterministic every node's driver gets the same link. Results carry
+//! each record down the tree, so every member knows the number the next one takes and a new
+//! root goes on from there. A node also remembers which round let out the visitors of each
+//! recent boundary, to name it on their passes.
+
+use std::collections::VecDeque;
+
+use waitingroom_core::round_records::{Cutoff, RoundRecord};
+use waitingroom_core::{NodeId, QueueKey, TicketId, Time};
+
+use crate::messages::Stamp;
+
+/// Records remembered to name on passes (a visitor leaves within a ticket's life of being let
+/// out: 64 rounds is a minute of 1-s rounds that all let someone out; older, the pass names
+/// none).
+const RECORDED_KEPT: usize = 64;
+
+/// Where this node is in the chain of round records.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordChain {
+    /// The number the next round record takes (one past the last this node knows), and the
+    /// last one's link once the driver has signed it (README, "Fairness records"). A new root
+    /// goes on from here.
+    chain: (u64, String),
+    /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
+    recorded: VecDeque<(Time, u64)>,
+}
+
+impl RecordChain {
+    /// The record of a round decided now that lets `admit` out (up to `max_key`, or everyone
+    /// before the stamp's time): the next after the last this node knows, naming its link.
+    pub(crate) fn next_record(
+        &self,
+        stamp: &Stamp,
+        (admit, max_key): (u64, Option<QueueKey>),
+        version: u64,
+        lottery: bool,
+    ) -> RoundRecord {
+        let everyone_before = |t: Time| Cutoff {
+            join_time: t.saturating_sub(1),
+            id: TicketId(u64::MAX),
+            node: NodeId(u64::MAX),
+        };
+        RoundRecord {
+            round: self.chain.0,
+            decided_at_ms: stamp.time,
+            cutoff: max_key.map_or_else(|| everyone_before(stamp.time), Cutoff::from),
+            admitted: admit,
+            root: stamp.origin,
+            version,
+            prev: self.chain.1.clone(),
+            lottery,
+        }
+    }
+
+    /// A round's result carried `record`: if it is not older than the next this node would
+    /// number, the chain goes on from it (its link unknown until the driver signs it). Returns
+    /// whether it was taken, and so is for the driver to sign.
+    pub(crate) fn take(&mut self, record: &RoundRecord) -> bool {
+        if record.round < self.chain.0 {
+            return false;
+        }
+        self.chain = (record.round + 1, String::new());
+        if self.recorded.len() >= RECORDED_KEPT {
+            self.recorded.pop_front();
+        }
+        self.recorded
+            .push_back((record.decided_at_ms, record.round));
+        true
+    }
+
+    /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
+    /// pass's `eviction_time`), if this node knows it.
+    pub(crate) fn round_decided_at(&self, decided_at: Time) -> Option<u64> {
+        self.recorded
+            .iter()
+            .rev()
+            .find(|(t, _)| *t == decided_at)
+            .map(|&(_, round)| round)
+    }
+
+    /// Goes on from record `round` (with `link`) kept before a restart, if it is later than
+    /// any this node knows.
+    pub(crate) fn resume(&mut self, round: u64, link: String) {
+        if round + 1 > self.chain.0 {
+            self.chain = (round + 1, link);
+        }
+    }
+
+    /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
+    pub(crate) fn linked(&mut self, round: u64, link: String) {
+        if self.chain.0 == round + 1 {
+            self.chain.1 = link;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::stamp;
+
+    fn record(round: u64, decided_at_ms: Time) -> RoundRecord {
+        let mut record =
+            RecordChain::default().next_record(&stamp(decided_at_ms), (1, None), 2, false);
+        record.round = round;
+        record
+    }
+
+    /// A record names the link the driver signed for the one before it; a result's record
+    /// moves the chain on (its link unknown until signed), an older one does not.
+    #[test]
+    fn records_are_numbered_and_linked_in_order() {
+        let mut chain = RecordChain::default();
+        let first = chain.next_record(&stamp(1_000), (3, None), 2, false);
+        assert_eq!((first.round, first.prev.as_str()), (0, ""));
+        assert_eq!(first.cutoff.join_time, 999, "everyone before the boundary");
+        assert!(chain.take(&first));
+        chain.linked(0, "link-0".into());
+        let second = chain.next_record(&stamp(2_000), (1, None), 2, false);
+        assert_eq!((second.round, second.prev.as_str()), (1, "link-0"));
+        chain.linked(5, "not the last".into());
+        assert_eq!(
+            chain.next_record(&stamp(2_000), (1, None), 2, false).prev,
+            "link-0"
+        );
+        assert!(!chain.take(&record(0, 1_000)), "older than the next");
+        assert!(chain.take(&record(7, 3_000)));
+        assert_eq!(
+            chain.next_record(&stamp(4_000), (1, None), 2, false).prev,
+            ""
+        );
+        assert_eq!(chain.round_decided_at(1_000), Some(0));
+        assert_eq!(chain.round_decided_at(3_000), Some(7));
+        assert_eq!(chain.round_decided_at(2_000), None);
+    }
+
+    /// A restarted node goes on from the record it kept, unless it knows a later one.
+    #[test]
+    fn a_restart_resumes_from_the_record_kept() {
+        let mut chain = RecordChain::default();
+        chain.resume(4, "kept".into());
+        let next = chain.next_record(&stamp(1_000), (1, None), 2, false);
+        assert_eq!((next.round, next.prev.as_str()), (5, "kept"));
+        chain.resume(2, "older".into());
+        assert_eq!(
+            chain.next_record(&stamp(1_000), (1, None), 2, false).prev,
+            "kept"
+        );
+    }
+}

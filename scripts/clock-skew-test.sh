@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Clock skew end to end: three real nodes whose clocks disagree, through libfaketime (Debian's
 # faketime package): node 2 runs SKEW2 ahead of node 1 (default +1.5 s), node 3 SKEW3 (default
-# -0.3 s). Checks (README "Clocks"):
+# -0.3 s). Checks (waitingroom-http/README.md#clocks):
 #   1. every node measures every other's offset on its SWIM probes (/api/cluster
 #      clock_offsets) within TOLERANCE_MS (100) of the truth;
 #   2. /readyz fails with `clock_skew` on node 1, whose --max-clock-offset-ms (1000) is below
@@ -10,7 +10,7 @@
 #      load generator's own clock: `kendall_tau_arrival` of `waitingroom-node load` at most
 #      MAX_TAU (0.002), with nobody lost. Join times are stamped on the lowest-id member's
 #      clock; stamped on their own, node 2's visitors would queue 1.5 s late (the simulator
-#      measures the difference: README "Clocks").
+#      measures the difference: docs/benchmarks.md#protocol-sweeps).
 # Loopback only; bounded (waits at most WAIT_S, the load at most 60 s); stops its own
 # processes by PID.
 #

@@ -261,8 +261,8 @@ backend nodes
     # which holds their ticket; their later requests go to that node instead of one that would
     # forward them to it. When that node is down or gone the cookie is ignored, the request goes
     # to another node (which takes the visitor over, as without affinity) and the cookie is
-    # set anew. Measured: 12–19% less CPU per visitor with 3 nodes, 27–30% with 16 (README,
-    # "Benchmarks").
+    # set anew. Measured: 12–19% less CPU per visitor with 3 nodes, 27–30% with 16
+    # (docs/benchmarks.md#cluster-benchmark).
     cookie wr_node insert indirect nocache httponly
     option httpchk GET /readyz
     http-check expect status 200

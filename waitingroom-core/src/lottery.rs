@@ -1,4 +1,4 @@
-//! Provable lotteries (README, "Random queueing").
+//! Provable lotteries (docs/operating.md#random-queueing).
 //!
 //! A lottery orders the visitors who share one join time by their ticket ids (the queue's
 //! second key, [`crate::QueueKey`]). To make that order checkable, a lottery's ids are not drawn

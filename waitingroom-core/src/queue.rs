@@ -479,7 +479,8 @@ impl<const N: usize> Keys<N> {
     ///
     /// A scan of the whole range rather than a binary search: its loads do not depend on each
     /// other, so a node that is not in cache arrives in about one memory latency instead of one
-    /// per probe (the two compared in the simulator: README "Speed").
+    /// per probe (the two compared in the simulator:
+    /// docs/benchmarks.md#simulator-hot-path-changes-measured).
     fn count_below(&self, range: Range<usize>, key: &QueueKey, or_equal: bool) -> usize {
         let start = range.start;
         let times = &self.times[range];

@@ -139,7 +139,7 @@ pub struct Pass {
     pub expires_at: Time,
     /// When the visitor was let out of the queue.
     pub eviction_time: Time,
-    /// The admission round whose record let the holder out (README, "Fairness records");
+    /// The admission round whose record let the holder out (docs/operating.md#fairness-records);
     /// None when they were let straight through, or by a node that knew no record of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u64>,

@@ -4,11 +4,11 @@
 //! who wait (a few thousand per node in a large run) lie scattered among those of visitors who
 //! already left (kept until their ticket expires), one cache line each, behind control bytes
 //! that cost a line of their own: with many nodes in one process the lookup misses the cache
-//! twice on nearly every check-in (simulator README, "Speed"). But a room lets its visitors out
-//! in the order they joined, so it keeps its own visitors' records in a ring in the order their
-//! ticket ids were issued: the ones still waiting sit together at its back, where the
-//! check-ins and expiries of the last seconds kept them cached, and a record is found by the
-//! sequence number its ticket id carries in its low 32 bits (scrambled under the high 32, which
+//! twice on nearly every check-in (docs/benchmarks.md#simulator-hot-path-changes-measured). But a
+//! room lets its visitors out in the order they joined, so it keeps its own visitors' records in a
+//! ring in the order their ticket ids were issued: the ones still waiting sit together at its back,
+//! where the check-ins and expiries of the last seconds kept them cached, and a record is found by
+//! the sequence number its ticket id carries in its low 32 bits (scrambled under the high 32, which
 //! stay random), without hashing. Ids this room did not issue (visitors re-queued here after
 //! their node went away, lottery draws) and ids whose slot is gone go to a hash map.
 //!
@@ -150,8 +150,8 @@ impl<V> VisitorTable<V> {
 
 /// A bijection of 32-bit numbers that looks random (Chris Wellons' `lowbias32`): ids stay as
 /// evenly spread as wholly random ones (the protocol spreads visitors' check-ins by ticket id
-/// and breaks ties with it; the simulator README compares mixed-chaos sweeps with plain,
-/// random and scrambled ids) and do not show how many joined.
+/// and breaks ties with it; mixed-chaos sweeps with plain, random and scrambled ids are compared
+/// in docs/benchmarks.md#simulator-hot-path-changes-measured) and do not show how many joined.
 fn scramble(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);

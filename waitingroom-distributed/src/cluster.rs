@@ -3,13 +3,14 @@
 //! concurrently from one version (§4.7.4), being removed and rejoining, leaving, and merging the
 //! two sides of a healed partition.
 //!
-//! The tree edits themselves are [`Membership`]'s (§4.7.1). Departs from the thesis (README,
-//! "Membership changes" and "Partitions"): trees also spread by anti-entropy (every probe
-//! carries a [`View`]), a node removed by mistake rejoins under a new incarnation, former
-//! members and seed addresses are remembered so that clusters that formed apart find each other,
-//! and a node that no seed answers serves visitors alone rather than not at all. What the node
-//! must do with the other parts when the membership changes (re-initialise QPID, drop TAG's
-//! round, forget SWIM's strikes) it learns from what these methods return.
+//! The tree edits themselves are [`Membership`]'s (§4.7.1). Departs from the thesis
+//! (waitingroom-distributed/README.md#membership-changes and
+//! waitingroom-distributed/README.md#partitions): trees also spread by anti-entropy (every probe
+//! carries a [`View`]), a node removed by mistake rejoins under a new incarnation, former members
+//! and seed addresses are remembered so that clusters that formed apart find each other, and a node
+//! that no seed answers serves visitors alone rather than not at all. What the node must do with
+//! the other parts when the membership changes (re-initialise QPID, drop TAG's round, forget SWIM's
+//! strikes) it learns from what these methods return.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -635,8 +636,9 @@ mod tests {
         assert_eq!(node.membership(), &merged);
     }
 
-    /// README, "Partitions": a node that talks to us as a member without being one is told so,
-    /// with what it needs to decide which side of a partition joins the other.
+    /// waitingroom-distributed/README.md#partitions: a node that talks to us as a member without
+    /// being one is told so, with what it needs to decide which side of a partition joins the
+    /// other.
     #[test]
     fn a_non_member_talking_as_a_member_is_told_it_is_not_one() {
         let mut node = settled(2, &line());
@@ -653,9 +655,9 @@ mod tests {
         assert_eq!(said(&mut node), [Said::Raw("n9".into(), not_member)]);
     }
 
-    /// README, "Partitions": addresses found by discovery that are not in the cluster are
-    /// probed like former members (so clusters that formed apart merge); this node's own
-    /// address and its cluster mates' are not, and a joining node asks them at once.
+    /// waitingroom-distributed/README.md#partitions: addresses found by discovery that are not in
+    /// the cluster are probed like former members (so clusters that formed apart merge); this
+    /// node's own address and its cluster mates' are not, and a joining node asks them at once.
     #[test]
     fn discovered_addresses_outside_the_cluster_are_probed_and_asked() {
         let mut cluster = Cluster::new(testing::contact(2), 4, 10_000);

@@ -52,9 +52,9 @@ impl fmt::Display for AdmissionMode {
 }
 
 /// The deleteMin modes (batched, sequential), kept to compare with the thesis, let visitors out
-/// through QPID without admission leases (protocol README, "Admission leases"): the server runs
-/// them only while nothing limits admission. Refuses `admission` when it is one of them and
-/// `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
+/// through QPID without admission leases (waitingroom-distributed/README.md#admission-leases): the
+/// server runs them only while nothing limits admission. Refuses `admission` when it is one of them
+/// and `target` (`Settings::UNLIMITED`: none) or a rate cap limits admission.
 pub fn leased_if_limited(
     admission: AdmissionMode,
     target: u64,

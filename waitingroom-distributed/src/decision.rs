@@ -7,10 +7,10 @@
 //! largest key among them), and grants each member its share and its part of the
 //! straight-through places (`lease.rs`). It grants nothing unless the members counted hold a
 //! majority of the voters (`voters.rs`), and nothing while a round whose result was lost may
-//! still have granted places (README, "Admission leases", rule 4). The round's record is the
-//! next in the chain (`record_chain.rs`), and the smoothed admission rate feeds the visitors'
-//! ETAs. Grants and the majority rule are not in the thesis, which lets every node act on the
-//! last count it heard.
+//! still have granted places (waitingroom-distributed/README.md#4-a-lost-round-counts-as-spent).
+//! The round's record is the next in the chain (`record_chain.rs`), and the smoothed admission rate
+//! feeds the visitors' ETAs. Grants and the majority rule are not in the thesis, which lets every
+//! node act on the last count it heard.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -123,7 +123,7 @@ impl Decider {
     /// and the `counts`): decide how many to let out (§4.5.3, with the places departed
     /// members' visitors may still hold counted as taken) and grant each member its places.
     /// Members that hold a majority of the voters become the next voters; without a majority
-    /// the root grants nothing (README, "Admission leases").
+    /// the root grants nothing (waitingroom-distributed/README.md#admission-leases).
     pub(crate) fn decide(
         &mut self,
         now: Time,
@@ -216,9 +216,9 @@ impl Decider {
         }
     }
 
-    /// Rule 4 at the root (README, "Admission leases"): whether round `deciding` must grant
-    /// nothing, because a lost round is live or the round took too long (`Lease::in_time`),
-    /// and the lost rounds held.
+    /// Rule 4 at the root (waitingroom-distributed/README.md#4-a-lost-round-counts-as-spent):
+    /// whether round `deciding` must grant nothing, because a lost round is live or the round took
+    /// too long (`Lease::in_time`), and the lost rounds held.
     fn held_back(
         &mut self,
         now: Time,
@@ -283,7 +283,8 @@ impl Decider {
 }
 
 /// Places a round at `boundary` may fill, with `on_site` taken: the target's room, at most
-/// the rate cap's allowance for the round; none in queue-all mode (README, "Live settings").
+/// the rate cap's allowance for the round; none in queue-all mode
+/// (waitingroom-distributed/README.md#live-settings).
 fn free_places(live: &LiveSettings, in_force: &InForce, on_site: u64, boundary: Time) -> u64 {
     if live.mode == Mode::QueueAll {
         return 0;
@@ -362,9 +363,9 @@ mod tests {
     use crate::node::Node;
     use crate::testing::{self, count_reply as reply, counts_of, member, said, settle, tree};
 
-    /// README, "Admission leases", rule 4: a count that carries a round whose result a member
-    /// never heard (another root's) grants nothing, and says so, until that round's grants
-    /// have expired; a lost round of the root's own is no reason to wait.
+    /// waitingroom-distributed/README.md#4-a-lost-round-counts-as-spent: a count that carries a
+    /// round whose result a member never heard (another root's) grants nothing, and says so, until
+    /// that round's grants have expired; a lost round of the root's own is no reason to wait.
     #[test]
     fn a_lost_round_holds_grants_back_until_it_expires() {
         let settings = Settings {

@@ -1,7 +1,7 @@
-//! Departed places (README, "Eviction with TAG", departed places; not in the thesis): passes
-//! stay valid after the node that issued them is gone, but nobody counts them any more, so the
-//! places a departed member held stay counted against the target until whatever it may still
-//! have let out is gone.
+//! Departed places (waitingroom-distributed/README.md#eviction-with-tag, departed places; not in
+//! the thesis): passes stay valid after the node that issued them is gone, but nobody counts them
+//! any more, so the places a departed member held stay counted against the target until whatever it
+//! may still have let out is gone.
 //!
 //! Every member notes a departure when it applies the membership without the member; counts
 //! carry each member's list up and results carry the root's down, so a new root keeps counting
@@ -157,9 +157,9 @@ mod tests {
         );
     }
 
-    /// README, "Live settings": passes issued before an operator shortened the pass expiry
-    /// still live the old expiry, so a departed member's places stay counted for it; a longer
-    /// one counts at once.
+    /// waitingroom-distributed/README.md#live-settings: passes issued before an operator shortened
+    /// the pass expiry still live the old expiry, so a departed member's places stay counted for
+    /// it; a longer one counts at once.
     #[test]
     fn departed_places_count_the_longest_pass_expiry_in_force() {
         let settings = Settings {

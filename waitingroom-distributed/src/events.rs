@@ -1,8 +1,10 @@
-//! Scheduled events: a sale that opens at a known time (README, "Scheduled events").
+//! Scheduled events: a sale that opens at a known time
+//! (waitingroom-distributed/README.md#scheduled-events).
 //!
 //! An event is part of the live settings (`live.rs`), so it travels with the rounds like any
 //! other change, and survives the death of the root and of the node it was made at. Its times
-//! are on the cluster's reference clock (README, "Clocks"), in ms since the Unix epoch.
+//! are on the cluster's reference clock (waitingroom-distributed/README.md#clocks), in ms since the
+//! Unix epoch.
 //!
 //! From `prequeue_start_ms` to `start_ms` visitors who join are pre-queued: nobody is let out
 //! (as in `queue_all`). With `shuffle_at_start` every pre-queued visitor is stamped the same

@@ -1,6 +1,7 @@
 //! Admission leases: a member lets visitors out only while it holds an unexpired grant of
-//! places from the root, and only up to it (README, "Admission leases"; the thesis lets every
-//! node act on the last count it heard, §4.5.3, which a paused or cut-off node believes for ever).
+//! places from the root, and only up to it (waitingroom-distributed/README.md#admission-leases; the
+//! thesis lets every node act on the last count it heard, §4.5.3, which a paused or cut-off node
+//! believes for ever).
 //!
 //! A node *asks* for places by counting itself into a round (TAG, §4.5.2): at that moment it
 //! gives up what is left of its grant, because the figures it reports are what the root will
@@ -13,7 +14,8 @@
 //! still have granted places to the root and to members that heard it: nobody here knows how
 //! many. Such a *lost round* is held against the site until every grant it could have made has
 //! expired ([`Lease::lost_rounds`]); the counts carry the list up, and the next root that
-//! decides while one is live grants nothing (README, "Admission leases", rule 4).
+//! decides while one is live grants nothing
+//! (waitingroom-distributed/README.md#4-a-lost-round-counts-as-spent).
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::{NodeId, Time};

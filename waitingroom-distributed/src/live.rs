@@ -1,4 +1,5 @@
-//! Live settings: what an operator may change while the cluster runs (README, "Live settings").
+//! Live settings: what an operator may change while the cluster runs
+//! (waitingroom-distributed/README.md#live-settings).
 //!
 //! They travel with the rounds, as the voters do (`voters.rs`): a change made at any node is a
 //! new version of the whole set, written by that node; counts carry the newest version each

@@ -315,7 +315,8 @@ pub struct Counts {
 }
 
 /// A round whose result a node never heard: its root may have granted places nobody else
-/// knows of, which live at most `remaining_ms` more (README, "Admission leases", rule 4).
+/// knows of, which live at most `remaining_ms` more
+/// (waitingroom-distributed/README.md#4-a-lost-round-counts-as-spent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LostRound {
     /// The round.
@@ -466,7 +467,8 @@ pub struct Summary {
     /// round's admissions and its grant), by node id: what to keep counting if it departs.
     pub places: Vec<(NodeId, u64)>,
     /// Places each member may give out until its grant expires, by node id; None when the root
-    /// heard from no majority of the voters and granted nothing (README, "Admission leases").
+    /// heard from no majority of the voters and granted nothing
+    /// (waitingroom-distributed/README.md#admission-leases).
     pub grants: Option<Vec<(NodeId, u64)>>,
     /// The voters after this round: the members counted, when they held a majority.
     pub voters: Voters,
@@ -479,7 +481,7 @@ pub struct Summary {
     #[serde(default)]
     pub released: Vec<Release>,
     /// The round's record, if it let anyone out: the claims every node signs the same way
-    /// (README, "Fairness records"; `waitingroom_core::round_records`).
+    /// (waitingroom-distributed/README.md#fairness-records; `waitingroom_core::round_records`).
     #[serde(default)]
     pub record: Option<RoundRecord>,
     /// Lost rounds the root held against the site (it granted nothing while any was live):

@@ -231,9 +231,9 @@ impl Node {
         }
     }
 
-    /// Tells the driver when this node stops or starts letting visitors out (README,
-    /// "Admission leases"). Looked at on every timer, so a lapsed grant is noticed within a
-    /// probe interval.
+    /// Tells the driver when this node stops or starts letting visitors out
+    /// (waitingroom-distributed/README.md#admission-leases). Looked at on every timer, so a lapsed
+    /// grant is noticed within a probe interval.
     fn note_pause(&mut self, now: Time) {
         let pause = self.pause(now);
         if pause == self.pause {
@@ -603,7 +603,8 @@ impl Node {
         self.swim.rng_word_pos()
     }
 
-    /// Why this node lets nobody out at `now`, if it does not (README, "Admission leases").
+    /// Why this node lets nobody out at `now`, if it does not
+    /// (waitingroom-distributed/README.md#admission-leases).
     pub fn pause(&self, now: Time) -> Option<Pause> {
         if self.in_force.unlimited() {
             None
@@ -620,7 +621,7 @@ impl Node {
         (self.lease.places(now), self.lease.expires())
     }
 
-    /// The newest live settings this node knows (README, "Live settings").
+    /// The newest live settings this node knows (waitingroom-distributed/README.md#live-settings).
     pub fn live_settings(&self) -> &LiveSettings {
         self.in_force.live()
     }
@@ -628,7 +629,7 @@ impl Node {
     /// An operator's change made at this node: the next version of the live settings, in
     /// force here at once and on every member after the next round. An error names the
     /// setting at fault and changes nothing. A lottery it opens draws from `seed` (32 random
-    /// bytes from the driver: README, "Random queueing").
+    /// bytes from the driver: waitingroom-distributed/README.md#random-queueing).
     pub fn change_settings(
         &mut self,
         now: Time,
@@ -644,9 +645,9 @@ impl Node {
     }
 
     /// An operator declares the voters left out of this node's membership gone for good: the
-    /// members become the voters, so a cluster that lost its majority admits again (README,
-    /// "Admission leases"). The counts and results of the next round carry them to every
-    /// member. Returns the new voters.
+    /// members become the voters, so a cluster that lost its majority admits again
+    /// (waitingroom-distributed/README.md#admission-leases). The counts and results of the next
+    /// round carry them to every member. Returns the new voters.
     pub fn reset_voters(&mut self) -> Voters {
         let members = self.cluster.membership().members.keys().copied().collect();
         self.voters.reset(members).clone()
@@ -654,7 +655,7 @@ impl Node {
 
     /// The voters the cluster last agreed on, as this node knows them (None before any
     /// agreement): what a driver keeps on disk, so that this node still needs a majority of
-    /// them after a restart (README, "Admission leases").
+    /// them after a restart (waitingroom-distributed/README.md#admission-leases).
     pub fn agreed_voters(&self) -> Option<&Voters> {
         let voters = self.voters.voters();
         voters.agreed().then_some(voters)
@@ -668,10 +669,11 @@ impl Node {
         self.voters.adopt(voters);
     }
 
-    /// An operator schedules an event at this node (README, "Scheduled events"): the next
-    /// version of the live settings, carried to every member like any other change. An error
-    /// names the field at fault (a taken name, an overlap, a time past) and changes nothing.
-    /// An event that draws lots draws from `seed` (32 random bytes from the driver).
+    /// An operator schedules an event at this node
+    /// (waitingroom-distributed/README.md#scheduled-events): the next version of the live settings,
+    /// carried to every member like any other change. An error names the field at fault (a taken
+    /// name, an overlap, a time past) and changes nothing. An event that draws lots draws from
+    /// `seed` (32 random bytes from the driver).
     pub fn add_event(
         &mut self,
         now: Time,
@@ -704,7 +706,8 @@ impl Node {
     }
 
     /// The driver signed round `round`'s record (`Event::RoundRecorded`): its link, which the
-    /// next record this node decides as root names as `prev` (README, "Fairness records").
+    /// next record this node decides as root names as `prev`
+    /// (waitingroom-distributed/README.md#fairness-records).
     pub fn record_linked(&mut self, round: u64, link: String) {
         self.records.linked(round, link);
     }
@@ -802,13 +805,13 @@ pub struct NodeStatus {
     pub voters: Vec<NodeId>,
     /// Each member's clock offset from this node's, as measured on the probes.
     pub clock_offsets: Vec<ClockOffset>,
-    /// The newest live settings this node knows (README, "Live settings").
+    /// The newest live settings this node knows (waitingroom-distributed/README.md#live-settings).
     pub settings: LiveSettings,
     /// Latest cluster-wide summary.
     pub summary: Option<Summary>,
 }
 
-/// How far a member's clock is ahead of this node's (README, "Clocks").
+/// How far a member's clock is ahead of this node's (waitingroom-distributed/README.md#clocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockOffset {
     /// The member.
@@ -819,7 +822,7 @@ pub struct ClockOffset {
     pub rtt_ms: u64,
 }
 
-/// A node's grant of places (README, "Admission leases").
+/// A node's grant of places (waitingroom-distributed/README.md#admission-leases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantStatus {
     /// Places it may still give out.
@@ -859,8 +862,8 @@ mod tests {
         }
     }
 
-    /// README, "Links": a message belongs to one life of its receiver; and a node that is not
-    /// (or no longer) a member takes no part.
+    /// waitingroom-distributed/README.md#links: a message belongs to one life of its receiver; and
+    /// a node that is not (or no longer) a member takes no part.
     #[test]
     fn messages_for_another_node_life_or_phase_are_ignored() {
         let (mut node, _) = node_2();
@@ -887,10 +890,10 @@ mod tests {
         assert!(said(&mut node).is_empty() && said(&mut idle).is_empty());
     }
 
-    /// README, "Links" (the thesis' per-link counters, §4.3.2, generalised) and "Membership
-    /// changes": copies and stale links are dropped; a message for an older membership is
-    /// ignored, one for a newer membership kept until the node applies it; QPID takes news
-    /// only from tree neighbours.
+    /// waitingroom-distributed/README.md#links (the thesis' per-link counters, §4.3.2, generalised)
+    /// and waitingroom-distributed/README.md#membership-changes: copies and stale links are
+    /// dropped; a message for an older membership is ignored, one for a newer membership kept until
+    /// the node applies it; QPID takes news only from tree neighbours.
     #[test]
     fn copies_stale_links_and_other_versions_are_ignored_or_held() {
         let (mut node, mut peers) = node_2();

@@ -55,7 +55,8 @@ pub enum Event {
     CountCompleted(Box<Summary>),
     /// No count was seen for too long: the tree was rebuilt.
     TreeRepaired,
-    /// This node stopped letting visitors out, and why (README, "Admission leases").
+    /// This node stopped letting visitors out, and why
+    /// (waitingroom-distributed/README.md#admission-leases).
     AdmissionPaused(Pause),
     /// This node lets visitors out again.
     AdmissionResumed,

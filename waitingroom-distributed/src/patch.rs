@@ -1,7 +1,7 @@
 //! What an operator may set while the cluster runs: the modes, the queueing methods, and a
-//! change to the live settings as the admin API reads it (README, "Live settings"). The live
-//! settings (`live.rs`) and scheduled events (`events.rs`), which may carry a change of their
-//! own, both build on it; it needs neither.
+//! change to the live settings as the admin API reads it
+//! (waitingroom-distributed/README.md#live-settings). The live settings (`live.rs`) and scheduled
+//! events (`events.rs`), which may carry a change of their own, both build on it; it needs neither.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

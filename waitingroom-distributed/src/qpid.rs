@@ -7,13 +7,13 @@
 //! root and needs no reply (§4.3.1). The root role moves only with findRoot, so there is never
 //! more than one root.
 //!
-//! Departs from the thesis around a membership change (§4.7.3; README, "Re-picking the
-//! parent"): the table is refilled by a saturation wave (a node tells a neighbour its weight
-//! once it has heard from all its other neighbours, so every value exchanged describes a whole
-//! branch), pointers are re-derived from the tree (towards the lowest node id) instead of by
-//! smallest weight, and once the lowest node knows all its branches it moves the root to the
-//! minimum with findRoot. The per-link counters of §4.3.2 are the reliable channel's job
-//! (`channel.rs`).
+//! Departs from the thesis around a membership change (§4.7.3;
+//! waitingroom-distributed/README.md#re-picking-the-parent): the table is refilled by a saturation
+//! wave (a node tells a neighbour its weight once it has heard from all its other neighbours, so
+//! every value exchanged describes a whole branch), pointers are re-derived from the tree (towards
+//! the lowest node id) instead of by smallest weight, and once the lowest node knows all its
+//! branches it moves the root to the minimum with findRoot. The per-link counters of §4.3.2 are the
+//! reliable channel's job (`channel.rs`).
 
 use std::collections::BTreeMap;
 
@@ -491,10 +491,10 @@ mod tests {
         ChannelMsg::Update { weight, version: 2 }
     }
 
-    /// README "Re-picking the parent" (departs from §4.7.3): after a membership change a node
-    /// tells a neighbour its weight only once every other neighbour has been heard from, so
-    /// each value covers a whole branch; with every neighbour known it is settled, its pointer
-    /// towards the lowest id.
+    /// waitingroom-distributed/README.md#re-picking-the-parent (departs from §4.7.3): after a
+    /// membership change a node tells a neighbour its weight only once every other neighbour has
+    /// been heard from, so each value covers a whole branch; with every neighbour known it is
+    /// settled, its pointer towards the lowest id.
     #[test]
     fn the_saturation_wave_answers_each_neighbour_once_the_others_are_known() {
         let cfg = testing::config(2, 1, testing::queued_settings());

@@ -1,6 +1,6 @@
-//! The chain of round records (README, "Fairness records"; not in the thesis): every round a
-//! root decides to let visitors out of becomes a record (round number, cutoff key, count, root,
-//! membership version) that names the link of the one before it.
+//! The chain of round records (waitingroom-distributed/README.md#fairness-records; not in the
+//! thesis): every round a root decides to let visitors out of becomes a record (round number,
+//! cutoff key, count, root, membership version) that names the link of the one before it.
 //!
 //! The protocol only numbers and links the records: the driver signs each one
 //! (`Event::RoundRecorded`) and hands the signed link back ([`RecordChain::linked`]), and as
@@ -25,8 +25,8 @@ const RECORDED_KEPT: usize = 64;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RecordChain {
     /// The number the next round record takes (one past the last this node knows), and the
-    /// last one's link once the driver has signed it (README, "Fairness records"). A new root
-    /// goes on from here.
+    /// last one's link once the driver has signed it
+    /// (waitingroom-distributed/README.md#fairness-records). A new root goes on from here.
     chain: (u64, String),
     /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
     recorded: VecDeque<(Time, u64)>,

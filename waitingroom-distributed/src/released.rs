@@ -1,5 +1,6 @@
-//! Passes given back early (`Node::release_pass`, README "Sessions"): a visitor who is done
-//! frees their place at once instead of holding it until their pass expires.
+//! Passes given back early (`Node::release_pass`,
+//! waitingroom-distributed/README.md#passes-given-back): a visitor who is done frees their place at
+//! once instead of holding it until their pass expires.
 //!
 //! The node that takes the release refuses the pass from then on. The release travels with the
 //! rounds, as the live settings do: each count carries the releases its subtree took in the

@@ -383,7 +383,8 @@ mod tests {
 
     /// §4.6: every node answers a ping, with its own view of the membership. A stranger whose
     /// view is behind also gets our tree (anti-entropy) and is told it is not a member
-    /// (README, "Membership changes" and "Partitions").
+    /// (waitingroom-distributed/README.md#membership-changes and
+    /// waitingroom-distributed/README.md#partitions).
     #[test]
     fn every_ping_is_answered() {
         let mut node = hub();
@@ -426,9 +427,9 @@ mod tests {
         assert_eq!(said(&mut node), [to(ack), to(tree), to(not_member)]);
     }
 
-    /// README, "SWIM" (departs from §4.6, which trusts links not to lose a ping): a ping
-    /// unanswered after `probe_timeout_ms` makes the node ask the other members to probe the
-    /// target too; an answer in time asks nobody.
+    /// waitingroom-distributed/README.md#swim (departs from §4.6, which trusts links not to lose a
+    /// ping): a ping unanswered after `probe_timeout_ms` makes the node ask the other members to
+    /// probe the target too; an answer in time asks nobody.
     #[test]
     fn an_unanswered_ping_asks_the_others_to_probe() {
         let mut node = hub();
@@ -461,9 +462,9 @@ mod tests {
         );
     }
 
-    /// SWIM's indirect probe (README, "SWIM"): asked by a member, the node pings the target
-    /// with a nonce of its own and passes the answer back under the requester's nonce; an
-    /// answer that matches no probe is ignored.
+    /// SWIM's indirect probe (waitingroom-distributed/README.md#swim): asked by a member, the node
+    /// pings the target with a nonce of its own and passes the answer back under the requester's
+    /// nonce; an answer that matches no probe is ignored.
     #[test]
     fn an_indirect_probe_is_relayed_both_ways() {
         let mut node = hub();
@@ -512,9 +513,9 @@ mod tests {
         assert_eq!(node.handle_message(3, answer), Err(Ignored::UnknownProbe));
     }
 
-    /// README, "SWIM": a member that fails `1 + suspect_rounds` probe periods in a row (two,
-    /// by default) is declared dead, and the tree without it goes to the others; one failed
-    /// period is not enough (one lost packet must not remove a node).
+    /// waitingroom-distributed/README.md#swim: a member that fails `1 + suspect_rounds` probe
+    /// periods in a row (two, by default) is declared dead, and the tree without it goes to the
+    /// others; one failed period is not enough (one lost packet must not remove a node).
     #[test]
     fn a_member_silent_for_two_probe_periods_is_declared_dead() {
         let mut node = hub();

@@ -9,8 +9,8 @@
 //! are ignored (§5.2); a node in the middle of a membership change refuses a round, and the
 //! next interval tries again. The result flows back down with a cluster-wide summary:
 //! positions, admission rate, straight-through places, and in range admission the decided
-//! range every node lets out its share of (README, "Eviction with TAG", departs from §4.5.3's
-//! one deleteMin per visitor).
+//! range every node lets out its share of (waitingroom-distributed/README.md#eviction-with-tag,
+//! departs from §4.5.3's one deleteMin per visitor).
 
 use std::collections::BTreeSet;
 
@@ -209,11 +209,11 @@ impl Tag {
     /// `reference_now`, rounds starting every `interval`.
     ///
     /// The round's cutoff is a boundary of the cluster's reference clock (`reference_now`, the
-    /// clock join times are stamped on: README, "Clocks"), not of the root's own: a visitor
-    /// stamped before the cutoff then joined before the count began, so before it reached their
-    /// node, as §4.5.1 assumes of synchronised clocks. On a root whose clock ran ahead, an
-    /// own-clock cutoff would let visitors who joined after their node was counted into the
-    /// decided range, taking places meant for visitors counted ahead of them.
+    /// clock join times are stamped on: waitingroom-distributed/README.md#clocks), not of the
+    /// root's own: a visitor stamped before the cutoff then joined before the count began, so
+    /// before it reached their node, as §4.5.1 assumes of synchronised clocks. On a root whose
+    /// clock ran ahead, an own-clock cutoff would let visitors who joined after their node was
+    /// counted into the decided range, taking places meant for visitors counted ahead of them.
     pub(crate) fn stamp_at(me: NodeId, reference_now: Time, interval: Time) -> Stamp {
         let boundary = reference_now / interval * interval;
         Stamp {
@@ -480,7 +480,7 @@ impl Tag {
     /// out with it, or among the first of the next round if no grant is left here. Under FIFO
     /// that is their own join time (or a ms less); under random queueing the lottery's ranges
     /// are not ordered, and without it a visitor whose node died before they could leave would
-    /// lose their admission and draw again (README, "Random queueing").
+    /// lose their admission and draw again (waitingroom-distributed/README.md#random-queueing).
     pub(crate) fn decided_join_time(&self, key: &QueueKey) -> Option<Time> {
         let latest = self.ranges.last()?;
         if !self.ranges.iter().any(|r| r.covers(key)) {
@@ -686,8 +686,8 @@ mod tests {
         assert_eq!(said(&mut node), []);
     }
 
-    /// README, "Eviction with TAG": a node still settling after a membership change refuses
-    /// the round (the next interval counts again).
+    /// waitingroom-distributed/README.md#eviction-with-tag: a node still settling after a
+    /// membership change refuses the round (the next interval counts again).
     #[test]
     fn a_node_still_settling_refuses_the_round() {
         let mut node = member(testing::config(2, 1, testing::queued_settings()), &line());
@@ -700,10 +700,11 @@ mod tests {
         );
     }
 
-    /// §4.5.1 and §4.5.3, with range admission (README, "Eviction with TAG"): at the interval
-    /// boundary only the root counts; with every answer in it decides how many to let out (all
-    /// who joined before the boundary, as places are unlimited) and floods the result, which
-    /// names the range every node lets out its share of.
+    /// §4.5.1 and §4.5.3, with range admission
+    /// (waitingroom-distributed/README.md#eviction-with-tag): at the interval boundary only the
+    /// root counts; with every answer in it decides how many to let out (all who joined before the
+    /// boundary, as places are unlimited) and floods the result, which names the range every node
+    /// lets out its share of.
     #[test]
     fn the_root_counts_decides_and_floods_the_result() {
         let (mut node, mut peers) = settled(1, &tree(2, &[1, 2], &[(1, 2)]));

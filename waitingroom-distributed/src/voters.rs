@@ -1,6 +1,7 @@
 //! The majority rule: a root grants places only while the members it counted hold a majority of
-//! the voters, the membership the cluster last agreed on (README, "Admission leases"; the thesis
-//! has no such rule: each side of a partition elects a root, §4.7, and both fill the site).
+//! the voters, the membership the cluster last agreed on
+//! (waitingroom-distributed/README.md#admission-leases; the thesis has no such rule: each side of a
+//! partition elects a root, §4.7, and both fill the site).
 //!
 //! Agreement is a completed count: when every member answered a round and they hold a majority
 //! of the voters, the root makes them the next voters (one epoch on) and the result tells every
@@ -144,9 +145,10 @@ impl Voters {
         })
     }
 
-    /// The operator's way out of a lost majority (README, "Admission leases"): `members`
-    /// become the voters, one epoch on, with no older voters to satisfy. Sound only if every
-    /// voter left out is really gone: alive on the other side of a cut, it may still grant.
+    /// The operator's way out of a lost majority
+    /// (waitingroom-distributed/README.md#admission-leases): `members` become the voters, one epoch
+    /// on, with no older voters to satisfy. Sound only if every voter left out is really gone:
+    /// alive on the other side of a cut, it may still grant.
     pub(crate) fn reset(&self, members: BTreeSet<NodeId>) -> Voters {
         Voters {
             epoch: self.epoch.saturating_add(1).max(2),

@@ -247,7 +247,8 @@ fn a_crashed_members_places_count_until_its_passes_expire() {
         "node 3's four passes are still valid: the site is full"
     );
     // Counted for a grant's, a ticket's and a pass's life, with 1% and an interval to spare
-    // (README, "Admission leases"): 3 + 10 + 20 s + 1% + 1 s after the removal.
+    // (waitingroom-distributed/README.md#admission-leases): 3 + 10 + 20 s + 1% + 1 s after the
+    // removal.
     later.run(&mut net, 25_000);
     assert!(
         later.all_admitted(),
@@ -264,9 +265,9 @@ fn granted_and_held(net: &Net) -> u64 {
         .sum()
 }
 
-/// README, "Admission leases": with a partition, only the side holding a majority of the
-/// voters lets visitors out, the places granted and held never exceed the target, the other
-/// side pauses (its grants lapse), and once the partition heals its visitors get in.
+/// waitingroom-distributed/README.md#admission-leases: with a partition, only the side holding a
+/// majority of the voters lets visitors out, the places granted and held never exceed the target,
+/// the other side pauses (its grants lapse), and once the partition heals its visitors get in.
 #[test]
 fn a_partition_never_puts_the_site_over_its_target() {
     let settings = Settings {
@@ -306,9 +307,10 @@ fn a_partition_never_puts_the_site_over_its_target() {
     assert!(crowd.all_admitted(), "everyone got in after the heal");
 }
 
-/// README, "Admission leases": a 3-node cluster that loses two nodes stops (1 of 3 voters),
-/// its visitors queued, until an operator declares the others gone (`Node::reset_voters`):
-/// the survivor is then the voters and lets its visitors out, within the target.
+/// waitingroom-distributed/README.md#admission-leases: a 3-node cluster that loses two nodes stops
+/// (1 of 3 voters), its visitors queued, until an operator declares the others gone
+/// (`Node::reset_voters`): the survivor is then the voters and lets its visitors out, within the
+/// target.
 #[test]
 fn an_operator_restores_admission_after_a_lost_majority() {
     let settings = Settings {
@@ -338,10 +340,10 @@ fn an_operator_restores_admission_after_a_lost_majority() {
     assert!(crowd.all_admitted(), "everyone got in after the reset");
 }
 
-/// README, "Admission leases": two nodes of five that restart and are cut off together from
-/// the other three make themselves a cluster of their own, and let visitors out beside the
-/// three that hold the majority, unless they remember the voters from before (the server's
-/// `--voters-file`): then they need a majority of those and pause.
+/// waitingroom-distributed/README.md#admission-leases: two nodes of five that restart and are cut
+/// off together from the other three make themselves a cluster of their own, and let visitors out
+/// beside the three that hold the majority, unless they remember the voters from before (the
+/// server's `--voters-file`): then they need a majority of those and pause.
 #[test]
 fn restarted_nodes_that_remember_the_voters_need_a_majority_of_them() {
     let let_out_by_the_two = |remember: bool| {
@@ -487,8 +489,9 @@ mod random_operations {
                 Op::Wait(ms) => crowd.run(&mut net, ms),
                 Op::Crash(i) => {
                     // Never one that leaves the live nodes without a majority of some node's
-                    // voters: such a cluster stops admitting until a node comes back (README,
-                    // "Admission leases"), and this test brings none back.
+                    // voters: such a cluster stops admitting until a node comes back
+                    // (waitingroom-distributed/README.md#admission-leases), and this test brings
+                    // none back.
                     let victim = ids[i % ids.len()];
                     if keeps_a_majority(&net, victim) {
                         net.kill(victim);
@@ -695,15 +698,16 @@ fn straight_through_admission_only_while_nobody_waits() {
 /// The seed every lottery of these tests draws from (a server draws a fresh one each time).
 const LOTTERY_SEED: [u8; 32] = [5; 32];
 
-/// Whether `ticket`'s id was drawn from `seed` with the draw it carries (README, "Random
-/// queueing": a provable lottery).
+/// Whether `ticket`'s id was drawn from `seed` with the draw it carries
+/// (waitingroom-distributed/README.md#random-queueing: a provable lottery).
 fn drawn_from(seed: &[u8; 32], ticket: &waitingroom_core::Ticket) -> bool {
     ticket
         .draw
         .is_some_and(|d| waitingroom_core::lottery::drawn_id(seed, d) == ticket.id)
 }
 
-/// Changes node `id`'s live settings as an operator would (README, "Live settings").
+/// Changes node `id`'s live settings as an operator would
+/// (waitingroom-distributed/README.md#live-settings).
 fn change(net: &mut Net, id: u64, patch: serde_json::Value) -> LiveSettings {
     let patch = SettingsPatch::from_json(&patch).expect("a valid patch");
     net.with(NodeId(id), |n, now| {
@@ -726,9 +730,9 @@ fn admission_times(net: &Net) -> Vec<u64> {
     t
 }
 
-/// README, "Live settings": a change made at one node is in force on every node within two
-/// rounds, outlives the node it was made at and the root, and a node that joins later (with
-/// its file configuration) adopts it.
+/// waitingroom-distributed/README.md#live-settings: a change made at one node is in force on every
+/// node within two rounds, outlives the node it was made at and the root, and a node that joins
+/// later (with its file configuration) adopts it.
 #[test]
 fn a_settings_change_reaches_every_node_and_outlives_its_author_and_the_root() {
     let settings = Settings {
@@ -763,9 +767,9 @@ fn a_settings_change_reaches_every_node_and_outlives_its_author_and_the_root() {
     }
 }
 
-/// README, "Live settings": queue-all holds everyone queued (they keep checking in), and back
-/// in normal mode they are let out in join order; reject turns new visitors away and keeps
-/// the queue.
+/// waitingroom-distributed/README.md#live-settings: queue-all holds everyone queued (they keep
+/// checking in), and back in normal mode they are let out in join order; reject turns new visitors
+/// away and keeps the queue.
 #[test]
 fn queue_all_holds_the_queue_and_reject_refuses_new_visitors() {
     let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 5);
@@ -792,8 +796,8 @@ fn queue_all_holds_the_queue_and_reject_refuses_new_visitors() {
     assert_eq!(net.admission_order(), crowd.join_order());
 }
 
-/// README, "Live settings": a rate cap of 120 visitors a minute lets out at most 2 per 1-s
-/// round, also while the root dies and a new one takes over.
+/// waitingroom-distributed/README.md#live-settings: a rate cap of 120 visitors a minute lets out at
+/// most 2 per 1-s round, also while the root dies and a new one takes over.
 #[test]
 fn the_rate_cap_holds_while_the_root_dies() {
     let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 9);
@@ -842,9 +846,9 @@ fn ranks_by_ticket(crowd: &Crowd) -> Vec<usize> {
         .collect()
 }
 
-/// README, "Random queueing": visitors who join while random queueing is on are let out in
-/// the order of their ticket ids (drawn at random by their nodes), not in join order, across
-/// nodes and a dying root; those who joined before it was switched on go first.
+/// waitingroom-distributed/README.md#random-queueing: visitors who join while random queueing is on
+/// are let out in the order of their ticket ids (drawn at random by their nodes), not in join
+/// order, across nodes and a dying root; those who joined before it was switched on go first.
 #[test]
 fn random_queueing_lets_visitors_out_in_lottery_order() {
     let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 11);
@@ -914,10 +918,10 @@ fn random_queueing_lets_visitors_out_in_lottery_order() {
     assert!((0.3..0.7).contains(&tau), "against join order: {tau}");
 }
 
-/// README, "Scheduled events": visitors who join in a pre-queue wait (nobody is let out, even
-/// with places free) and at the start are let out in a random order, all ahead of anyone
-/// who joined later; the event, scheduled at one node, holds on every node and through the
-/// root's death, and its settings apply until its end.
+/// waitingroom-distributed/README.md#scheduled-events: visitors who join in a pre-queue wait
+/// (nobody is let out, even with places free) and at the start are let out in a random order, all
+/// ahead of anyone who joined later; the event, scheduled at one node, holds on every node and
+/// through the root's death, and its settings apply until its end.
 #[test]
 fn a_prequeue_is_shuffled_at_the_start_ahead_of_later_joiners() {
     let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 13);
@@ -985,9 +989,10 @@ fn a_prequeue_is_shuffled_at_the_start_ahead_of_later_joiners() {
     }
 }
 
-/// README, "Sessions": a pass given back at another node than the one counting it frees its
-/// place within a round or two (the next visitor is let in while the other passes still last a
-/// minute), and every node refuses it from then on, for validation and refresh alike.
+/// waitingroom-distributed/README.md#passes-given-back: a pass given back at another node than the
+/// one counting it frees its place within a round or two (the next visitor is let in while the
+/// other passes still last a minute), and every node refuses it from then on, for validation and
+/// refresh alike.
 #[test]
 fn a_pass_given_back_frees_its_place_and_is_refused_everywhere() {
     let settings = Settings {

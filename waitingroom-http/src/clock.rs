@@ -9,7 +9,7 @@ use waitingroom_core::Time;
 /// Milliseconds since the Unix epoch, read as the wall clock at the first call plus the
 /// monotonic time elapsed since. Nodes compare these across machines (ticket expiry, signed
 /// peer requests), so they start from wall-clock time; the protocol measures its admission
-/// grants with them (README of waitingroom-distributed, "Admission leases"), so they never go
+/// grants with them (waitingroom-distributed/README.md#admission-leases), so they never go
 /// back and they count the time a process was stopped or swapped out, whatever the wall clock
 /// does meanwhile. A wall clock stepped later (NTP) is not followed until a restart: the drift
 /// of a monotonic clock is far below the protocol's margins.

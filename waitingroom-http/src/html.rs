@@ -28,7 +28,7 @@
 //! A room closed after its event has the status `ended`, the title `ended_title` and the
 //! sentence `ended`.
 //!
-//! A pre-queued visitor's page (README, "Scheduled events") has the title `prequeue_title`,
+//! A pre-queued visitor's page (docs/operating.md#scheduled-events) has the title `prequeue_title`,
 //! the heading `starts_in` over a countdown, and the `prequeue` sentence; its script counts
 //! down each second and checks in at the start.
 

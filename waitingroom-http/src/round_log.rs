@@ -1,7 +1,7 @@
 //! The round log: the admission rounds' records this node keeps and publishes
-//! (`GET /api/rounds`, README "Fairness records"). The records themselves, their claims, chain
-//! and audit, are `waitingroom_core::round_records`; this is where a node keeps them, signed, in memory
-//! and on disk.
+//! (`GET /api/rounds`, docs/operating.md#fairness-records). The records themselves, their claims,
+//! chain and audit, are `waitingroom_core::round_records`; this is where a node keeps them, signed,
+//! in memory and on disk.
 //!
 //! Every node learns each round that let anyone out from the round's result
 //! (`Event::RoundRecorded`), signs its claims with the cluster key itself (Ed25519 is

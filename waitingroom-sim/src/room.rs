@@ -48,8 +48,8 @@ pub trait Room {
     }
     /// Reads what the next step of visitor `v` reads first, so that its cache misses overlap the
     /// current event's work (in part: a read, unlike a prefetch, still waits for its data)
-    /// instead of stalling the next one. A large run is bound by memory latency (README).
-    /// Changes nothing.
+    /// instead of stalling the next one. A large run is bound by memory latency
+    /// (docs/benchmarks.md#simulator-profiles). Changes nothing.
     fn touch(&self, _v: u32) {}
     /// Asks the processor to fetch what [`Room::touch`] will read of visitor `v`, without
     /// waiting for it: one event earlier, so that the touch finds it cached. Changes nothing.

@@ -139,9 +139,9 @@ fn abandonment_and_sessions_keep_the_site_within_target() {
     assert_eq!(r.max_overshoot, 0, "{r:#?}");
 }
 
-/// The live rate cap (README, "Live settings"): 600 visitors a minute, with churn and the root
-/// crashed twice, lets at most the cap plus one round's share out in any minute; without the
-/// cap the same crowd gets in far faster.
+/// The live rate cap (waitingroom-distributed/README.md#live-settings): 600 visitors a minute, with
+/// churn and the root crashed twice, lets at most the cap plus one round's share out in any minute;
+/// without the cap the same crowd gets in far faster.
 #[test]
 fn the_rate_cap_holds_with_churn_and_a_dying_root() {
     let flags = "--users 1000 --target-on-site unlimited --churn 2 --script crash-root@3000 \

@@ -38,17 +38,18 @@ pub enum VisitorError {
     /// This node lets nobody out at the moment (no live grant, or no majority): ask another.
     #[error("node is not admitting at the moment ({})", .0.as_str())]
     Paused(Pause),
-    /// The room is closed to new visitors (mode `reject`, README "Live settings").
+    /// The room is closed to new visitors (mode `reject`,
+    /// waitingroom-distributed/README.md#live-settings).
     #[error("the waiting room is closed to new visitors")]
     Rejected,
-    /// The room is closed to new visitors and its scheduled event has ended (README,
-    /// "Scheduled events").
+    /// The room is closed to new visitors and its scheduled event has ended
+    /// (waitingroom-distributed/README.md#scheduled-events).
     #[error("the event is over; the waiting room is closed to new visitors")]
     EventOver,
-    /// The pass was given back (README, "Sessions").
+    /// The pass was given back (waitingroom-distributed/README.md#passes-given-back).
     #[error("the pass was given back")]
     Released,
-    /// A bypass pass is not extended (README, "Bypass"): the operator mints another.
+    /// A bypass pass is not extended (docs/operating.md#bypass-passes): the operator mints another.
     #[error("a bypass pass is not extended; mint another")]
     Bypass,
 }
@@ -69,8 +70,9 @@ impl Node {
         let queued_here = self.local.room().queued();
         let last = self.tag.summary();
         let straight_through = (self.lease).take_place(now, queued_here, last, &self.in_force);
-        // README, "Scheduled events" and "Random queueing": the join time a pre-queue or a
-        // lottery stamps.
+        // waitingroom-distributed/README.md#scheduled-events and
+        // waitingroom-distributed/README.md#random-queueing: the join time a pre-queue or a lottery
+        // stamps.
         let stamp = self.in_force.live().join_stamp(self.reference_time(now));
         let answer = self
             .local
@@ -87,9 +89,9 @@ impl Node {
     }
 
     /// `now` on the cluster's reference clock, the lowest-id member's, as this node last
-    /// measured it on its probes (README, "Clocks"): join times from every node then compare
-    /// within the measurement's error (half a probe's round trip), whatever the clocks say. An
-    /// offset within that error is no evidence of one, and is not applied.
+    /// measured it on its probes (waitingroom-distributed/README.md#clocks): join times from every
+    /// node then compare within the measurement's error (half a probe's round trip), whatever the
+    /// clocks say. An offset within that error is no evidence of one, and is not applied.
     pub fn reference_time(&self, now: Time) -> Time {
         let from = self.offset_from();
         let offset = match self.reference.0 {
@@ -165,7 +167,8 @@ impl Node {
     }
 
     /// Like [`Node::leave`], whatever node holds the ticket. The pass names the round whose
-    /// record let its holder out, if this node knows it (README, "Fairness records").
+    /// record let its holder out, if this node knows it
+    /// (waitingroom-distributed/README.md#fairness-records).
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
         self.ready_for(ticket)?;
         let mut pass = self.local.room_mut().leave(now, ticket)?;
@@ -176,7 +179,8 @@ impl Node {
     /// Extends a valid pass; its holder now counts as on the site through this node, and the
     /// node that counted them before is told to stop (`Forget`), so the visitor is counted
     /// once. Until it hears, both count them: more than there are, never fewer.
-    /// Refused while this node holds no live grant (README, "Admission leases").
+    /// Refused while this node holds no live grant
+    /// (waitingroom-distributed/README.md#admission-leases).
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
         if self.released.contains(pass.id) {
             return Err(VisitorError::Released);
@@ -207,16 +211,18 @@ impl Node {
         Ok(())
     }
 
-    /// Whether the pass of `ticket` was given back (README, "Sessions").
+    /// Whether the pass of `ticket` was given back
+    /// (waitingroom-distributed/README.md#passes-given-back).
     pub fn is_released(&self, ticket: TicketId) -> bool {
         self.released.contains(ticket)
     }
 
-    /// A visitor gives their place back early (README, "Sessions"): the pass is refused here
-    /// from now on and on every node once the next round has carried the release; its place is
-    /// free here at once if this node counts it, else at the node that does when that round
-    /// reaches it. Giving it back twice is no error. Until when to refuse it: the longest the
-    /// pass could still be refreshed to (its session), at most a day.
+    /// A visitor gives their place back early
+    /// (waitingroom-distributed/README.md#passes-given-back): the pass is refused here from now on
+    /// and on every node once the next round has carried the release; its place is free here at
+    /// once if this node counts it, else at the node that does when that round reaches it. Giving
+    /// it back twice is no error. Until when to refuse it: the longest the pass could still be
+    /// refreshed to (its session), at most a day.
     pub fn release_pass(&mut self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
         self.local.room().validate_pass(now, pass)?;
         let session = self.in_force.settings().pass_max_lifetime_ms;
@@ -333,8 +339,8 @@ impl Node {
         answer
     }
 
-    /// While a scheduled event's pre-queue is on: how long until its start (README,
-    /// "Scheduled events").
+    /// While a scheduled event's pre-queue is on: how long until its start
+    /// (waitingroom-distributed/README.md#scheduled-events).
     pub fn prequeue_left(&self, now: Time) -> Option<u64> {
         let reference_now = self.reference_time(now);
         self.in_force

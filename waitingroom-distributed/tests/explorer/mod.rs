@@ -183,11 +183,11 @@ impl Config {
                 event_rounds: 1,
                 ..base
             },
-            // Admission leases (README, "Admission leases"): one place, two visitors; a node
-            // cut off at any point and never healed, with rounds enough after it for its
-            // places to stop being counted. `pause`: the node is frozen instead (while nothing
-            // but messages to it is in flight) and resumes 3 s later with what reached it; with
-            // one visitor and one victim it does not finish within 20M states, so it is not in
+            // Admission leases (waitingroom-distributed/README.md#admission-leases): one place, two
+            // visitors; a node cut off at any point and never healed, with rounds enough after it
+            // for its places to stop being counted. `pause`: the node is frozen instead (while
+            // nothing but messages to it is in flight) and resumes 3 s later with what reached it;
+            // with one visitor and one victim it does not finish within 20M states, so it is not in
             // `all` or in CI.
             "partition" | "pause" => Config {
                 partition: true,

@@ -1,8 +1,8 @@
 //! The operator's API (`/admin/...`, on the internal listener only): the live settings
-//! (README, "Live settings"), scheduled events (README, "Scheduled events") and bypass passes
-//! (README, "Bypass"). Every request must carry `Authorization: Bearer TOKEN`, the token
-//! of `--admin-token-file`, compared in constant time; anything else is 401. Without a token
-//! file the admin API is off (404).
+//! (docs/operating.md#live-settings), scheduled events (docs/operating.md#scheduled-events) and
+//! bypass passes (docs/operating.md#bypass-passes). Every request must carry `Authorization: Bearer
+//! TOKEN`, the token of `--admin-token-file`, compared in constant time; anything else is 401.
+//! Without a token file the admin API is off (404).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -366,8 +366,8 @@ fn view(live: &LiveSettings, confirmed: bool) -> Value {
     })
 }
 
-/// A fresh seed for a lottery a change may open (README, "Random queueing"): from the thread's
-/// generator, which the OS seeds, so that nobody can know it before it is committed.
+/// A fresh seed for a lottery a change may open (docs/operating.md#random-queueing): from the
+/// thread's generator, which the OS seeds, so that nobody can know it before it is committed.
 fn lottery_seed() -> [u8; 32] {
     rand::random()
 }

@@ -294,7 +294,7 @@ impl App {
         Ok(pass)
     }
 
-    /// A visitor gives their place back (README, "Sessions"): at this node, whichever node
+    /// A visitor gives their place back (docs/operating.md#sessions): at this node, whichever node
     /// counts the pass; every node refuses the pass once the next round has carried it.
     pub fn release_pass(&self, token: &str) -> Result<(), ApiError> {
         self.serving()?;

@@ -1,5 +1,5 @@
 //! `--voters-file`: the voters the cluster last agreed on, kept on disk across restarts
-//! (README, "Admission leases"; `voters.rs` in the protocol crate).
+//! (docs/operating.md#lost-majority; `voters.rs` in the protocol crate).
 //!
 //! The majority rule needs a node to know the voters; in memory only, a restarted node forgets
 //! them and could, with another restarted node cut off with it, make itself part of a cluster

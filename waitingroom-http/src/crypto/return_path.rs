@@ -1,5 +1,5 @@
 //! The way back: the page a visitor asked for at the origin, which the gate hands the room and
-//! the room sends them back to once they are let in (README, "Origin gating").
+//! the room sends them back to once they are let in (docs/operating.md#origin-gating).
 //!
 //! It rides in the room's query as `return_to=PATH&return_sig=MAC`. The path must be one on the
 //! origin ([`safe_return_path`]: never another host), and the MAC proves the origin's gate wrote

@@ -370,7 +370,7 @@ impl Metrics {
         let (r, l) = (&mut self.registry, &self.limits);
         r.register(
             "settings_version",
-            "Version of the live settings in force here (0: the file's; README, Live settings)",
+            "Version of the live settings in force here (0: the file's; docs/operating.md#live-settings)",
             l.settings_version.clone(),
         );
         r.register(

@@ -1,5 +1,5 @@
-//! The admin API (README, "Live settings"): only with the token, only on the internal routes,
-//! every bad value named, and each mode doing what it says at the visitor API.
+//! The admin API (docs/operating.md#live-settings): only with the token, only on the internal
+//! routes, every bad value named, and each mode doing what it says at the visitor API.
 
 use super::harness::*;
 use crate::config::{ProtocolOptions, RecordOptions};
@@ -207,7 +207,7 @@ fn event_request(
         .expect("request")
 }
 
-/// README, "Scheduled events": the events API takes only the token, names every bad field,
+/// docs/operating.md#scheduled-events: the events API takes only the token, names every bad field,
 /// refuses a taken name and an overlap, and a pre-queue answers `prequeue` with the time to the
 /// start; deleting the event ends it.
 #[tokio::test]
@@ -280,8 +280,8 @@ async fn events_are_checked_scheduled_shown_and_deleted() {
     assert_ne!(r.json()["status"], "prequeue", "{}", r.json());
 }
 
-/// README, "Bypass": a bypass pass needs the admin token, names its bad fields, verifies as a
-/// pass, takes no place (the one place on the site still goes to a visitor), is never
+/// docs/operating.md#bypass-passes: a bypass pass needs the admin token, names its bad fields,
+/// verifies as a pass, takes no place (the one place on the site still goes to a visitor), is never
 /// extended, and can be revoked like any pass.
 #[tokio::test]
 async fn bypass_passes_take_no_place_and_are_never_extended() {
@@ -345,8 +345,8 @@ async fn bypass_passes_take_no_place_and_are_never_extended() {
         .assert_error(StatusCode::UNAUTHORIZED, "released");
 }
 
-/// README, "Scheduled events": a room closed except during its event takes visitors while the
-/// event is on, and once it has ended turns them away with `event_over` (the page says the
+/// docs/operating.md#scheduled-events: a room closed except during its event takes visitors while
+/// the event is on, and once it has ended turns them away with `event_over` (the page says the
 /// event is over).
 #[tokio::test]
 async fn a_room_closed_after_its_event_says_the_event_is_over() {
@@ -380,7 +380,7 @@ async fn a_room_closed_after_its_event_says_the_event_is_over() {
         .assert_error(StatusCode::SERVICE_UNAVAILABLE, "event_over");
 }
 
-/// README, "Admission leases": the operator's way out of a lost majority needs the token and
+/// docs/operating.md#lost-majority: the operator's way out of a lost majority needs the token and
 /// an explicit confirmation, and makes the node's members the voters.
 #[tokio::test]
 async fn resetting_the_voters_needs_the_token_and_a_confirmation() {

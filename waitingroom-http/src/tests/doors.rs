@@ -577,7 +577,7 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
     assert!(html.contains(&action), "{html}");
 }
 
-/// README, "Cookies": with a name suffix, a domain and `SameSite=Strict`, the room sets its
+/// docs/operating.md#cookies: with a name suffix, a domain and `SameSite=Strict`, the room sets its
 /// cookies under those names and attributes, reads only those names (another room's cookies
 /// on the same domain are not its own), and the page's script uses the suffixed leave key.
 #[tokio::test]
@@ -625,7 +625,7 @@ async fn cookie_options_name_and_shape_every_cookie() {
     );
 }
 
-/// README, "Sessions": a pass given back frees its place (the node's on-site count drops at
+/// docs/operating.md#sessions: a pass given back frees its place (the node's on-site count drops at
 /// once) and is refused from then on at verify and refresh; twice is no error; garbage, a
 /// missing pass and a cross-site request are refused with their codes.
 #[tokio::test]

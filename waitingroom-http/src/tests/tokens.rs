@@ -153,7 +153,7 @@ async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
         .assert_error(StatusCode::FORBIDDEN, "pass_lifetime_over");
 }
 
-/// Sessions renewed by activity (README, "Live settings"): a pass checked at the gate past
+/// Sessions renewed by activity (docs/operating.md#sessions): a pass checked at the gate past
 /// half its life comes back renewed as a cookie; before half its life, or once its longest life
 /// is reached, it does not (and it stays valid until it expires).
 #[tokio::test]
@@ -232,8 +232,8 @@ async fn ticket_presented_as_pass_is_refused() {
     .assert_error(StatusCode::UNAUTHORIZED, "invalid_token");
 }
 
-/// README, "Origin gating": the verify endpoint signs the way back only for a gate that holds
-/// the return-path secret, only for a path on the site; and the waiting page follows only a
+/// docs/operating.md#origin-gating: the verify endpoint signs the way back only for a gate that
+/// holds the return-path secret, only for a path on the site; and the waiting page follows only a
 /// signed one (an unsigned or re-pointed one is ignored and counted).
 #[tokio::test]
 async fn only_the_gate_gets_a_way_back_signed_and_only_a_signed_one_is_followed() {

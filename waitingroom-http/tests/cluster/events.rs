@@ -9,7 +9,7 @@ async fn events(cl: &Cluster, i: usize, token: &str, event: Option<Value>) -> Va
     admin_call(cl, i, token, "/admin/events", send).await
 }
 
-/// README, "Scheduled events", end to end: an event scheduled at node 3 pre-queues visitors
+/// docs/operating.md#scheduled-events, end to end: an event scheduled at node 3 pre-queues visitors
 /// on every node (`prequeue`, with the time to the start; nobody let out), and at the start
 /// lets them out at its own cap of 2 per 200-ms round, all before anyone who joined later, in
 /// an order about as far from join order as a random one (Kendall-Tau about 0.5).
@@ -26,8 +26,8 @@ async fn a_prequeue_is_let_out_first_in_a_random_order() {
         "settings": {"new_users_per_minute": 600}});
     let v = events(&cl, 2, token, Some(event)).await;
     assert_eq!(v["events"][0]["phase"], "prequeue", "{v}");
-    // README, "Random queueing": its lottery is committed to before anyone joins (on the node it
-    // was scheduled at, at once), its seed unpublished until the start.
+    // docs/operating.md#random-queueing: its lottery is committed to before anyone joins (on the
+    // node it was scheduled at, at once), its seed unpublished until the start.
     let committed = lotteries(&cl, 2).await;
     assert_eq!(committed.len(), 1);
     assert_eq!(
@@ -114,8 +114,8 @@ async fn a_prequeue_is_let_out_first_in_a_random_order() {
     let _ = std::fs::remove_file(token_file);
 }
 
-/// README, "Random queueing", end to end: with `queueing_method: random` set at node 2 and a
-/// cap of 2 per 200-ms round, 30 visitors who joined one after another across 3 nodes are let
+/// docs/operating.md#random-queueing, end to end: with `queueing_method: random` set at node 2 and
+/// a cap of 2 per 200-ms round, 30 visitors who joined one after another across 3 nodes are let
 /// out in an order about as far from join order as a random one (Kendall-Tau about 0.5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_queueing_lets_visitors_out_by_lottery() {
@@ -149,8 +149,8 @@ async fn random_queueing_lets_visitors_out_by_lottery() {
         "against join order: {tau} ({order:?})"
     );
     eprintln!("random queueing let 30 out with Kendall-Tau {tau:.3} against join order");
-    // README, "Random queueing": while the lottery runs its seed is committed to, not shown,
-    // and the audit can check nothing of the draws yet (and finds nothing wrong); once it is
+    // docs/operating.md#random-queueing: while the lottery runs its seed is committed to, not
+    // shown, and the audit can check nothing of the draws yet (and finds nothing wrong); once it is
     // switched off, the seed is shown and every draw checks.
     let text = audit_passes(&cl, 1, &passes, true);
     assert!(

@@ -100,7 +100,7 @@ async fn sigterm_leaves_the_cluster_and_exits_zero() {
     );
 }
 
-/// README, "Admission leases", `--voters-file`: a node that restarts alone after the others
+/// docs/operating.md#lost-majority, `--voters-file`: a node that restarts alone after the others
 /// died remembers the voters and pauses (`no_majority`: one of three), where one that forgot
 /// them would found a cluster of its own and let visitors out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -267,9 +267,9 @@ async fn a_captured_forward_replayed_elsewhere_gets_nothing() {
     );
 }
 
-/// README, "Sessions", end to end: with one place on the site and passes that last a minute, a
-/// pass given back at node 3 (issued at another node) lets the next visitor in within a few
-/// rounds, and every node refuses the pass from then on.
+/// docs/operating.md#sessions, end to end: with one place on the site and passes that last a
+/// minute, a pass given back at node 3 (issued at another node) lets the next visitor in within a
+/// few rounds, and every node refuses the pass from then on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_given_back_lets_the_next_visitor_in() {
     let cl = Cluster::start(
@@ -309,9 +309,9 @@ async fn a_pass_given_back_lets_the_next_visitor_in() {
     }
 }
 
-/// README, "Bypass", end to end: a bypass pass minted at node 3 passes the verify endpoint of
-/// every node, is extended by none, and takes no place: with one place on the site, a visitor
-/// still gets it.
+/// docs/operating.md#bypass-passes, end to end: a bypass pass minted at node 3 passes the verify
+/// endpoint of every node, is extended by none, and takes no place: with one place on the site, a
+/// visitor still gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bypass_pass_works_everywhere_and_takes_no_place() {
     let (token, token_file) = admin_token_file("bypass");

@@ -46,7 +46,7 @@ async fn load_then_audit(cl: &Cluster, kill: Option<usize>, audit_at: usize) -> 
     text
 }
 
-/// README, "Fairness records", end to end: with 40 places and short passes, 300 visitors of
+/// docs/operating.md#fairness-records, end to end: with 40 places and short passes, 300 visitors of
 /// the load generator are let out over several rounds by 3 nodes; every node publishes the
 /// same signed, chained records (`GET /api/rounds`), numbered from 0, and
 /// `waitingroom-node audit` checks them and the 300 passes (`--save-passes`): no violation,
@@ -93,7 +93,7 @@ async fn every_node_publishes_the_same_round_records_and_they_audit_clean() {
     }
 }
 
-/// README, "Fairness records": the same with node 3 SIGKILLed 1.5 s into the run: nobody is
+/// docs/operating.md#fairness-records: the same with node 3 SIGKILLed 1.5 s into the run: nobody is
 /// lost, the survivors' records audit clean, and the passes of the visitors re-queued from
 /// node 3 are covered by their rounds (a late pass or a fork is listed, not a violation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

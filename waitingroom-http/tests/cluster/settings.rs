@@ -2,8 +2,8 @@
 
 use crate::harness::*;
 
-/// README, "Live settings", end to end: a change made at node 3 is in force at nodes 1 and 2
-/// within two rounds; a change whose root dies right after it still reaches every survivor;
+/// docs/operating.md#live-settings, end to end: a change made at node 3 is in force at nodes 1 and
+/// 2 within two rounds; a change whose root dies right after it still reaches every survivor;
 /// queue-all holds a visitor queued while check-ins go on; the rate cap holds within one
 /// round's burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
-//! `waitingroom-node admin`: the admin API (README, "Live settings", "Scheduled events") from
-//! a shell.
+//! `waitingroom-node admin`: the admin API (docs/operating.md#live-settings,
+//! docs/operating.md#scheduled-events) from a shell.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -57,7 +57,7 @@ enum Action {
         #[arg(long, value_name = "DURATION")]
         expires_in: Option<String>,
     },
-    /// The majority rule's voters (README, "Admission leases"; `/api/cluster` shows them).
+    /// The majority rule's voters (docs/operating.md#lost-majority; `/api/cluster` shows them).
     Voters {
         #[command(subcommand)]
         action: VotersAction,

@@ -1,9 +1,10 @@
-//! `waitingroom-node audit`: checks a cluster's published admission records (README,
-//! "Fairness records") — signatures against its JWKS, the hash chain, round numbers, cutoffs
-//! that never go back — and passes visitors hold against them (each covered by the round it
-//! names, by no earlier one), with `waitingroom_core::round_records::audit`; and its lotteries
-//! (README, "Random queueing"): each revealed seed against its commitment, and each lottery pass's
-//! id against the seed and its draw, with `waitingroom_core::lottery::audit_draws`.
+//! `waitingroom-node audit`: checks a cluster's published admission records
+//! (docs/operating.md#fairness-records) — signatures against its JWKS, the hash chain, round
+//! numbers, cutoffs that never go back — and passes visitors hold against them (each covered by the
+//! round it names, by no earlier one), with `waitingroom_core::round_records::audit`; and its
+//! lotteries (docs/operating.md#random-queueing): each revealed seed against its commitment, and
+//! each lottery pass's id against the seed and its draw, with
+//! `waitingroom_core::lottery::audit_draws`.
 
 use anyhow::{Context as _, bail};
 use clap::Args;

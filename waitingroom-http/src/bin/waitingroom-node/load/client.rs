@@ -4,8 +4,8 @@
 //! Why not `reqwest`, which the nodes use to call each other: in a benchmark the load
 //! generator runs on the cluster's machine and its CPU is part of the figure, so it should cost
 //! about what a load tool costs. reqwest's layers (redirects, retries, its pool, a timer per
-//! request) and its larger connections cost the load generator much more CPU per visitor (the
-//! README's bench section has the figures).
+//! request) and its larger connections cost the load generator much more CPU per visitor (figures:
+//! docs/benchmarks.md#cluster-benchmark).
 //!
 //! A request takes an idle connection (or opens one), sends, reads the whole answer and puts the
 //! connection back: a visitor waiting between check-ins holds none, so there are about as many

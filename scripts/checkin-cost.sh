@@ -16,7 +16,7 @@
 #
 #   QUEUED=N      first fill node 1's queue with N more waiting visitors (wrk joins,
 #                 scripts/wrk/join.lua) and print its resident memory: the check-ins then rank
-#                 among N (issue 13's million-visitor node: QUEUED=1000000)
+#                 among N (a million waiting visitors: QUEUED=1000000)
 #   NODE_BIN=...  the node binary (default: the release build, built when missing)
 #   PROFILE_NODE2=FILE  also record node 2 with `perf record -g` into FILE (where forwarding goes)
 set -euo pipefail

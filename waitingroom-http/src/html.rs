@@ -20,8 +20,8 @@
 //! nonce="…">`: the Content-Security-Policy allows only those), `background`, `foreground`,
 //! `accent`, `join_action` (where the no-JavaScript button posts: `/`, with the page's
 //! `return_to`), `leave_cookie` (the name of the cookie its script keeps its leave key in),
-//! `retry_max_ms` (its script's longest back-off: half a ticket's life); and the page's language (`crate::i18n`): `lang` (its tag, for `<html lang>`),
-//! `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
+//! `retry_max_ms` (its script's longest back-off: half a ticket's life); and the page's
+//! language (`crate::i18n`): `lang` (its tag, for `<html lang>`), `place`, `join_button`, `note`, and for the page's script `eta_unknown`, `eta_seconds`,
 //! `eta_minute`, `eta_minutes` (`{m}` for the minutes), `eta_hours` (`{h}`, `{m}`),
 //! `taking_place`, `closed`, `closed_title`.
 //!

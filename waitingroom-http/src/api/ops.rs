@@ -167,8 +167,9 @@ pub(super) async fn rounds(
 mod tests {
     use super::*;
 
-    /// Issue 17: a node whose clock is off a member's by more than the limit (beyond the
-    /// measurement's error) is not ready; within the error, or with the check off, it is.
+    /// waitingroom-http/README.md#clocks: a node whose clock is off a member's by more than the
+    /// limit (beyond the measurement's error) is not ready; within the error, or with the check
+    /// off, it is.
     #[test]
     fn readiness_fails_on_a_clock_certainly_too_far_off() {
         let off = |ms: i64, rtt: u64| [(NodeId(2), 5, 2), (NodeId(3), ms, rtt)];

@@ -22,8 +22,9 @@ layered! {
         #[arg(long, env = "WAITINGROOM_ADMIN_TOKEN_FILE", value_name = "PATH")]
         pub admin_token_file: Option<PathBuf>,
         /// Append every admission round's signed record to this file (one JWS per line), and
-        /// publish and go on from the ones it holds after a restart (docs/operating.md#fairness-records).
-        /// Without it, the newest rounds_kept are kept in memory only.
+        /// publish and go on from the ones it holds after a restart
+        /// (docs/operating.md#fairness-records). Without it, the newest rounds_kept are kept in
+        /// memory only.
         #[arg(long, env = "WAITINGROOM_ROUNDS_LOG", value_name = "PATH")]
         pub rounds_log: Option<PathBuf>,
         /// Round records kept in memory and published at /api/rounds (the newest; about 0.5 KB

@@ -66,8 +66,8 @@ impl Args for Options {
 }
 
 /// Flags and the environment only: a setting clap filled in from its `default_value` counts as
-/// not given, so that the file's value can still apply ([`merge`](super::merge)); the defaults are laid under
-/// everything last, by [`Options::resolve`].
+/// not given, so that the file's value can still apply ([`merge`](super::merge)); the defaults
+/// are laid under everything last, by [`Options::resolve`].
 impl FromArgMatches for Options {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
         Self::from_arg_matches_mut(&mut m.clone())

@@ -390,9 +390,9 @@ async fn token_with_alg_none_is_refused() {
     }
 }
 
-/// Issue 17, clock skew: a ticket issued by a node whose clock is ahead by more than the
-/// leeway is "not valid yet" here. The visitor must keep it and ask again: 503 with
-/// Retry-After for the API, and the page does not start a new visit.
+/// Clock skew (waitingroom-http/README.md#clocks): a ticket issued by a node whose clock is ahead
+/// by more than the leeway is "not valid yet" here. The visitor must keep it and ask again: 503
+/// with Retry-After for the API, and the page does not start a new visit.
 #[tokio::test]
 async fn a_ticket_from_a_clock_ahead_is_kept_not_replaced() {
     let n = TestNode::start(options(), false);

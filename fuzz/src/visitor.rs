@@ -23,7 +23,9 @@ use waitingroom_distributed::Node;
 use waitingroom_http::api::{call, router};
 use waitingroom_http::app::App;
 use waitingroom_http::clock::now_ms;
-use waitingroom_http::config::{Options, ServerConfig};
+use waitingroom_http::config::{
+    NetworkOptions, Options, RoomOptions, ServerConfig, VisitorOptions,
+};
 use waitingroom_http::crypto::Crypto;
 use waitingroom_http::peer::auth::{RequestHead, Route};
 
@@ -131,13 +133,22 @@ fn template(flags: u8) -> &'static Template {
     let i = usize::from(flags & 3);
     T[i].get_or_init(|| {
         let cfg = Options {
-            key_file: Some("unused: the key is given in-process".into()),
-            node_id: Some(1),
-            advertise: Some(ADVERTISE.into()),
-            origin_url: Some(ORIGIN.into()),
-            admit_straight_through: Some(flags & 1 != 0),
-            target_on_site: Some(if flags & 2 != 0 { 1 } else { 100 }),
-            eviction_interval_ms: Some(5),
+            network: NetworkOptions {
+                key_file: Some("unused: the key is given in-process".into()),
+                node_id: Some(1),
+                advertise: Some(ADVERTISE.into()),
+                ..Default::default()
+            },
+            visitors: VisitorOptions {
+                origin_url: Some(ORIGIN.into()),
+                ..Default::default()
+            },
+            room: RoomOptions {
+                admit_straight_through: Some(flags & 1 != 0),
+                target_on_site: Some(if flags & 2 != 0 { 1 } else { 100 }),
+                eviction_interval_ms: Some(5),
+                ..Default::default()
+            },
             ..Options::default()
         }
         .resolve()

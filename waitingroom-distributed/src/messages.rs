@@ -10,7 +10,7 @@ use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::live::LiveSettings;
 use crate::membership::{ClusterRank, Contact, Membership, View};
-use crate::released::{self, Release};
+use crate::released::{self, Digest, Page, Release};
 use crate::voters::{SEEN_KEPT, Voters};
 
 /// A message on the wire, with who sent it to whom.
@@ -146,6 +146,16 @@ pub enum ChannelMsg {
         /// The visitor's ticket id.
         ticket: waitingroom_core::TicketId,
     },
+    /// Anti-entropy of the released passes (`released.rs`): the digests of the sender's
+    /// buckets, sent to its parent when a result's digest differs from its set; the answer is
+    /// [`ChannelMsg::Releases`] pages of the buckets that differ.
+    ReleasesAsk {
+        /// One digest per bucket.
+        buckets: Vec<Digest>,
+    },
+    /// Released passes: an answer to [`ChannelMsg::ReleasesAsk`], or the whole set sent to a
+    /// node that was just added.
+    Releases(Page),
     /// TAG: please count your subtree.
     CountRequest(CountRequest),
     /// TAG: the counts of the sender's subtree (None when the sender refused the round).
@@ -253,6 +263,10 @@ pub struct CountResult {
     /// The root's previous ranges, so a node that missed one (a crash cut the flood short)
     /// still lets out what was decided, attributed to the round that decided it.
     pub earlier: Vec<AdmitRange>,
+    /// The digest of every release the root knows (`released.rs`): a node whose own differs
+    /// catches up.
+    #[serde(default)]
+    pub releases: Digest,
 }
 
 /// "Let out every visitor who joined before `cutoff` and whose key is at most `max_key`": the

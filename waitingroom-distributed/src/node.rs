@@ -14,6 +14,7 @@
 //! it needs for one call, sends what the part put in its outbox, and routes what one part's
 //! call means for the others (`node/routes.rs`).
 
+mod released;
 mod routes;
 pub(crate) mod visitor;
 
@@ -445,17 +446,7 @@ impl Node {
 
     /// A protocol message delivered in order by the channel from `from`.
     fn on_channel_msg(&mut self, now: Time, from: NodeId, msg: ChannelMsg) -> Result<(), Ignored> {
-        let version = match &msg {
-            ChannelMsg::Update { version, .. }
-            | ChannelMsg::FindRoot { version, .. }
-            | ChannelMsg::WeightQuery { version } => Some(*version),
-            ChannelMsg::DeleteMin { admit } => Some(admit.version),
-            ChannelMsg::CountRequest(r) => Some(r.version),
-            // A result is a decision already taken: it applies whatever changed since.
-            ChannelMsg::CountResult(_)
-            | ChannelMsg::CountReply { .. }
-            | ChannelMsg::Forget { .. } => None,
-        };
+        let version = version_of(&msg);
         let applied = self.cluster.membership().version;
         if let Some(v) = version
             && (self.cluster.is_joining() || v > applied)
@@ -478,6 +469,11 @@ impl Node {
                 self.tag.pass_counted_elsewhere(ticket, &mut self.local);
             }
             return Ok(());
+        }
+        if let ChannelMsg::Releases(page) = &msg {
+            // Releases are facts of the cluster, from anyone on a link: a joining node takes
+            // them before it is a member.
+            return self.on_releases(now, page);
         }
         if !self.is_member() {
             return Err(Ignored::NotInCluster);
@@ -507,7 +503,8 @@ impl Node {
                 Ok(())
             }
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
-            ChannelMsg::Forget { .. } => Ok(()),
+            ChannelMsg::ReleasesAsk { buckets } => self.on_releases_ask(now, from, &buckets),
+            ChannelMsg::Forget { .. } | ChannelMsg::Releases(_) => Ok(()),
         }
     }
 
@@ -839,6 +836,23 @@ fn next_boundary(now: Time, interval: Time) -> Time {
 
 /// Why messages are ignored (see [`Ignored`]): one envelope in, its outcome and exactly what
 /// the node said about it (see `testing`).
+/// The membership version a channel message was sent under, if it depends on one.
+fn version_of(msg: &ChannelMsg) -> Option<u64> {
+    match msg {
+        ChannelMsg::Update { version, .. }
+        | ChannelMsg::FindRoot { version, .. }
+        | ChannelMsg::WeightQuery { version } => Some(*version),
+        ChannelMsg::DeleteMin { admit } => Some(admit.version),
+        ChannelMsg::CountRequest(r) => Some(r.version),
+        // A result is a decision already taken: it applies whatever changed since.
+        ChannelMsg::CountResult(_)
+        | ChannelMsg::CountReply { .. }
+        | ChannelMsg::Forget { .. }
+        | ChannelMsg::ReleasesAsk { .. }
+        | ChannelMsg::Releases(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use waitingroom_core::{QueueKey, TicketId};

@@ -419,6 +419,7 @@ impl Tag {
             summary,
             admit: range,
             earlier: self.recent_ranges(),
+            releases: Default::default(),
         }
     }
 
@@ -783,6 +784,7 @@ mod tests {
             summary: summary.clone(),
             admit: Some(range),
             earlier: Vec::new(),
+            releases: Default::default(),
         };
         let flood = ChannelMsg::CountResult(Box::new(result));
         assert_eq!(said(&mut node), [Said::Channel(NodeId(2), flood)]);

@@ -1035,3 +1035,106 @@ fn a_pass_given_back_frees_its_place_and_is_refused_everywhere() {
         Ok(())
     );
 }
+
+/// A cluster of `n` whose first visitor (queued at node 1) holds a pass of a minute.
+fn one_pass(n: u64, seed: u64) -> (Net, Crowd, waitingroom_core::Pass) {
+    let settings = Settings {
+        target_on_site: 5,
+        pass_expiry_ms: 60_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(n, settings, AdmissionMode::Range, seed);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    crowd.join(&mut net, NodeId(1));
+    crowd.run(&mut net, 3_000);
+    let pass = crowd.passes[&0].clone();
+    (net, crowd, pass)
+}
+
+fn refused_everywhere(net: &mut Net, pass: &waitingroom_core::Pass) {
+    for id in net.ids() {
+        let valid = net.with(id, |n, now| n.validate_pass(now, pass));
+        assert_eq!(valid, Err(VisitorError::Released), "node {id}");
+    }
+}
+
+/// waitingroom-distributed/README.md#passes-given-back: the rounds carry a release for a few
+/// intervals only; a node that missed them (its results lost the releases, or it was cut off
+/// far longer than that, or it took a release the others never heard of while cut off) catches
+/// up by the digest every result carries.
+#[test]
+fn a_node_that_missed_a_release_for_many_rounds_catches_up() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use waitingroom_distributed::messages::{Body, ChannelMsg};
+    let (mut net, mut crowd, pass) = one_pass(3, 41);
+    // Node 3 hears every round but none of the releases they carry.
+    let deaf = Rc::new(Cell::new(true));
+    let strip = deaf.clone();
+    net.tamper(move |env| {
+        if let Body::Channel {
+            msg: ChannelMsg::CountResult(r),
+            ..
+        } = &mut env.body
+            && env.to == NodeId(3)
+            && strip.get()
+        {
+            r.summary.released.clear();
+        }
+    });
+    net.with(NodeId(1), |n, now| n.release_pass(now, &pass))
+        .expect("a valid pass is given back");
+    crowd.run(&mut net, 10_000);
+    // Long after the rounds stopped carrying it, by the digest alone.
+    refused_everywhere(&mut net, &pass);
+    deaf.set(false);
+
+    // Cut off for twenty rounds, node 3 takes a release nobody else hears of, and misses one.
+    let mut other = Crowd::default();
+    other.join(&mut net, NodeId(2));
+    other.join(&mut net, NodeId(3));
+    other.run(&mut net, 3_000);
+    let (at_2, at_3) = (other.passes[&0].clone(), other.passes[&1].clone());
+    for id in [1, 2] {
+        net.cut(NodeId(3), NodeId(id));
+    }
+    net.with(NodeId(2), |n, now| n.release_pass(now, &at_2))
+        .unwrap();
+    net.with(NodeId(3), |n, now| n.release_pass(now, &at_3))
+        .unwrap();
+    net.run_for(20_000);
+    net.heal();
+    net.run_for(15_000);
+    refused_everywhere(&mut net, &at_2);
+    refused_everywhere(&mut net, &at_3);
+    refused_everywhere(&mut net, &pass);
+}
+
+/// waitingroom-distributed/README.md#passes-given-back: a node that joins after a release
+/// (long after the rounds stopped carrying it) gets the whole set from the member that adds it,
+/// and refuses the pass before its first round.
+#[test]
+fn a_node_that_joins_after_a_release_refuses_it_from_the_start() {
+    let (mut net, mut crowd, pass) = one_pass(3, 43);
+    net.with(NodeId(2), |n, now| n.release_pass(now, &pass))
+        .expect("a valid pass is given back");
+    crowd.run(&mut net, 10_000);
+    // Just after a round, so that the next one is far.
+    let boundary = net.now.next_multiple_of(1_000);
+    net.run_for(boundary - net.now + 100);
+    net.add_node(4, 43);
+    let mut waited = 0;
+    while !net.node(NodeId(4)).is_member() && waited < 500 {
+        net.run_for(10);
+        waited += 10;
+    }
+    assert!(net.node(NodeId(4)).is_member(), "node 4 joined");
+    assert!(net.now < boundary + 1_000, "before its first round");
+    assert_eq!(
+        net.with(NodeId(4), |n, now| n.validate_pass(now, &pass)),
+        Err(VisitorError::Released)
+    );
+    let refresh = net.with(NodeId(4), |n, now| n.refresh_pass(now, &pass));
+    assert_eq!(refresh, Err(VisitorError::Released));
+}

@@ -157,7 +157,7 @@ impl Node {
             voters: self.voters.voters().clone(),
             seen: self.voters.seen_to_count(),
             settings: self.in_force.live().clone(),
-            released: self.released.recent(now, window),
+            released: self.released.recent(now, stamp.time, window),
             lost: self.lease.lost_rounds(now, Some(stamp)),
         };
         self.lease.ask(stamp, now);
@@ -215,7 +215,12 @@ impl Node {
         self.send_outbox(now, out);
         self.apply_settings();
         self.merge_ranges(now, decision.reported);
-        let result = self.tag.result(decision.summary, decision.range);
+        // The releases the count carried up first, so that the digest counts them.
+        for ticket in self.released.learn(now, &decision.summary.released) {
+            self.local.room_mut().uncount_pass(ticket);
+        }
+        let mut result = self.tag.result(decision.summary, decision.range);
+        result.releases = self.released.digest();
         self.on_count_result(now, self.id(), result);
         let Some(batch) = decision.batch else {
             return;
@@ -232,8 +237,9 @@ impl Node {
     }
 
     /// The result of a count flows down the tree (TAG passes it on): the releases it carries
-    /// are refused from now on and uncounted if this node counts them; a new result is taken
-    /// by every part; the ranges it carries are merged (and this node's part let out).
+    /// are refused from now on and uncounted if this node counts them, and a node whose set
+    /// still differs from the root's catches up; a new result is taken by every part; the
+    /// ranges it carries are merged (and this node's part let out).
     pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
         for ticket in self.released.learn(now, &r.summary.released) {
             self.local.room_mut().uncount_pass(ticket);
@@ -241,6 +247,7 @@ impl Node {
         let new = self.with_tag(now, |t, ctx, _, out| t.pass_on(from, &r, ctx, out));
         let ranges = r.earlier.into_iter().chain(r.admit).collect();
         if new {
+            self.compare_releases(now, from, (r.summary.stamp.time, r.releases));
             self.take_result(now, r.summary);
         }
         self.merge_ranges(now, ranges);
@@ -411,10 +418,11 @@ impl Node {
 
     pub(super) fn on_join_request(&mut self, now: Time, contact: Contact) -> Result<(), Ignored> {
         let mut out = Outbox::default();
-        let next = self.cluster.on_join_request(contact, &mut out);
+        let next = self.cluster.on_join_request(contact.clone(), &mut out);
         self.send_outbox(now, out);
         if let Some(next) = next? {
             self.commit_membership(now, next);
+            self.send_releases_to(now, &contact);
         }
         Ok(())
     }

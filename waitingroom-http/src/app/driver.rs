@@ -17,8 +17,9 @@ use waitingroom_core::Time;
 use waitingroom_distributed::voters::Voters;
 use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
 
+use super::state_dir::StateDir;
 use crate::clock::now_ms;
-use crate::metrics::Metrics;
+use crate::metrics::{FileLabels, Metrics};
 use crate::peer::Transport;
 use crate::round_log::RoundLog;
 
@@ -36,7 +37,14 @@ pub struct Driver {
     rounds: RoundLog,
     /// Where the agreed voters are kept (`super::voters_file`), and the ones last written.
     voters_file: Option<(PathBuf, Mutex<Option<Voters>>)>,
+    /// The state directory (`super::state_dir`), and when the releases were last written:
+    /// the node's change count then, and the time.
+    state: Option<(StateDir, Mutex<(u64, Time)>)>,
 }
+
+/// Least time between two writes of the releases file: under many releases it is rewritten
+/// once a second at most, not at every one.
+const RELEASES_WRITE_MS: Time = 1_000;
 
 impl Driver {
     /// Wraps a node that has not been started yet; its round records go to `rounds`.
@@ -54,6 +62,50 @@ impl Driver {
             metrics,
             rounds,
             voters_file: None,
+            state: None,
+        }
+    }
+
+    /// Keeps what a restart must not forget in `state` from now on (`--state-dir`); the node
+    /// was given back what it held.
+    pub fn keep_state_in(mut self, state: StateDir) -> Self {
+        let changes = self.lock().releases_changed();
+        self.state = Some((state, Mutex::new((changes, 0))));
+        self
+    }
+
+    /// Writes the releases to the state directory if they changed since last written (and the
+    /// last write is a second old). A failure is logged and counted, and tried again.
+    fn save_releases(&self) {
+        let Some((state, saved)) = &self.state else {
+            return;
+        };
+        let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = now_ms();
+        let (changes, releases) = {
+            let node = self.lock();
+            let changes = node.releases_changed();
+            if changes == saved.0 || now < saved.1.saturating_add(RELEASES_WRITE_MS) {
+                return;
+            }
+            (changes, node.releases())
+        };
+        saved.1 = now;
+        let count = releases.len();
+        match state.write_releases(releases) {
+            Ok(()) => {
+                tracing::debug!(count, "releases kept on disk");
+                saved.0 = changes;
+            }
+            Err(e) => {
+                self.metrics
+                    .state_write_failures
+                    .get_or_create(&FileLabels { file: "releases" })
+                    .inc();
+                tracing::error!(error = %e, path = %state.releases_path().display(),
+                    "state dir: cannot write the releases; a restart of the whole cluster \
+                     would forget the passes given back since")
+            }
         }
     }
 
@@ -156,6 +208,7 @@ impl Driver {
             if deadline <= now {
                 self.with(|node, now| node.handle_timeout(now));
                 self.save_voters();
+                self.save_releases();
                 continue;
             }
             let sleep = Duration::from_millis((deadline - now).min(60_000));

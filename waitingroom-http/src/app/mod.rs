@@ -7,12 +7,14 @@
 //! - `driver.rs`: owns the protocol [`Node`] and its one timer;
 //! - `leaves.rs`: passes kept a minute so a leave whose answer was lost can be repeated;
 //! - `rate_limit.rs`: the per-client join limit;
-//! - `voters_file.rs`: the majority rule's voters, kept on disk across restarts.
+//! - `voters_file.rs`: the majority rule's voters, kept on disk across restarts;
+//! - `state_dir.rs`: `--state-dir`, what a restart must not forget (the passes given back).
 
 pub(crate) mod driver;
 pub(crate) mod leaves;
 pub(crate) mod operations;
 pub(crate) mod rate_limit;
+pub(crate) mod state_dir;
 pub(crate) mod voters_file;
 
 use std::sync::Arc;
@@ -142,8 +144,12 @@ impl App {
             node.resume_records(round, link);
         }
         let driver = Driver::new(node, transport.clone(), metrics.clone(), rounds);
-        let driver = Arc::new(match &cfg.voters_file {
+        let driver = match &cfg.voters_file {
             Some(path) => driver.keep_voters_in(path.clone()),
+            None => driver,
+        };
+        let driver = Arc::new(match &cfg.state_dir {
+            Some(dir) => driver.keep_state_in(state_dir::StateDir::new(dir.clone())),
             None => driver,
         });
         Arc::new(App::new(driver, crypto, transport, metrics, cfg))

@@ -148,6 +148,8 @@ pub struct ServerConfig {
     pub rounds_kept: usize,
     /// Where the agreed voters are kept, if anywhere.
     pub voters_file: Option<PathBuf>,
+    /// Where what a restart must not forget is kept, if anywhere (`crate::app::state_dir`).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Reads a TOML config file into [`Options`]. A key that names no setting is refused.
@@ -198,6 +200,7 @@ impl Options {
             rounds_log: o.records.rounds_log()?,
             rounds_kept: o.records.rounds_kept()?,
             voters_file: o.records.voters_file.clone(),
+            state_dir: o.records.state_dir()?,
             branding: o.page.branding()?,
             log_level: o.logs.log_level()?,
             log_format: defaulted(&o.logs.log_format),

@@ -1,7 +1,8 @@
 //! What an operator reaches the node with and what it keeps for them: the admin API's token,
-//! the signed round records and the voters the cluster last agreed on. Files are opened or read
-//! here, at start, so that a wrong path stops the node naming the setting instead of failing
-//! later.
+//! the signed round records, the voters the cluster last agreed on and the state directory
+//! (what a restart must not forget, one file per kind: `crate::app::state_dir`). Files are
+//! opened or read here, at start, so that a wrong path stops the node naming the setting
+//! instead of failing later.
 
 use std::path::PathBuf;
 
@@ -42,6 +43,13 @@ layered! {
         /// another node id is ignored. Without it, in memory.
         #[arg(long, env = "WAITINGROOM_VOTERS_FILE", value_name = "PATH")]
         pub voters_file: Option<PathBuf>,
+        /// Keep what a restart must not forget in this directory, one file per kind (created
+        /// if missing; one per node): the passes given back, so that they stay refused after
+        /// the whole cluster restarts (docs/operating.md#state-directory). Written when it
+        /// changes and read back at start; an unreadable or unwritable one stops the start.
+        /// Without it, a restarted node learns them from the cluster it rejoins.
+        #[arg(long, env = "WAITINGROOM_STATE_DIR", value_name = "DIR")]
+        pub state_dir: Option<PathBuf>,
     }
 }
 
@@ -78,6 +86,25 @@ impl RecordOptions {
                 SettingsError::new("rounds_log", format!("cannot open {}: {e}", path.display()))
             })?;
         Ok(Some(path.clone()))
+    }
+
+    /// The state directory, created if missing and checked by writing a file in it (an
+    /// unwritable one stops the start, not the first write hours later).
+    pub(super) fn state_dir(&self) -> Result<Option<PathBuf>, SettingsError> {
+        let Some(dir) = &self.state_dir else {
+            return Ok(None);
+        };
+        let bad = |e: std::io::Error| {
+            SettingsError::new(
+                "state_dir",
+                format!("cannot write in {}: {e}", dir.display()),
+            )
+        };
+        std::fs::create_dir_all(dir).map_err(bad)?;
+        let probe = dir.join(".probe");
+        std::fs::write(&probe, b"").map_err(bad)?;
+        std::fs::remove_file(&probe).map_err(bad)?;
+        Ok(Some(dir.clone()))
     }
 
     /// The admin API's bearer token, read from its file now (a missing or short token is an

@@ -65,6 +65,13 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// Label of the state directory's counters: which file.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FileLabels {
+    /// The kind of state the file keeps, e.g. `releases`.
+    pub file: &'static str,
+}
+
 /// Every metric of the node.
 #[derive(Debug)]
 pub struct Metrics {
@@ -112,6 +119,8 @@ pub struct Metrics {
     pub rate_limited: Counter,
     /// Passes given back early at this node (`POST /api/pass/release`).
     pub passes_released: Counter,
+    /// Writes to the state directory that failed, by file (`crate::app::state_dir`).
+    pub state_write_failures: Family<FileLabels, Counter>,
     /// Bypass passes minted at this node (`POST /admin/passes`).
     pub bypass_passes: Counter,
     /// Ways back (`return_to`) ignored for a missing or wrong signature.
@@ -196,6 +205,7 @@ impl Metrics {
             shed: Family::default(),
             rate_limited: Counter::default(),
             passes_released: Counter::default(),
+            state_write_failures: Family::default(),
             bypass_passes: Counter::default(),
             return_paths_refused: Counter::default(),
             admin_refused: Counter::default(),
@@ -427,6 +437,12 @@ impl Metrics {
             self.bypass_passes.clone(),
         );
         r.register(
+            "state_write_failures",
+            "Writes to the state directory (--state-dir) that failed, by file: a restart of the \
+             whole cluster would forget what changed since",
+            self.state_write_failures.clone(),
+        );
+        r.register(
             "return_paths_refused",
             "Ways back (return_to) the waiting page ignored: not signed by the origin's gate",
             self.return_paths_refused.clone(),
@@ -656,6 +672,8 @@ pub fn message_type(body: &Body) -> &'static str {
             ChannelMsg::CountReply { .. } => "count_reply",
             ChannelMsg::CountResult(_) => "count_result",
             ChannelMsg::Forget { .. } => "forget",
+            ChannelMsg::ReleasesAsk { .. } => "releases_ask",
+            ChannelMsg::Releases(_) => "releases",
         },
         Body::ChannelAck { .. } => "ack",
         Body::Tree(..) => "tree",

@@ -19,6 +19,7 @@ use waitingroom_core::SettingsError;
 use waitingroom_distributed::Node;
 
 use crate::app::App;
+use crate::app::state_dir::StateDir;
 use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::tls::InternalTls;
@@ -44,6 +45,9 @@ pub enum ServerError {
     /// The protocol refused its configuration.
     #[error(transparent)]
     Setting(#[from] SettingsError),
+    /// The state directory holds a file that cannot be read back.
+    #[error("--state-dir: {0}")]
+    State(String),
     /// The resolver for `--peers-dns` could not be set up.
     #[error("--peers-dns: cannot set up the DNS resolver: {0}")]
     Dns(#[from] hickory_resolver::ResolveError),
@@ -192,7 +196,17 @@ fn start_node(
     let id = cfg.node_id.unwrap_or_else(|| derive_node_id(advertise));
     // A new incarnation per process start, so peers tell this life from an earlier one.
     let incarnation = now_ms().max(1);
-    let node = Node::new(cfg.node_config(id, incarnation, advertise, rand::random()))?;
+    let mut node = Node::new(cfg.node_config(id, incarnation, advertise, rand::random()))?;
+    if let Some(dir) = &cfg.state_dir {
+        let releases = StateDir::new(dir.clone())
+            .read_releases()
+            .map_err(ServerError::State)?;
+        tracing::info!(
+            count = releases.len(),
+            "state dir: passes given back, refused again"
+        );
+        node.restore_releases(now_ms(), &releases);
+    }
     seeds.retain(|p| *p != advertise);
     seeds.dedup();
     // Peers close idle connections after their header read timeout: close ours well before.

@@ -337,3 +337,112 @@ async fn a_bypass_pass_works_everywhere_and_takes_no_place() {
     admit_all(&c, &nodes, visitor, Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(token_file);
 }
+
+/// Whether every node in `nodes` refuses `pass`: verify answers 401 and refresh 401 `released`.
+async fn refused_by(c: &reqwest::Client, nodes: &[String], pass: &str, who: &str) {
+    for node in nodes {
+        assert_eq!(
+            verify(c, node, pass).await,
+            StatusCode::UNAUTHORIZED,
+            "{who}: {node} takes the pass"
+        );
+        let url = format!("{node}/api/pass/refresh");
+        let (s, v) = post(c, &url, json!({ "pass": pass })).await;
+        assert_eq!(
+            (s, v["code"].clone()),
+            (StatusCode::UNAUTHORIZED, json!("released")),
+            "{who}: {node} refreshes the pass: {v}"
+        );
+    }
+}
+
+/// waitingroom-distributed/README.md#passes-given-back, end to end: a pass given back at node 1
+/// while node 3 was frozen (thawed ten rounds later, long after the rounds stopped carrying
+/// the release) is refused by node 3 within a few rounds of its thaw, by a node added later and
+/// by a node restarted (with nothing kept on disk) as soon as they are members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_given_back_stays_refused_by_frozen_new_and_restarted_nodes() {
+    // The frozen node stays a member through its freeze (SWIM's 20 rounds are 6 s).
+    let extra = [
+        "--target-on-site",
+        "5",
+        "--pass-expiry-ms",
+        "60000",
+        "--suspect-rounds",
+        "20",
+    ];
+    let mut cl = Cluster::start("released", 3, &extra).await;
+    let c = client();
+    let ticket = admitted_at(&c, cl.url(1), join(&c, cl.url(1)).await).await;
+    let pass = leave(&c, cl.url(1), &ticket).await;
+    freeze(&cl.nodes[2]);
+    let url = format!("{}/api/pass/release", cl.url(0));
+    let (s, v) = post(&c, &url, json!({ "pass": pass })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    signal(&cl.nodes[2], "-CONT");
+    let thawed = Instant::now();
+    let frozen = cl.url(2).to_owned();
+    while verify(&c, &frozen, &pass).await != StatusCode::UNAUTHORIZED {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the thawed node still takes the pass"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "the thawed node refused the pass {:?} after its thaw",
+        thawed.elapsed()
+    );
+    refused_by(&c, &cl.urls(), &pass, "after the thaw").await;
+
+    let added = cl.add_node();
+    cl.settle(4).await;
+    refused_by(&c, &[cl.url(added).to_owned()], &pass, "a node added later").await;
+
+    let first = cl.nodes[0].internal_url().to_owned();
+    cl.restart(1, Some(&first));
+    cl.settle(4).await;
+    refused_by(&c, &[cl.url(1).to_owned()], &pass, "a restarted node").await;
+}
+
+/// docs/operating.md#state-directory, end to end: with `--state-dir`, a pass given back stays
+/// refused after every node of the cluster was killed and started again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_given_back_stays_refused_after_the_whole_cluster_restarts() {
+    let cl_dir = std::env::temp_dir().join(format!(
+        "wr-state-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let state = format!("{}/node{{node}}", cl_dir.display());
+    let extra = [
+        "--target-on-site",
+        "5",
+        "--pass-expiry-ms",
+        "60000",
+        "--state-dir",
+        &state,
+    ];
+    let mut cl = Cluster::start("state-dir", 3, &extra).await;
+    let c = client();
+    let ticket = admitted_at(&c, cl.url(0), join(&c, cl.url(0)).await).await;
+    let pass = leave(&c, cl.url(0), &ticket).await;
+    let url = format!("{}/api/pass/release", cl.url(2));
+    let (s, v) = post(&c, &url, json!({ "pass": pass })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // Every node has it, and wrote it (at most a second after it changed).
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    refused_by(&c, &cl.urls(), &pass, "before the restart").await;
+    for node in &cl.nodes {
+        signal(node, "-KILL");
+    }
+    cl.restart(0, None);
+    let first = cl.nodes[0].internal_url().to_owned();
+    for i in 1..3 {
+        cl.restart(i, Some(&first));
+    }
+    cl.settle(3).await;
+    refused_by(&c, &cl.urls(), &pass, "after the whole cluster restarted").await;
+    let _ = std::fs::remove_dir_all(&cl_dir);
+}

@@ -1,0 +1,91 @@
+//! The released passes as cluster state (`released.rs`,
+//! waitingroom-distributed/README.md#passes-given-back): the catch-up of a node whose set
+//! differs from the root's, the whole set for a node that joins, and the set for a driver that
+//! keeps it on disk. The releases that travel with the rounds are routed in `routes.rs`.
+
+use waitingroom_core::{NodeId, TicketId, Time};
+
+use super::Node;
+use crate::ignored::Ignored;
+use crate::membership::Contact;
+use crate::messages::ChannelMsg;
+use crate::released::{BUCKETS, Digest, Page, RELEASED_SENT, Release};
+
+impl Node {
+    /// Every release this node refuses, by ticket: what a driver keeps on disk.
+    pub fn releases(&self) -> Vec<Release> {
+        self.released.all()
+    }
+
+    /// Bumped whenever the set of releases changes but by expiry: a driver that keeps them on
+    /// disk writes them when this moved.
+    pub fn releases_changed(&self) -> u64 {
+        self.released.changes()
+    }
+
+    /// Releases kept on disk by an earlier life of this node (or of the cluster), given back
+    /// at start: refused from now on, and carried to the others with the next counts.
+    pub fn restore_releases(&mut self, now: Time, list: &[Release]) {
+        let live: Vec<Release> = list.iter().filter(|r| r.until > now).copied().collect();
+        for chunk in live.chunks(RELEASED_SENT) {
+            self.released.learn(now, chunk);
+        }
+    }
+
+    /// A result of round `at` carried the digest of the root's set: if this node's set
+    /// differs, it asks `from` (its parent, which passed the result on) for the buckets that
+    /// differ. Both sets left out what expired by the round's time.
+    pub(super) fn compare_releases(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        (at, theirs): (Time, Digest),
+    ) {
+        self.released.expire(at);
+        if from == self.id() || !self.released.differs(theirs) {
+            return;
+        }
+        let buckets = self.released.bucket_digests();
+        self.send_to(now, from, ChannelMsg::ReleasesAsk { buckets });
+    }
+
+    /// A member asks for the entries of the buckets whose digests differ from `buckets`.
+    pub(super) fn on_releases_ask(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        buckets: &[Digest],
+    ) -> Result<(), Ignored> {
+        if buckets.len() != BUCKETS {
+            return Err(Ignored::Malformed);
+        }
+        for page in self.released.pages_for(buckets) {
+            self.send_to(now, from, ChannelMsg::Releases(page));
+        }
+        Ok(())
+    }
+
+    /// A page of a peer's releases (an answer, or the set sent at join): the new ones are
+    /// refused from now on, and uncounted if this node counts them.
+    pub(super) fn on_releases(&mut self, now: Time, page: &Page) -> Result<(), Ignored> {
+        if page.list.len() > RELEASED_SENT || page.buckets.len() > BUCKETS {
+            return Err(Ignored::Malformed);
+        }
+        let learned: Vec<TicketId> = self.released.take_page(now, page);
+        for ticket in learned {
+            self.local.room_mut().uncount_pass(ticket);
+        }
+        Ok(())
+    }
+
+    /// Sends the whole set to `joiner`, which this node just added to the cluster: it refuses
+    /// the released passes from its first request on.
+    pub(super) fn send_releases_to(&mut self, now: Time, joiner: &Contact) {
+        if self.released.digest().count == 0 {
+            return;
+        }
+        for page in self.released.pages_for(&[]) {
+            self.send(now, joiner, ChannelMsg::Releases(page));
+        }
+    }
+}

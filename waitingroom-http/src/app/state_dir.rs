@@ -1,0 +1,101 @@
+//! `--state-dir`: what a restart must not forget, one file per kind in one directory
+//! (docs/operating.md#state-directory). Today it keeps the passes given back
+//! (`releases.json`): the cluster learns them from any live member, but after every node
+//! stopped at once only a file remembers them, and a revoked bypass pass lives up to 30 days.
+//!
+//! Each file is written whole to a new file beside it, fsynced, and renamed over the old one (a
+//! crash never leaves half a file), and only when what it keeps changed. A file that cannot be
+//! read back stops the start: a node that silently forgot its revocations would take them again.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use waitingroom_distributed::released::Release;
+
+/// The releases file in a state directory.
+const RELEASES: &str = "releases.json";
+
+/// A node's state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+/// What the releases file holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Releases {
+    releases: Vec<Release>,
+}
+
+impl StateDir {
+    /// The state directory `dir` (checked when the settings were read).
+    pub fn new(dir: PathBuf) -> Self {
+        StateDir { dir }
+    }
+
+    /// The releases kept: none when there is no file yet; an error naming the file when it
+    /// cannot be read or is not such a file.
+    pub fn read_releases(&self) -> Result<Vec<Release>, String> {
+        let path = self.dir.join(RELEASES);
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let kept: Releases = serde_json::from_slice(&text)
+            .map_err(|e| format!("{} is not a releases file: {e}", path.display()))?;
+        Ok(kept.releases)
+    }
+
+    /// Writes `releases` over the releases file.
+    pub fn write_releases(&self, releases: Vec<Release>) -> std::io::Result<()> {
+        let text = serde_json::to_vec(&Releases { releases }).map_err(std::io::Error::other)?;
+        write_atomically(&self.dir.join(RELEASES), &text)
+    }
+
+    /// The releases file, for log lines.
+    pub fn releases_path(&self) -> PathBuf {
+        self.dir.join(RELEASES)
+    }
+}
+
+/// Writes `bytes` to a new file beside `path`, fsyncs it, renames it over `path` and fsyncs
+/// the directory (so that the rename itself survives a power cut).
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".new");
+    let tmp = path.with_file_name(name);
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waitingroom_core::TicketId;
+
+    #[test]
+    fn releases_come_back_and_a_corrupt_file_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("wr-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state = StateDir::new(dir.clone());
+        assert_eq!(state.read_releases(), Ok(Vec::new()), "no file yet");
+        let kept = vec![Release {
+            ticket: TicketId(7),
+            until: 1_000,
+        }];
+        state.write_releases(kept.clone()).unwrap();
+        assert_eq!(state.read_releases(), Ok(kept));
+        std::fs::write(state.releases_path(), "{").unwrap();
+        let e = state.read_releases().unwrap_err();
+        assert!(e.contains("is not a releases file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -61,8 +61,9 @@ impl StateDir {
 }
 
 /// Writes `bytes` to a new file beside `path`, fsyncs it, renames it over `path` and fsyncs
-/// the directory (so that the rename itself survives a power cut).
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// the directory (so that the rename itself survives a power cut). The voters file is written
+/// the same way.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".new");
     let tmp = path.with_file_name(name);

@@ -7,8 +7,7 @@
 //! the old one, so a crash never leaves half a file) and the server gives them back to the node
 //! at start. The file names the node it belongs to: a file of another node id is ignored.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::NodeId;
@@ -49,17 +48,7 @@ pub fn write(path: &Path, me: NodeId, voters: &Voters) -> std::io::Result<()> {
         voters: voters.clone(),
     };
     let text = serde_json::to_vec(&kept).map_err(std::io::Error::other)?;
-    let tmp = temporary(path);
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&text)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
-fn temporary(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".new");
-    path.with_file_name(name)
+    super::state_dir::write_atomically(path, &text)
 }
 
 #[cfg(test)]

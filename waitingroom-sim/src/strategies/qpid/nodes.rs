@@ -18,6 +18,8 @@ pub(super) struct Slot {
     pub(super) incarnation: u64,
     /// How far the running process' clock is ahead of true time (`--clock-skew-ms`).
     pub(super) skew: i64,
+    /// The process is stopped (frozen) until then.
+    pub(super) frozen_until: Time,
 }
 
 impl Slot {
@@ -45,6 +47,8 @@ pub(super) struct Nodes {
     /// touched every node for every arrival.
     serves: Vec<bool>,
     serving: Vec<u32>,
+    /// Freezes so far (none: nothing is ever frozen, and nobody needs to ask).
+    pub(super) freezes: u32,
 }
 
 impl Nodes {
@@ -57,6 +61,11 @@ impl Nodes {
             "a node changed phase unseen"
         );
         serves
+    }
+
+    /// Whether the process in `slot` is frozen at `now`.
+    pub(super) fn frozen(&self, slot: usize, now: Time) -> bool {
+        self.freezes > 0 && self.slots[slot].frozen_until > now
     }
 
     /// The serving slots, in order.
@@ -137,6 +146,7 @@ impl Nodes {
         s.timer_at = None;
         s.incarnation = incarnation;
         s.skew = skew;
+        s.frozen_until = 0;
         self.looked_at(slot);
     }
 

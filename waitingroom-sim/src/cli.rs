@@ -53,8 +53,8 @@ struct SwarmCmd {
     /// Runs in parallel (default: the number of CPUs).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     jobs: Option<u32>,
-    /// How many failing seeds to shrink (each takes tens of runs).
-    #[arg(long, default_value_t = 3)]
+    /// How many failing seeds of each check to shrink (each takes tens of runs).
+    #[arg(long, default_value_t = 1)]
     shrink: usize,
     /// Print `{"seeds", "failures", "failing_seeds", …}` as JSON.
     #[arg(long)]

@@ -72,16 +72,22 @@ impl QpidRoom {
             self.spawn(ctx, slot, None);
             return;
         }
-        let mut seeds = self.nodes.serving_addrs(slot);
-        if seeds.is_empty() {
-            let up = self.nodes.alive_slots();
-            seeds = up
-                .iter()
-                .filter(|&&s| s != slot)
-                .map(|&s| addr(s))
-                .collect();
-        }
+        let seeds = self.seeds_for(slot);
         self.spawn(ctx, slot, Some(seeds));
+    }
+
+    /// Whom a node starting in `slot` asks to join: the serving nodes; when none serves (the
+    /// whole cluster is restarting), every other node's address, as a static seed list would
+    /// name them, so that it joins the cluster they start rather than one of its own.
+    pub(super) fn seeds_for(&self, slot: usize) -> Vec<String> {
+        let seeds = self.nodes.serving_addrs(slot);
+        if !seeds.is_empty() {
+            return seeds;
+        }
+        (0..self.nodes.slots.len())
+            .filter(|&s| s != slot)
+            .map(addr)
+            .collect()
     }
 
     /// A random live node's clock steps by up to `clock_step_ms` either way.
@@ -224,6 +230,6 @@ impl QpidRoom {
         self.released.push(pass.id);
         let at = ctx.now + self.release_grace();
         let i = self.released.len() - 1;
-        self.plan_at(ctx, at, Action::CheckReleased(i, 0));
+        self.plan_at(ctx, at, Action::CheckReleased(i));
     }
 }

@@ -45,8 +45,8 @@ enum Action {
     Stop(usize, u32),
     /// The operator's action (index into `--operator`).
     Operate(usize),
-    /// Every node must refuse the given-back pass (index into `released`); tries so far.
-    CheckReleased(usize, u32),
+    /// Every node must refuse the given-back pass (index into `released`).
+    CheckReleased(usize),
 }
 
 /// What the load balancer remembers of each visitor, as a client and a sticky balancer would.
@@ -114,6 +114,8 @@ pub(crate) struct QpidRoom {
     target: u64,
     /// Whether the operator switched the room to passthrough.
     passthrough: bool,
+    /// When the last partition healed.
+    healed_at: Time,
 }
 
 fn error_name(e: &VisitorError) -> String {
@@ -207,6 +209,7 @@ impl QpidRoom {
             released: Vec::new(),
             target: cfg.settings().target_on_site,
             passthrough: false,
+            healed_at: 0,
         }
     }
 
@@ -243,7 +246,7 @@ impl QpidRoom {
             None => node.start_cluster(now),
             Some(seeds) => node.join_cluster(now, seeds),
         }
-        self.nodes.put(slot, node, (incarnation, skew));
+        self.nodes.put(slot, node, (incarnation, skew, ctx.now));
         self.checker.started(slot);
         ctx.trace.note(ctx.now, "spawn", &[id, incarnation]);
         self.drain(ctx, slot);
@@ -494,8 +497,8 @@ impl QpidRoom {
                 }
             }
             Disturbance::Add => {
-                let seeds = self.nodes.serving_addrs(usize::MAX);
                 let slot = self.nodes.slots.len();
+                let seeds = self.seeds_for(slot);
                 self.spawn(ctx, slot, Some(seeds));
             }
             Disturbance::Partition(kind) => {
@@ -770,6 +773,7 @@ impl Room for QpidRoom {
                     self.note_paused_side(ctx.now);
                     ctx.trace.note(ctx.now, "heal", &[]);
                     self.wire.net.heal();
+                    self.healed_at = ctx.now;
                 }
                 Action::ReviveAll(slot, first) => self.revive(ctx, slot, first),
                 Action::Stop(slot, process) => {
@@ -778,9 +782,9 @@ impl Room for QpidRoom {
                     }
                 }
                 Action::Operate(i) => self.operate(ctx, i),
-                Action::CheckReleased(i, tries) => {
+                Action::CheckReleased(i) => {
                     let id = self.released[i];
-                    self.check_refused(ctx, id, tries);
+                    self.check_refused(ctx, id);
                 }
             },
             Ev::Arrive(_) | Ev::Visitor(_) | Ev::Tick => {}

@@ -20,6 +20,8 @@ pub(super) struct Slot {
     pub(super) skew: i64,
     /// The process is stopped (frozen) until then.
     pub(super) frozen_until: Time,
+    /// When the running process started.
+    pub(super) since: Time,
 }
 
 impl Slot {
@@ -137,7 +139,12 @@ impl Nodes {
     }
 
     /// Puts `node` into `slot` as a new process.
-    pub(super) fn put(&mut self, slot: usize, node: Node, (incarnation, skew): (u64, i64)) {
+    pub(super) fn put(
+        &mut self,
+        slot: usize,
+        node: Node,
+        (incarnation, skew, since): (u64, i64, Time),
+    ) {
         let process = self.alive.len() as u32;
         self.alive.push(true);
         let s = &mut self.slots[slot];
@@ -147,6 +154,7 @@ impl Nodes {
         s.incarnation = incarnation;
         s.skew = skew;
         s.frozen_until = 0;
+        s.since = since;
         self.looked_at(slot);
     }
 

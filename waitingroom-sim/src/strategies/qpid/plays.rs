@@ -10,9 +10,6 @@ use super::nodes::slot_of_id;
 use super::{Action, QpidRoom};
 use crate::room::Ctx;
 
-/// How many times a check of a given-back pass waits for a partition to heal.
-const RELEASE_CHECK_TRIES: u32 = 5;
-
 impl QpidRoom {
     /// A random serving node that is not frozen.
     pub(super) fn any_node(&mut self, ctx: &mut Ctx) -> Option<usize> {
@@ -98,25 +95,30 @@ impl QpidRoom {
                 });
             }
         }
-        self.check_refused(ctx, pass.id, 0);
+        self.check_refused(ctx, pass.id);
     }
 
-    /// Every running member that is not frozen must refuse the given-back pass `id`; while a
-    /// partition cuts the cluster, the check waits for it to heal (a few times).
-    pub(super) fn check_refused(&mut self, ctx: &mut Ctx, id: TicketId, tries: u32) {
-        if self.wire.net.partitioned() && tries < RELEASE_CHECK_TRIES {
+    /// Every running member must refuse the given-back pass `id`, once the rounds had time to
+    /// reach it: the check waits while a partition cuts the cluster and for the grace after it
+    /// heals, and leaves out the nodes frozen or started within the grace.
+    pub(super) fn check_refused(&mut self, ctx: &mut Ctx, id: TicketId) {
+        let grace = self.release_grace();
+        let settled = self.healed_at + grace;
+        if self.wire.net.partitioned() || ctx.now < settled {
             let i = self.released.iter().position(|&r| r == id).unwrap_or(0);
-            let at = ctx.now + self.release_grace();
-            self.plan_at(ctx, at, Action::CheckReleased(i, tries + 1));
+            let at = ctx.now.max(settled) + grace;
+            self.plan_at(ctx, at, Action::CheckReleased(i));
             return;
         }
+        let recent = ctx.now.saturating_sub(grace);
         let now = ctx.now;
         let accepting: Vec<u64> = (self.nodes.slots.iter().enumerate())
-            .filter(|(s, slot)| {
+            .filter(|(_, slot)| {
                 slot.node
                     .as_ref()
                     .is_some_and(|n| n.is_member() && !n.is_released(id))
-                    && !self.nodes.frozen(*s, now)
+                    && slot.frozen_until <= recent
+                    && slot.since <= recent
             })
             .map(|(s, _)| s as u64 + 1)
             .collect();

@@ -154,6 +154,51 @@ impl Promises {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use waitingroom_core::TicketId;
+
+    fn pass(id: u64, created_at: Time, round: Option<u64>) -> Pass {
+        Pass {
+            id: TicketId(id),
+            node: NodeId(1),
+            queue_join_time: 100,
+            created_at,
+            issued_at: created_at,
+            expires_at: created_at + 1_000,
+            eviction_time: 0,
+            round,
+            draw: None,
+        }
+    }
+
+    #[test]
+    fn one_admission_gives_one_pass_and_each_pass_names_a_covering_round() {
+        let mut p = Promises::new(10, 1_000);
+        p.pass_handed(5, 7, &pass(1, 5, Some(0)), true);
+        // A refresh, or the same pass handed out again, is the same pass.
+        p.pass_handed(6, 7, &pass(1, 5, Some(0)), false);
+        assert!(p.failed.is_empty());
+        p.pass_handed(7, 7, &pass(1, 7, Some(0)), true);
+        assert_eq!(p.failed.get("second-pass"), Some(&1));
+        // After the admission lapsed and a round let them out again, a new pass is theirs.
+        p.admitted_again(7);
+        p.pass_handed(8, 7, &pass(1, 8, Some(1)), true);
+        assert_eq!(p.failed.get("second-pass"), Some(&1));
+        p.pass_handed(9, 8, &pass(2, 9, None), true);
+        p.straight_through(9);
+        p.pass_handed(9, 9, &pass(3, 9, None), true);
+        let cutoff = |join_time| Cutoff {
+            join_time,
+            id: TicketId(u64::MAX),
+            node: NodeId(u64::MAX),
+        };
+        p.recorded(0, cutoff(100));
+        p.recorded(1, cutoff(50));
+        p.finish(10);
+        assert_eq!(p.failed.get("pass-without-round"), Some(&1));
+        // Round 1's cutoff is below the key; round 0's covers it; no record of round 2.
+        assert_eq!(p.failed.get("pass-not-covered"), Some(&1));
+        assert_eq!(p.failed.get("round-unrecorded"), None);
+    }
 
     #[test]
     fn an_older_larger_target_bounds_admissions_only_for_the_window() {

@@ -285,14 +285,19 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
 /// Schedules the visitor's next check-in: when the waiting room asked (`asked`, if in the
 /// future), else one refresh interval from now; late by up to the jitter either way.
 fn schedule_check_in(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
-    let at = Visitors::next_check_in(
+    let at = check_in_due(ctx, asked);
+    ctx.sched.at(at, Ev::Visitor(v));
+}
+
+/// When a visitor's next check-in is due ([`Visitors::next_check_in`]).
+fn check_in_due(ctx: &mut Ctx, asked: Option<Time>) -> Time {
+    Visitors::next_check_in(
         ctx.now,
         asked,
         ctx.cfg.protocol.refresh_interval_ms,
         ctx.cfg.workload.jitter_ms,
         &mut ctx.rng,
-    );
-    ctx.sched.at(at, Ev::Visitor(v));
+    )
 }
 
 /// An admitted visitor leaves the queue for a pass.
@@ -342,13 +347,7 @@ fn start_banking(ctx: &mut Ctx, v: u32) {
 
 /// The banker's next step: their next check-in, or the close of their claim window if sooner.
 fn schedule_banking(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
-    let at = Visitors::next_check_in(
-        ctx.now,
-        asked,
-        ctx.cfg.protocol.refresh_interval_ms,
-        ctx.cfg.workload.jitter_ms,
-        &mut ctx.rng,
-    );
+    let at = check_in_due(ctx, asked);
     let lapse = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
     let at = if !ctx.ledger.has_lapsed(v) && lapse > ctx.now {
         at.min(lapse)

@@ -111,6 +111,9 @@ impl QpidRoom {
         let clock = self.nodes.clock(slot, ctx.now);
         self.nodes.node(slot).shutdown(clock);
         let process = self.nodes.slots[slot].process;
+        // It serves nobody from now on: its visitors are re-queued elsewhere under the
+        // admissions it made, as after a crash (a readmission, not a double one).
+        self.nodes.alive[process as usize] = false;
         ctx.trace.note(ctx.now, "remove", &[slot as u64 + 1]);
         self.drain(ctx, slot);
         self.plan_at(ctx, ctx.now + GOODBYE_MS, Action::Stop(slot, process));

@@ -16,6 +16,7 @@ use crate::metrics::RunReport;
 use crate::output::{churn_chart, compare_table, csv, human_report, sweep_table};
 use crate::progress::Progress;
 use crate::sim;
+use crate::swarm;
 use crate::sweep::{self, Preset, SweepRow};
 use crate::trace::Trace;
 
@@ -35,6 +36,29 @@ enum Command {
     Sweep(SweepCmd),
     /// Run the four strategies on the same visitors and compare them.
     Compare(CompareCmd),
+    /// Swarm testing: each seed switches a random mix of faults, operator actions and visitor
+    /// behaviours on, and the room's promises are checked after every event; a failing seed
+    /// prints the command that replays it and is shrunk to what it needs to fail.
+    Swarm(SwarmCmd),
+}
+
+#[derive(Debug, Args)]
+struct SwarmCmd {
+    /// Seeds to run.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    start: u64,
+    /// Runs in parallel (default: the number of CPUs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    jobs: Option<u32>,
+    /// How many failing seeds of each check to shrink (each takes tens of runs).
+    #[arg(long, default_value_t = 1)]
+    shrink: usize,
+    /// Print `{"seeds", "failures", "failing_seeds", …}` as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +131,7 @@ pub fn main() -> ExitCode {
         Command::Run(cmd) => run_cmd(cmd),
         Command::Sweep(cmd) => sweep_cmd(cmd),
         Command::Compare(cmd) => compare_cmd(cmd),
+        Command::Swarm(cmd) => swarm_cmd(cmd),
     }
 }
 
@@ -280,6 +305,53 @@ fn compare_cmd(cmd: CompareCmd) -> ExitCode {
         }
     }
     report_failures(&reports)
+}
+
+fn swarm_cmd(cmd: SwarmCmd) -> ExitCode {
+    let jobs = jobs(cmd.jobs);
+    eprintln!(
+        "swarm: seeds {}..{} on {jobs} threads",
+        cmd.start,
+        cmd.start.saturating_add(cmd.seeds)
+    );
+    let (summary, failing) = swarm::run(cmd.start, cmd.seeds, jobs, cmd.shrink);
+    if cmd.json {
+        println!("{}", to_json(&summary));
+    } else {
+        println!(
+            "{} seeds in {:.1} s ({:.1} seeds/s on {jobs} threads, {:.0} events per seed): {} failed",
+            summary.seeds,
+            summary.wall_s,
+            summary.seeds_per_s,
+            summary.events_per_seed,
+            summary.failures
+        );
+        for (check, n) in &summary.by_check {
+            println!("  {check}: {n} seeds");
+        }
+    }
+    const SHOWN: usize = 10;
+    for r in failing.iter().take(SHOWN) {
+        eprintln!(
+            "FAILED seed {}: {}\n  replay: waitingroom-sim swarm --seeds 1 --start {}\n  \
+             or: {}",
+            r.seed,
+            r.detail.join("; "),
+            r.seed,
+            r.command
+        );
+    }
+    if failing.len() > SHOWN {
+        eprintln!("… and {} more failing seeds", failing.len() - SHOWN);
+    }
+    for (seed, check, command) in &summary.shrunk {
+        eprintln!("SHRUNK seed {seed} ({check}) to: {command}");
+    }
+    if summary.failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[cfg(test)]

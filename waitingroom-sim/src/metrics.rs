@@ -1,7 +1,7 @@
 //! What a run measured: the ledger of who joined and was admitted when, the ground truth of
 //! who is on the site, and the [`RunReport`] computed from them at the end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::Time;
@@ -68,6 +68,9 @@ pub struct Ledger {
     pub on_site: u64,
     /// Largest `on_site` seen.
     pub max_on_site: u64,
+    /// Visitors whose admission lapsed: its claim window closed while they kept their ticket
+    /// (banked admissions); their place is free again.
+    lapsed: HashSet<u32>,
 }
 
 impl Ledger {
@@ -86,6 +89,28 @@ impl Ledger {
             silent_admissions: 0,
             on_site: 0,
             max_on_site: 0,
+            lapsed: HashSet::new(),
+        }
+    }
+
+    /// Visitor `v`'s admission lapsed unclaimed: their place is free.
+    pub fn lapse(&mut self, v: u32) {
+        if self.lapsed.insert(v) {
+            self.place_freed();
+        }
+    }
+
+    /// Whether `v`'s admission lapsed (and no round let them out again since).
+    pub fn has_lapsed(&self, v: u32) -> bool {
+        self.lapsed.contains(&v)
+    }
+
+    /// Visitor `v`, whose admission had lapsed, takes a place again (a pass or a new
+    /// admission).
+    pub fn place_retaken(&mut self, v: u32) {
+        if self.lapsed.remove(&v) {
+            self.on_site += 1;
+            self.max_on_site = self.max_on_site.max(self.on_site);
         }
     }
 
@@ -115,6 +140,12 @@ impl Ledger {
     pub fn admit(&mut self, a: Admission, alive: impl Fn(u32) -> bool) -> bool {
         let i = a.v as usize;
         if self.decided_at[i] != NEVER {
+            if self.lapsed.contains(&a.v) {
+                // Let out again after their admission lapsed: a new admission, a new place.
+                self.place_retaken(a.v);
+                self.readmissions += 1;
+                return false;
+            }
             if alive(self.by[i]) {
                 self.double_admissions += 1;
             } else {
@@ -408,6 +439,9 @@ pub struct RunReport {
     pub peak_memory: u64,
     /// The command that replays this run.
     pub command: String,
+    /// With `--strict`: the room's promises broken (`crate::promises`), by check.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub broken_promises: BTreeMap<String, u64>,
 }
 
 impl RunReport {
@@ -445,6 +479,25 @@ impl RunReport {
                 self.invariant_violations
             ));
         }
+        for (check, n) in &self.broken_promises {
+            out.push(format!("{n} × {check}"));
+        }
+        out
+    }
+
+    /// The names of the checks this run failed (what [`RunReport::failures`] describes).
+    pub fn failed_checks(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let named = [
+            ("timed-out", self.lost > 0 && self.timed_out),
+            ("lost", self.lost > 0 && !self.timed_out),
+            ("double-admission", self.double_admissions > 0),
+            ("granted-and-held-over-target", self.grant_violations > 0),
+            ("rate-cap", self.rate_cap_excess > 0),
+            ("invariant", self.invariant_violations > 0),
+        ];
+        out.extend(named.iter().filter(|c| c.1).map(|c| c.0.to_owned()));
+        out.extend(self.broken_promises.keys().cloned());
         out
     }
 }

@@ -6,11 +6,14 @@
 //! tells a visitor what happened with a [`Reply`]. Kept apart from the loop so that the rooms
 //! and the loop each depend on this interface and not on each other.
 
+use std::collections::{HashMap, HashSet};
+
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::Time;
 
 use crate::config::RunConfig;
 use crate::metrics::{Admission, Ledger, RunReport};
+use crate::promises::Promises;
 use crate::scheduler::{Ev, Scheduler};
 use crate::seeds::{self, Stream};
 use crate::trace::Trace;
@@ -27,6 +30,9 @@ pub enum Reply {
     Unavailable,
     /// The waiting room refused the visitor for good: they lost their place.
     Refused,
+    /// The room is closed to newcomers (mode `reject`, an event over): turned away at the
+    /// door, they lost no place.
+    TurnedAway,
 }
 
 /// A waiting room the simulated visitors go through.
@@ -41,6 +47,16 @@ pub trait Room {
     fn leave(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
     /// Visitor `v` on the site refreshes their pass; returns its new expiry, None if refused.
     fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time>;
+    /// Visitor `v`, who just got their pass, asks a random node for a pass again with the
+    /// ticket they gave up for it (a replayed leave). Rooms without passes do nothing.
+    fn replay_leave(&mut self, _ctx: &mut Ctx, _v: u32) {}
+    /// Visitor `v` gives their pass back early; returns whether a node took it back.
+    fn release_pass(&mut self, _ctx: &mut Ctx, _v: u32) -> bool {
+        false
+    }
+    /// Visitor `v` tries the pass they gave back, and every node is asked whether it still
+    /// takes it: each must refuse it.
+    fn check_released(&mut self, _ctx: &mut Ctx, _v: u32) {}
     /// When the waiting room asked visitor `v` to check in next, if it said (a real client
     /// follows the ticket's `next_refresh`); None means one refresh interval from now.
     fn next_check_in(&self, _v: u32) -> Option<Time> {
@@ -80,6 +96,36 @@ pub struct Ctx {
     pub trace: Trace,
     /// When each visitor's session ends (only with `session_ms > 0`).
     session_end: Vec<Time>,
+    /// The room's promises, checked as the run goes (`--strict`).
+    pub promises: Option<Box<Promises>>,
+    /// What the visitors who play the rules are up to.
+    pub plays: Plays,
+}
+
+/// A way of playing the rules (`BehaviourOptions`), drawn per visitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Play {
+    /// Keeps checking in once admitted, then asks for a pass late.
+    Bank = 1,
+    /// Refreshes their pass at random nodes.
+    Roam = 2,
+    /// Asks for a pass again with their old ticket.
+    Replay = 3,
+    /// Gives their pass back early, then tries it again.
+    Release = 4,
+    /// Goes away once while waiting, and comes back.
+    Wander = 5,
+}
+
+/// The state of the visitors who play the rules.
+#[derive(Default)]
+pub struct Plays {
+    /// Bankers banking: until when.
+    pub bank_until: HashMap<u32, Time>,
+    /// Wanderers who went away already.
+    pub wandered: HashSet<u32>,
+    /// Releasers who gave their pass back already.
+    pub released: HashSet<u32>,
 }
 
 impl Ctx {
@@ -91,7 +137,16 @@ impl Ctx {
             "admit",
             &[u64::from(v), a.decided_at, a.at, u64::from(a.by)],
         );
+        let (on_site, lapsed) = (self.ledger.on_site, self.ledger.has_lapsed(v));
         let first = self.ledger.admit(a, alive);
+        if let Some(p) = self.promises.as_mut() {
+            if lapsed && !self.ledger.has_lapsed(v) {
+                p.admitted_again(v);
+            }
+            if self.ledger.on_site > on_site {
+                p.place_taken(self.now, self.ledger.on_site);
+            }
+        }
         let gone = matches!(
             self.visitors.phase[v as usize],
             Phase::Abandoned | Phase::Refused
@@ -123,6 +178,17 @@ impl Ctx {
             } else {
                 Vec::new()
             },
+            promises: cfg.checks.strict.then(|| {
+                let p = &cfg.protocol;
+                // Grants handed out under an older target, and admissions not yet claimed,
+                // live about this long.
+                let window = p.pass_expiry_ms
+                    + p.ticket_expiry_ms
+                    + 3 * p.eviction_interval_ms
+                    + p.refresh_interval_ms;
+                Box::new(Promises::new(p.target_on_site.on_site(), window))
+            }),
+            plays: Plays::default(),
         }
     }
 
@@ -131,6 +197,36 @@ impl Ctx {
         if !self.session_end.is_empty() {
             self.session_end[i] = self.now + self.cfg.workload.session_ms;
         }
+    }
+
+    /// Whether visitor `v` plays the rules in way `play` (drawn from the seed and the
+    /// visitor, so that it draws from no stream).
+    pub fn plays(&self, v: u32, play: Play) -> bool {
+        let b = &self.cfg.behaviours;
+        let share = match play {
+            Play::Bank => b.bankers,
+            Play::Roam => b.roamers,
+            Play::Replay => b.replayers,
+            Play::Release => b.releasers,
+            Play::Wander => b.wanderers,
+        };
+        if share <= 0.0 {
+            return false;
+        }
+        let word = seeds::mix(seeds::mix(self.cfg.seed ^ 0x5157_4152_4d00) ^ u64::from(v) << 8)
+            ^ play as u64;
+        (seeds::mix(word) >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - share
+    }
+
+    /// The places a check of grants may count on: the target, or the largest in force lately
+    /// when the operator changed it.
+    pub fn target_bound(&self) -> u64 {
+        let extra = self.cfg.workload.session_ms;
+        self.promises
+            .as_ref()
+            .map_or(self.cfg.protocol.target_on_site.on_site(), |p| {
+                p.bound(self.now, extra)
+            })
     }
 
     /// When visitor `i`'s session on the site ends; 0 when the run simulates no sessions.

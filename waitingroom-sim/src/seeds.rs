@@ -23,6 +23,8 @@ pub enum Stream {
     Nodes = 5,
     /// Random choices of the baseline strategies.
     Baseline = 6,
+    /// What the swarm switches on for a seed (`crate::swarm`).
+    Swarm = 7,
 }
 
 /// SplitMix64: a fast bijective mixer, used to turn (seed, stream) into well-spread seeds.

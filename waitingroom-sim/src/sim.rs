@@ -10,10 +10,10 @@ use std::time::Instant;
 use waitingroom_core::Time;
 use waitingroom_distributed::QueueingMethod;
 
-use crate::config::{RunConfig, Strategy};
+use crate::config::{OperatorAction, RunConfig, Strategy};
 use crate::metrics::{Admission, RunReport, peak_memory};
 use crate::progress::{self, Progress};
-use crate::room::{Ctx, Reply, Room};
+use crate::room::{Ctx, Play, Reply, Room};
 use crate::scheduler::Ev;
 use crate::strategies;
 use crate::trace::Trace;
@@ -57,6 +57,11 @@ pub fn run_observed(cfg: &RunConfig, trace: Trace, progress: &mut Progress) -> R
     };
     room.finish(&mut ctx, &mut report);
     ctx.measure(&mut report);
+    if let Some(p) = ctx.promises.as_mut() {
+        p.finish(ran.end);
+        report.broken_promises = std::mem::take(&mut p.failed);
+        report.violation_samples.append(&mut p.samples);
+    }
     ctx.trace.note(
         ran.end,
         "end",
@@ -155,7 +160,7 @@ impl Ctx {
         let target = self.cfg.protocol.target_on_site.on_site();
         report.max_overshoot = ledger.max_on_site.saturating_sub(target);
         report.max_admitted_per_minute = ledger.max_admitted_within(60_000);
-        if let Some(cap) = self.cfg.protocol.new_users_per_minute {
+        if let Some(cap) = self.rate_cap() {
             // One round may let out its share at its start and the next round's share a whole
             // interval later: a minute spans at most one round more than its share.
             let burst = (cap * self.cfg.protocol.eviction_interval_ms).div_ceil(60_000);
@@ -164,12 +169,13 @@ impl Ctx {
         for phase in &self.visitors.phase {
             match phase {
                 Phase::Waiting => report.lost += 1,
+                Phase::Banking => {}
                 Phase::Refused => {
                     report.lost += 1;
                     report.refused += 1;
                 }
                 Phase::Abandoned => report.abandoned += 1,
-                Phase::Coming | Phase::OnSite | Phase::Done => {}
+                Phase::Coming | Phase::OnSite | Phase::Done | Phase::Released => {}
             }
         }
         report.messages_per_admitted = if report.admitted > 0 {
@@ -177,6 +183,25 @@ impl Ctx {
         } else {
             0.0
         };
+    }
+}
+
+impl Ctx {
+    /// The rate cap a minute of admissions is checked against: the one configured, or with
+    /// the operator's changes the largest ever in force (none if it was ever lifted).
+    fn rate_cap(&self) -> Option<u64> {
+        let changes = self
+            .cfg
+            .operator
+            .operator
+            .iter()
+            .filter_map(|o| match o.what {
+                OperatorAction::Rate(r) => Some(r),
+                _ => None,
+            });
+        std::iter::once(self.cfg.protocol.new_users_per_minute)
+            .chain(changes)
+            .try_fold(0, |most, cap| cap.map(|c| most.max(c)))
     }
 }
 
@@ -209,12 +234,17 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
                 }
                 return;
             }
+            if wanders_off(ctx, v) {
+                return;
+            }
             let reply = room.check_in(ctx, v);
             ctx.trace
                 .note(ctx.now, "check-in", &[u64::from(v), reply as u64]);
             after_reply(ctx, room, v, reply);
         }
         Phase::OnSite => on_site_step(ctx, room, v),
+        Phase::Banking => banking_step(ctx, room, v),
+        Phase::Released => tries_released_pass(ctx, room, v),
         // The claim window of an admission nobody came for has closed.
         Phase::Abandoned | Phase::Refused => ctx.ledger.place_freed(),
         Phase::Coming | Phase::Done => {}
@@ -235,14 +265,18 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
                 let a = Admission::at_once(v, ctx.now, (ctx.now, u64::from(v)));
                 ctx.admitted(a, |_| true);
             }
-            match room.leave(ctx, v) {
-                Some(expires) => enter_site(ctx, v, expires),
-                // Could not leave right now (the node just went away): try again soon.
-                None => schedule_check_in(ctx, v, None),
+            if ctx.plays(v, Play::Bank) && !ctx.plays.bank_until.contains_key(&v) {
+                start_banking(ctx, v);
+                return;
             }
+            take_pass(ctx, room, v);
         }
         Reply::Refused => {
             ctx.visitors.phase[v as usize] = Phase::Refused;
+            ctx.visitors.unfinished -= 1;
+        }
+        Reply::TurnedAway => {
+            ctx.visitors.phase[v as usize] = Phase::Abandoned;
             ctx.visitors.unfinished -= 1;
         }
     }
@@ -251,14 +285,116 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
 /// Schedules the visitor's next check-in: when the waiting room asked (`asked`, if in the
 /// future), else one refresh interval from now; late by up to the jitter either way.
 fn schedule_check_in(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
-    let at = Visitors::next_check_in(
+    let at = check_in_due(ctx, asked);
+    ctx.sched.at(at, Ev::Visitor(v));
+}
+
+/// When a visitor's next check-in is due ([`Visitors::next_check_in`]).
+fn check_in_due(ctx: &mut Ctx, asked: Option<Time>) -> Time {
+    Visitors::next_check_in(
         ctx.now,
         asked,
         ctx.cfg.protocol.refresh_interval_ms,
         ctx.cfg.workload.jitter_ms,
         &mut ctx.rng,
-    );
+    )
+}
+
+/// An admitted visitor leaves the queue for a pass.
+fn take_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    match room.leave(ctx, v) {
+        Some(expires) => {
+            if ctx.ledger.has_lapsed(v) {
+                // A pass from an admission whose claim window had closed: a place taken
+                // without a round letting anyone out.
+                ctx.ledger.place_retaken(v);
+                let on_site = ctx.ledger.on_site;
+                if let Some(p) = ctx.promises.as_mut() {
+                    p.fail(ctx.now, "pass-after-lapse", || format!("visitor {v}"));
+                    p.place_taken(ctx.now, on_site);
+                }
+            }
+            enter_site(ctx, v, expires);
+            if ctx.plays(v, Play::Replay) {
+                room.replay_leave(ctx, v);
+            }
+        }
+        // Could not leave right now (the node just went away): try again soon.
+        None => schedule_check_in(ctx, v, None),
+    }
+}
+
+/// A waiting wanderer goes away once, for `away_ms`, skipping their check-ins.
+fn wanders_off(ctx: &mut Ctx, v: u32) -> bool {
+    if !ctx.plays(v, Play::Wander) || !ctx.plays.wandered.insert(v) {
+        return false;
+    }
+    ctx.sched
+        .at(ctx.now + ctx.cfg.behaviours.away_ms.max(1), Ev::Visitor(v));
+    true
+}
+
+/// A banker was admitted: instead of leaving the queue they keep checking in for `bank_ms`.
+/// They count as done (they got in), whatever they do next.
+fn start_banking(ctx: &mut Ctx, v: u32) {
+    ctx.plays
+        .bank_until
+        .insert(v, ctx.now + ctx.cfg.behaviours.bank_ms);
+    ctx.visitors.phase[v as usize] = Phase::Banking;
+    ctx.visitors.unfinished -= 1;
+    schedule_banking(ctx, v, None);
+}
+
+/// The banker's next step: their next check-in, or the close of their claim window if sooner.
+fn schedule_banking(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
+    let at = check_in_due(ctx, asked);
+    let lapse = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
+    let at = if !ctx.ledger.has_lapsed(v) && lapse > ctx.now {
+        at.min(lapse)
+    } else {
+        at
+    };
     ctx.sched.at(at, Ev::Visitor(v));
+}
+
+fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    let lapse = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
+    if ctx.now >= lapse {
+        ctx.ledger.lapse(v);
+    }
+    let until = ctx.plays.bank_until.get(&v).copied().unwrap_or(0);
+    let back_in_line = |ctx: &mut Ctx| {
+        ctx.visitors.phase[v as usize] = Phase::Waiting;
+        ctx.visitors.unfinished += 1;
+    };
+    if ctx.now >= until {
+        back_in_line(ctx);
+        take_pass(ctx, room, v);
+        return;
+    }
+    match room.check_in(ctx, v) {
+        Reply::Admitted => {
+            let asked = room.next_check_in(v);
+            schedule_banking(ctx, v, asked);
+        }
+        Reply::Refused => {
+            // Refused after they let their admission lapse: they lost nothing they kept.
+            ctx.ledger.lapse(v);
+            ctx.visitors.phase[v as usize] = Phase::Abandoned;
+        }
+        reply => {
+            // Queued again: they wait for a round like anyone else.
+            back_in_line(ctx);
+            after_reply(ctx, room, v, reply);
+        }
+    }
+}
+
+/// A releaser tries the pass they gave back, at a random node, and every node is asked
+/// whether it still takes it: each must refuse it.
+fn tries_released_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    ctx.visitors.phase[v as usize] = Phase::Done;
+    room.check_released(ctx, v);
 }
 
 fn enter_site(ctx: &mut Ctx, v: u32, expires: Time) {
@@ -293,6 +429,19 @@ fn schedule_on_site(ctx: &mut Ctx, v: u32) {
 fn on_site_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
     let i = v as usize;
     let session_end = ctx.session_end(i);
+    if ctx.plays(v, Play::Release)
+        && ctx.now < ctx.visitors.pass_expires[i]
+        && !ctx.plays.released.contains(&v)
+        && room.release_pass(ctx, v)
+    {
+        ctx.plays.released.insert(v);
+        ctx.ledger.place_freed();
+        ctx.visitors.phase[i] = Phase::Released;
+        // Every node must refuse it within two rounds; give the rounds time to get through.
+        let grace = 5 * ctx.cfg.protocol.eviction_interval_ms + 1_000;
+        ctx.sched.at(ctx.now + grace, Ev::Visitor(v));
+        return;
+    }
     if ctx.now < ctx.visitors.pass_expires[i]
         && ctx.now < session_end
         && let Some(expires) = room.refresh_pass(ctx, v)

@@ -206,22 +206,33 @@ pub fn reference_kendall_tau(target: Target, users: u64, churn: u32) -> Option<f
 /// Runs every configuration, `jobs` at a time, returning reports in input order. With
 /// `progress`, a one-line indicator on stderr.
 pub fn run_all(configs: &[RunConfig], jobs: usize, progress: bool) -> Vec<RunReport> {
-    let jobs = jobs.clamp(1, configs.len().max(1));
+    run_each(configs.len(), jobs, progress, |i| sim::run(&configs[i]))
+}
+
+/// Runs `job(0)` … `job(n - 1)`, `jobs` at a time on `std::thread`s, returning the results in
+/// input order. With `progress`, a one-line indicator on stderr.
+pub fn run_each<T: Send>(
+    n: usize,
+    jobs: usize,
+    progress: bool,
+    job: impl Fn(usize) -> T + Sync,
+) -> Vec<T> {
+    let jobs = jobs.clamp(1, n.max(1));
     let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel::<(usize, RunReport)>();
-    let mut out: Vec<Option<RunReport>> = vec![None; configs.len()];
+    let (tx, rx) = mpsc::channel::<(usize, T)>();
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             let tx = tx.clone();
-            let next = &next;
+            let (next, job) = (&next, &job);
             scope.spawn(move || {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(cfg) = configs.get(i) else {
+                    if i >= n {
                         break;
-                    };
-                    if tx.send((i, sim::run(cfg))).is_err() {
+                    }
+                    if tx.send((i, job(i))).is_err() {
                         break;
                     }
                 }
@@ -232,24 +243,23 @@ pub fn run_all(configs: &[RunConfig], jobs: usize, progress: bool) -> Vec<RunRep
         let mut last_print = Instant::now() - Duration::from_secs(1);
         // On a terminal one line updated in place; in a log, a line per tenth.
         let terminal = std::io::stderr().is_terminal();
-        let tenth = configs.len().div_ceil(10).max(1);
+        let tenth = n.div_ceil(10).max(1);
         for (i, report) in rx {
             out[i] = Some(report);
             done += 1;
             let due = if terminal {
-                last_print.elapsed() >= Duration::from_millis(200) || done == configs.len()
+                last_print.elapsed() >= Duration::from_millis(200) || done == n
             } else {
-                done % tenth == 0 || done == configs.len()
+                done % tenth == 0 || done == n
             };
             if progress && due {
                 last_print = Instant::now();
                 let mut err = std::io::stderr().lock();
                 let _ = write!(
                     err,
-                    "{}{done}/{} runs ({:.0}%), {:.1} s{}",
+                    "{}{done}/{n} runs ({:.0}%), {:.1} s{}",
                     if terminal { "\r" } else { "" },
-                    configs.len(),
-                    100.0 * done as f64 / configs.len() as f64,
+                    100.0 * done as f64 / n as f64,
                     started.elapsed().as_secs_f64(),
                     if terminal { "" } else { "\n" }
                 );
@@ -257,7 +267,7 @@ pub fn run_all(configs: &[RunConfig], jobs: usize, progress: bool) -> Vec<RunRep
             }
         }
     });
-    if progress && !configs.is_empty() && std::io::stderr().is_terminal() {
+    if progress && n > 0 && std::io::stderr().is_terminal() {
         eprintln!();
     }
     out.into_iter().flatten().collect()

@@ -25,6 +25,11 @@ pub enum Phase {
     Abandoned,
     /// The waiting room refused them (an expired ticket, for example): they lost their place.
     Refused,
+    /// Admitted, but they keep checking in with their ticket instead of leaving the queue
+    /// (a banked admission).
+    Banking,
+    /// Gave their pass back early; they will try it again.
+    Released,
 }
 
 /// Every visitor of a run.

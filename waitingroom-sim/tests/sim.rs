@@ -238,3 +238,58 @@ fn the_command_line_prints_one_json_object_and_refuses_bad_input() {
     assert!(err.contains("probability"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn a_whole_cluster_restart_and_a_frozen_node_lose_nobody() {
+    let r = run(&small(
+        3,
+        "--nodes 4 --script restart-all@6000 --restart-delay-ms 1500 --script freeze@12000 \
+         --freeze-ms 2000 --script clock-step@9000 --clock-step-ms 300",
+    ));
+    assert_clean(&r);
+    assert_eq!(r.admitted, 200, "{r:#?}");
+    // Every node came back: four joins at the start, four after the restart (and the frozen
+    // node may have had to join again).
+    let joined = r.protocol_events.get("joined").copied().unwrap_or(0);
+    assert!(joined >= 8, "{r:#?}");
+}
+
+#[test]
+fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
+    let r = run(&small(
+        5,
+        "--nodes 3 --operator mode=reject@5000 --operator mode=normal@9000 --strict",
+    ));
+    assert_eq!(r.lost, 0, "{r:#?}");
+    let turned_away = r.visitor_errors.get("turned-away").copied().unwrap_or(0);
+    assert!(turned_away > 0, "{r:#?}");
+    assert_eq!(r.abandoned, turned_away, "{r:#?}");
+    assert_eq!(r.admitted + r.abandoned, r.users, "{r:#?}");
+}
+
+#[test]
+fn the_swarm_prints_its_summary_and_its_exit_code_says_whether_a_seed_failed() {
+    let bin = env!("CARGO_BIN_EXE_waitingroom-sim");
+    let out = Command::new(bin)
+        .args([
+            "swarm", "--seeds", "3", "--start", "11", "--jobs", "1", "--shrink", "0",
+        ])
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["seeds"], 3);
+    let failures = v["failures"].as_u64().unwrap();
+    assert_eq!(
+        v["failing_seeds"].as_array().unwrap().len() as u64,
+        failures
+    );
+    assert_eq!(out.status.success(), failures == 0, "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if failures > 0 {
+        assert!(
+            err.contains("replay: waitingroom-sim swarm --seeds 1 --start"),
+            "{err}"
+        );
+    }
+}

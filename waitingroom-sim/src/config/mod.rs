@@ -23,7 +23,10 @@ use serde_json::{Map, Value};
 use waitingroom_core::{Settings, Time};
 use waitingroom_distributed::{AdmissionMode, NodeConfig, QueueingMethod};
 
-pub use values::{Arrival, Disturbance, Latency, PartitionKind, Scripted, Strategy, Target};
+pub use values::{
+    Arrival, Disturbance, Latency, Operated, OperatorAction, PartitionKind, Scripted, Strategy,
+    Target,
+};
 
 /// One simulated run: what is simulated, plus the option groups.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
@@ -53,10 +56,18 @@ pub struct RunConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub faults: FaultOptions,
+    /// What some visitors do beyond waiting their turn.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub behaviours: BehaviourOptions,
     /// The protocol's settings.
     #[command(flatten)]
     #[serde(flatten)]
     pub protocol: ProtocolOptions,
+    /// What the operator changes while the cluster runs.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub operator: OperatorOptions,
     /// How the simulator watches and bounds the run.
     #[command(flatten)]
     #[serde(flatten)]
@@ -98,6 +109,62 @@ pub struct WorkloadOptions {
     /// stay for the pass expiry only).
     #[arg(long, default_value_t = 0)]
     pub session_ms: Time,
+}
+
+/// What some visitors do beyond waiting their turn and leaving with their pass: the ways a
+/// visitor can play the rules (each a share of the visitors, drawn per visitor).
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(next_help_heading = "Visitor behaviours")]
+pub struct BehaviourOptions {
+    /// Share of visitors who, once admitted, keep checking in with their ticket instead of
+    /// leaving the queue, for --bank-ms, and only then ask for their pass (banked admissions).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub bankers: f64,
+    /// How long a banker keeps checking in after being admitted.
+    #[arg(long, default_value_t = 30_000)]
+    pub bank_ms: Time,
+    /// Share of visitors on the site who refresh their pass at a random node each time rather
+    /// than at their usual one.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub roamers: f64,
+    /// Share of visitors who, once they hold a pass, ask a random node for a pass again with
+    /// their old ticket (a replayed leave).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub replayers: f64,
+    /// Share of visitors on the site who give their pass back early, and a while later try to
+    /// refresh it at a random node.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub releasers: f64,
+    /// Share of waiting visitors who go away once, for --away-ms, and come back with their
+    /// ticket.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub wanderers: f64,
+    /// How long a wanderer stays away (keep it within the ticket expiry: they still count as
+    /// visitors who keep checking in).
+    #[arg(long, default_value_t = 3_000)]
+    pub away_ms: Time,
+}
+
+impl BehaviourOptions {
+    /// Whether any visitor plays the rules.
+    pub fn any(&self) -> bool {
+        self.bankers > 0.0
+            || self.roamers > 0.0
+            || self.replayers > 0.0
+            || self.releasers > 0.0
+            || self.wanderers > 0.0
+    }
+}
+
+/// What the operator changes while the cluster runs.
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[command(next_help_heading = "Operator")]
+pub struct OperatorOptions {
+    /// An operator's action at a fixed time after the window opens, made at a random serving
+    /// node: `target=N@…`, `rate=N@…`, `rate=none@…`, `mode=normal|queue_all|passthrough|reject@…`,
+    /// `lottery=on|off@…`, `event=PREQUEUE_MS:DURATION_MS[:shuffle]@…`, `bypass@…` (repeatable).
+    #[arg(long)]
+    pub operator: Vec<Operated>,
 }
 
 /// The network between the nodes.
@@ -153,9 +220,16 @@ pub struct FaultOptions {
     #[arg(long, default_value_t = 0)]
     pub clock_skew_ms: Time,
     /// A disturbance at a fixed time after the window opens, e.g. `crash@30000`,
-    /// `crash-root@…`, `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…` (repeatable).
+    /// `crash-root@…`, `restart@…`, `add@…`, `isolate@…`, `split@…`, `partition@…`,
+    /// `freeze@…`, `restart-all@…`, `clock-step@…`, `remove@…` (repeatable).
     #[arg(long)]
     pub script: Vec<Scripted>,
+    /// How long a frozen node (`freeze@…`) stays stopped.
+    #[arg(long, default_value_t = 3_000)]
+    pub freeze_ms: Time,
+    /// Largest clock step (`clock-step@…`), either way.
+    #[arg(long, default_value_t = 5_000)]
+    pub clock_step_ms: Time,
 }
 
 /// The protocol's own settings, named as in `waitingroom_core::Settings` and
@@ -211,6 +285,12 @@ pub struct CheckOptions {
     /// Simulated-time limit after the window opens (0: three windows plus a minute).
     #[arg(long, default_value_t = 0)]
     pub max_time_ms: Time,
+    /// Also fail the run on the swarm's checks: an admission that puts more visitors on the
+    /// site than the target, two passes for one admission, a pass from an admission whose
+    /// claim window had closed, a pass that names no recorded round covering it, a given-back
+    /// pass accepted again.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -259,6 +339,8 @@ defaults_from_the_command_line!(
     WorkloadOptions,
     NetworkOptions,
     FaultOptions,
+    BehaviourOptions,
+    OperatorOptions,
     ProtocolOptions,
     CheckOptions
 );
@@ -510,12 +592,15 @@ mod tests {
              --reorder-probability 0.2 --reorder-ms 30 --refused-connections \
              --churn 2 --restarts 1 --restart-delay-ms 900 --partitions 3 --partition-kind split \
              --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \
+             --script freeze@6000 --freeze-ms 700 --clock-step-ms 300 \
+             --bankers 0.1 --bank-ms 9000 --roamers 0.2 --replayers 0.3 --releasers 0.05 \
+             --wanderers 0.15 --away-ms 1200 --operator target=7@100 --operator bypass@200 \
              --admission batched --target-on-site unlimited --refresh-interval-ms 700 \
              --ticket-expiry-ms 12000 --pass-expiry-ms 5000 --eviction-interval-ms 900 \
              --admit-straight-through --new-users-per-minute 90 --queueing-method random \
              --probe-interval-ms 400 \
              --probe-timeout-ms 150 \
-             --check-every 3 --max-time-ms 99000"
+             --check-every 3 --max-time-ms 99000 --strict"
                 .split_whitespace(),
         )
         .unwrap();

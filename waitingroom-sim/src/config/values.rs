@@ -71,7 +71,15 @@ pub(crate) fn by_name<T: Copy>(
 }
 
 named!(Strategy, Arrival, PartitionKind, Disturbance);
-as_text!(Strategy, Arrival, PartitionKind, Latency, Scripted, Target);
+as_text!(
+    Strategy,
+    Arrival,
+    PartitionKind,
+    Latency,
+    Scripted,
+    Target,
+    Operated
+);
 
 /// Which waiting room the simulated visitors go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -252,11 +260,23 @@ pub enum Disturbance {
     Add,
     /// The network splits; it heals `partition_ms` later.
     Partition(PartitionKind),
+    /// A random live node stops running (SIGSTOP) for `freeze_ms`: it handles no message and
+    /// no timer meanwhile, what was sent to it waits, and the load balancer sends its visitors
+    /// elsewhere.
+    Freeze,
+    /// Every node stops abruptly and comes back `restart_delay_ms` later with the same id and a
+    /// higher incarnation: the first starts a new cluster and the others join it.
+    RestartAll,
+    /// A random live node's clock steps by up to `clock_step_ms`, forwards or back (an NTP
+    /// step, a VM resumed).
+    ClockStep,
+    /// A random live node leaves the cluster cleanly (never the last one).
+    Remove,
 }
 
 impl Disturbance {
     /// Every disturbance a script can name.
-    pub const ALL: [Disturbance; 7] = [
+    pub const ALL: [Disturbance; 11] = [
         Disturbance::Crash,
         Disturbance::CrashRoot,
         Disturbance::Restart,
@@ -264,6 +284,10 @@ impl Disturbance {
         Disturbance::Partition(PartitionKind::Isolate),
         Disturbance::Partition(PartitionKind::Split),
         Disturbance::Partition(PartitionKind::Random),
+        Disturbance::Freeze,
+        Disturbance::RestartAll,
+        Disturbance::ClockStep,
+        Disturbance::Remove,
     ];
 
     /// The name a script uses (`crash@30000`).
@@ -276,6 +300,10 @@ impl Disturbance {
             Disturbance::Partition(PartitionKind::Isolate) => "isolate",
             Disturbance::Partition(PartitionKind::Split) => "split",
             Disturbance::Partition(PartitionKind::Random) => "partition",
+            Disturbance::Freeze => "freeze",
+            Disturbance::RestartAll => "restart-all",
+            Disturbance::ClockStep => "clock-step",
+            Disturbance::Remove => "remove",
         }
     }
 }
@@ -312,6 +340,137 @@ impl FromStr for Scripted {
             .parse::<Disturbance>()
             .map_err(|e| format!("unknown disturbance: {e}"))?;
         Ok(Scripted { at, what })
+    }
+}
+
+/// An operator's action on the running cluster, made at a random serving node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorAction {
+    /// Sets the target on the site.
+    Target(u64),
+    /// Sets the rate cap (visitors let out per minute), or lifts it.
+    Rate(Option<u64>),
+    /// Sets the mode (waitingroom_distributed::Mode by name).
+    Mode(waitingroom_distributed::Mode),
+    /// Switches the lottery (random queueing) on or off.
+    Lottery(bool),
+    /// Schedules an event whose pre-queue opens now and lasts `prequeue_ms`, which then lasts
+    /// `duration_ms`, its pre-queued visitors let out in random order with `shuffle`.
+    Event {
+        /// Length of the pre-queue.
+        prequeue_ms: Time,
+        /// Length of the event after its start.
+        duration_ms: Time,
+        /// Pre-queued visitors are let out in random order.
+        shuffle: bool,
+    },
+    /// Mints a bypass pass and gives it back at once at a random node: every node must refuse
+    /// it from then on.
+    Bypass,
+}
+
+impl fmt::Display for OperatorAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            OperatorAction::Target(n) => write!(f, "target={n}"),
+            OperatorAction::Rate(Some(n)) => write!(f, "rate={n}"),
+            OperatorAction::Rate(None) => f.write_str("rate=none"),
+            OperatorAction::Mode(m) => write!(f, "mode={}", m.name()),
+            OperatorAction::Lottery(on) => write!(f, "lottery={}", if on { "on" } else { "off" }),
+            OperatorAction::Event {
+                prequeue_ms,
+                duration_ms,
+                shuffle,
+            } => {
+                write!(f, "event={prequeue_ms}:{duration_ms}")?;
+                if shuffle {
+                    f.write_str(":shuffle")?;
+                }
+                Ok(())
+            }
+            OperatorAction::Bypass => f.write_str("bypass"),
+        }
+    }
+}
+
+impl FromStr for OperatorAction {
+    type Err = String;
+
+    /// `target=N`, `rate=N`, `rate=none`, `mode=NAME`, `lottery=on|off`,
+    /// `event=PREQUEUE_MS:DURATION_MS[:shuffle]`, `bypass`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let number = |v: &str| -> Result<u64, String> {
+            v.parse::<u64>()
+                .map_err(|_| format!("`{v}` is not a whole number"))
+        };
+        let (what, value) = s.split_once('=').unwrap_or((s, ""));
+        Ok(match what {
+            "target" => match number(value)? {
+                0 => return Err("the target must be at least 1".into()),
+                n => OperatorAction::Target(n),
+            },
+            "rate" if value == "none" => OperatorAction::Rate(None),
+            "rate" => OperatorAction::Rate(Some(number(value)?.max(1))),
+            "mode" => OperatorAction::Mode(value.parse().map_err(|e| format!("{e}"))?),
+            "lottery" => OperatorAction::Lottery(match value {
+                "on" => true,
+                "off" => false,
+                _ => return Err(format!("lottery=on or lottery=off, not `{value}`")),
+            }),
+            "event" => {
+                let parts: Vec<&str> = value.split(':').collect();
+                if !(2..=3).contains(&parts.len()) || parts.get(2).is_some_and(|p| *p != "shuffle")
+                {
+                    return Err("expected event=PREQUEUE_MS:DURATION_MS[:shuffle]".into());
+                }
+                OperatorAction::Event {
+                    prequeue_ms: number(parts[0])?,
+                    duration_ms: number(parts[1])?.max(1),
+                    shuffle: parts.len() == 3,
+                }
+            }
+            "bypass" if value.is_empty() => OperatorAction::Bypass,
+            _ => {
+                return Err(format!(
+                    "`{s}`: expected target=N, rate=N|none, mode=NAME, lottery=on|off, \
+                     event=PRE:DUR[:shuffle] or bypass"
+                ));
+            }
+        })
+    }
+}
+
+/// An operator's action at a fixed time (milliseconds after the arrival window opens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operated {
+    /// When, relative to the start of the arrival window.
+    pub at: Time,
+    /// What.
+    pub what: OperatorAction,
+}
+
+impl fmt::Display for Operated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.what, self.at)
+    }
+}
+
+impl FromStr for Operated {
+    type Err = String;
+
+    /// `ACTION@MS`, e.g. `target=40@5000`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (what, at) = s
+            .rsplit_once('@')
+            .ok_or_else(|| format!("`{s}`: expected ACTION@MS, e.g. target=40@5000"))?;
+        let at = at
+            .trim()
+            .parse::<Time>()
+            .map_err(|_| format!("`{at}` is not a whole number of milliseconds"))?;
+        Ok(Operated {
+            at,
+            what: what.trim().parse()?,
+        })
     }
 }
 
@@ -415,6 +574,30 @@ mod tests {
         round_trip(&PartitionKind::ALL);
         round_trip(&Disturbance::ALL.map(|what| Scripted { at: 7, what }));
         round_trip(&[Target::Limited(3), Target::Unlimited]);
+        for text in [
+            "target=40@5",
+            "rate=90@1",
+            "rate=none@2",
+            "mode=queue_all@3",
+            "lottery=on@4",
+            "lottery=off@4",
+            "event=3000:9000:shuffle@6",
+            "event=0:500@7",
+            "bypass@8",
+        ] {
+            let op: Operated = text.parse().unwrap();
+            assert_eq!(op.to_string(), text);
+            assert_eq!(serde_json::to_string(&op).unwrap(), format!("\"{text}\""));
+        }
+        for bad in [
+            "target=0@1",
+            "mode=open@1",
+            "bypass=1@2",
+            "event=1@2",
+            "target=4",
+        ] {
+            assert!(bad.parse::<Operated>().is_err(), "{bad}");
+        }
         assert!("magic".parse::<Strategy>().unwrap_err().contains("qpid"));
     }
 }

@@ -259,7 +259,7 @@ pub(super) struct Checker {
     /// Check after every this many events (0: never).
     every: u32,
     /// The site's target.
-    target: u64,
+    pub(super) target: u64,
     /// Largest sum of places granted and visitors on the site seen at a check.
     max_granted_plus_held: u64,
     /// Checks at which that sum was over the target.

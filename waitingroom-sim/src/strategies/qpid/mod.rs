@@ -10,20 +10,22 @@ use rand::RngExt;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use waitingroom_core::queue::TicketHasher;
-use waitingroom_core::{CheckInStatus, NodeId, Pass, Settings, TicketId, Time};
+use waitingroom_core::{CheckInStatus, NodeId, Pass, Settings, Ticket, TicketId, Time};
 use waitingroom_distributed::{Event, Node, NodeConfig, Pause, Transmit, VisitorError};
 
 use crate::config::{Disturbance, PartitionKind, RunConfig};
 use crate::disturbances;
 use crate::metrics::{Admission, RunReport};
 use crate::network::Network;
-use crate::room::{Ctx, Reply, Room};
+use crate::room::{Ctx, Play, Reply, Room};
 use crate::scheduler::Ev;
 use crate::seeds::{self, Stream};
 
 mod checks;
 mod clients;
+mod faults;
 mod nodes;
+mod plays;
 mod wire;
 
 use checks::Checker;
@@ -37,6 +39,14 @@ enum Action {
     Do(Disturbance),
     Revive(usize),
     Heal,
+    /// A node back from a whole-cluster restart (the first starts the new cluster).
+    ReviveAll(usize, bool),
+    /// A node that left cleanly stops (if the same process still runs).
+    Stop(usize, u32),
+    /// The operator's action (index into `--operator`).
+    Operate(usize),
+    /// Every node must refuse the given-back pass (index into `released`).
+    CheckReleased(usize),
 }
 
 /// What the load balancer remembers of each visitor, as a client and a sticky balancer would.
@@ -96,6 +106,16 @@ pub(crate) struct QpidRoom {
     /// The first partition: the slots on its paused side (those whose nodes report no
     /// majority just before it heals), and when it started and healed.
     first_cut: Option<(Vec<usize>, Time, Time)>,
+    /// The tickets replayers gave up for their pass.
+    old_tickets: HashMap<u32, Ticket>,
+    /// Passes given back (by visitors or the operator), to check that every node refuses them.
+    released: Vec<TicketId>,
+    /// The target the operator set last.
+    target: u64,
+    /// Whether the operator switched the room to passthrough.
+    passthrough: bool,
+    /// When the last partition healed.
+    healed_at: Time,
 }
 
 fn error_name(e: &VisitorError) -> String {
@@ -140,6 +160,9 @@ fn on_event(
         },
         Event::CountCompleted(_) => {}
         other => {
+            if let (Event::RoundRecorded(r), Some(p)) = (&other, ctx.promises.as_mut()) {
+                p.recorded(r.round, r.cutoff);
+            }
             let (name, about) = match &other {
                 Event::Joined { version } => ("joined", *version),
                 Event::Rejoining => ("rejoining", 0),
@@ -182,6 +205,11 @@ impl QpidRoom {
             checker: Checker::new(cfg.checks.check_every, cfg.settings().target_on_site),
             tallies: Tallies::default(),
             first_cut: None,
+            old_tickets: HashMap::new(),
+            released: Vec::new(),
+            target: cfg.settings().target_on_site,
+            passthrough: false,
+            healed_at: 0,
         }
     }
 
@@ -218,7 +246,7 @@ impl QpidRoom {
             None => node.start_cluster(now),
             Some(seeds) => node.join_cluster(now, seeds),
         }
-        self.nodes.put(slot, node, (incarnation, skew));
+        self.nodes.put(slot, node, (incarnation, skew, ctx.now));
         self.checker.started(slot);
         ctx.trace.note(ctx.now, "spawn", &[id, incarnation]);
         self.drain(ctx, slot);
@@ -273,14 +301,25 @@ impl QpidRoom {
     fn check(&mut self, ctx: &Ctx) {
         let in_flight = self.wire.in_flight;
         let held = ctx.ledger.on_site;
+        if !self.cfg.operator.operator.is_empty() {
+            self.checker.target = ctx.target_bound();
+        }
         self.checker
             .check(ctx.now, &self.nodes.slots, (in_flight, held));
     }
 
     fn deliver(&mut self, ctx: &mut Ctx, t: Transmit) {
-        self.wire.arrived(&t);
         let nslots = self.nodes.slots.len();
         let to = slot_of_addr(&t.to_addr, nslots);
+        if let Some(to) = to
+            && self.nodes.frozen(to, ctx.now)
+        {
+            // A stopped process reads nothing; what was sent to it waits in its buffers.
+            let thaw = self.nodes.slots[to].frozen_until;
+            ctx.sched.at(thaw, Ev::Deliver(Box::new(t)));
+            return;
+        }
+        self.wire.arrived(&t);
         let from = slot_of_id(t.envelope.from.id, nslots);
         ctx.trace.note(
             ctx.now,
@@ -324,8 +363,14 @@ impl QpidRoom {
     }
 
     fn timer(&mut self, ctx: &mut Ctx, slot: usize) {
+        let frozen = self.nodes.frozen(slot, ctx.now);
         let s = &mut self.nodes.slots[slot];
         if s.timer_at != Some(ctx.now) {
+            return;
+        }
+        if frozen {
+            s.timer_at = Some(s.frozen_until);
+            ctx.sched.at(s.frozen_until, Ev::NodeTimer(slot as u32));
             return;
         }
         s.timer_at = None;
@@ -345,8 +390,14 @@ impl QpidRoom {
     /// otherwise a random serving node (which becomes their usual one).
     fn route(&mut self, ctx: &mut Ctx, v: u32) -> Option<usize> {
         let cur = self.visits.clients[v as usize].sticky;
-        if cur != NONE && self.nodes.is_serving(cur as usize) {
+        let usable = |s: usize| !self.nodes.frozen(s, ctx.now);
+        if cur != NONE && self.nodes.is_serving(cur as usize) && usable(cur as usize) {
             return Some(cur as usize);
+        }
+        if self.nodes.freezes > 0 {
+            let s = self.any_node(ctx)?;
+            self.visits.clients[v as usize].sticky = s as u32;
+            return Some(s);
         }
         let serving = self.nodes.serving();
         if serving.is_empty() {
@@ -373,6 +424,10 @@ impl QpidRoom {
                 }
             }
             Err(VisitorError::NotReady) => Reply::Unavailable,
+            Err(VisitorError::Rejected | VisitorError::EventOver) => {
+                bump(&mut self.tallies.visitor_errors, "turned-away");
+                Reply::TurnedAway
+            }
             Err(e) => {
                 let name = error_name(&e);
                 ctx.trace
@@ -390,9 +445,18 @@ impl QpidRoom {
         slot_of_id(id, self.nodes.slots.len()).map_or(t, |s| self.nodes.slots[s].true_time(t))
     }
 
-    fn holds(&mut self, v: u32, r: Result<Pass, VisitorError>, op: &str) -> Option<Time> {
+    fn holds(
+        &mut self,
+        ctx: &mut Ctx,
+        v: u32,
+        r: Result<Pass, VisitorError>,
+        op: &str,
+    ) -> Option<Time> {
         match r {
             Ok(pass) => {
+                if let Some(p) = ctx.promises.as_mut() {
+                    p.pass_handed(ctx.now, v, &pass, op == "leave");
+                }
                 let issuer = pass.node;
                 let expires = self.visits.hold(v, pass);
                 Some(self.true_time(issuer, expires))
@@ -433,8 +497,8 @@ impl QpidRoom {
                 }
             }
             Disturbance::Add => {
-                let seeds = self.nodes.serving_addrs(usize::MAX);
                 let slot = self.nodes.slots.len();
+                let seeds = self.seeds_for(slot);
                 self.spawn(ctx, slot, Some(seeds));
             }
             Disturbance::Partition(kind) => {
@@ -465,6 +529,10 @@ impl QpidRoom {
                 let at = ctx.now + self.cfg.faults.partition_ms;
                 ctx.sched.at(at, Ev::Disturb(self.plan.len() as u32 - 1));
             }
+            Disturbance::Freeze => self.freeze(ctx),
+            Disturbance::RestartAll => self.restart_all(ctx),
+            Disturbance::ClockStep => self.clock_step(ctx),
+            Disturbance::Remove => self.remove(ctx),
         }
     }
 }
@@ -531,6 +599,10 @@ impl Room for QpidRoom {
             self.plan.push(Action::Do(what));
             ctx.sched.at(t, Ev::Disturb(self.plan.len() as u32 - 1));
         }
+        for i in 0..self.cfg.operator.operator.len() {
+            let at = ctx.start + self.cfg.operator.operator[i].at;
+            self.plan_at(ctx, at, Action::Operate(i));
+        }
     }
 
     fn join(&mut self, ctx: &mut Ctx, v: u32) -> Reply {
@@ -545,6 +617,11 @@ impl Room for QpidRoom {
             &[u64::from(v), s as u64 + 1, u64::from(r.is_ok())],
         );
         if let Ok(c) = &r {
+            if c.status == CheckInStatus::Admitted
+                && let Some(p) = ctx.promises.as_mut()
+            {
+                p.straight_through(v);
+            }
             // The fair order is by true arrival time (the node stamps its own clock's).
             ctx.ledger.joined(v, ctx.now, c.ticket.id.0);
             self.visits.joined_at[v as usize] = s as u32;
@@ -572,7 +649,9 @@ impl Room for QpidRoom {
                 // Peer requests reach any live process, member or not (a node rejoining the
                 // cluster still serves the visitors it holds).
                 let o = slot_of_addr(&owner.addr, self.nodes.slots.len()).filter(|&o| {
-                    self.nodes.slots[o].node.is_some() && self.wire.net.connected(s, o)
+                    self.nodes.slots[o].node.is_some()
+                        && self.wire.net.connected(s, o)
+                        && !self.nodes.frozen(o, now)
                 });
                 let forwarded = o.map(|o| {
                     let clock = self.nodes.clock(o, now);
@@ -610,8 +689,8 @@ impl Room for QpidRoom {
         let now = ctx.now;
         // The node that said "admitted" issued this ticket; leave there, or anywhere if it
         // went away meanwhile (the ticket carries the eviction time).
-        let owner =
-            slot_of_id(ticket.node, self.nodes.slots.len()).filter(|&o| self.nodes.is_serving(o));
+        let owner = slot_of_id(ticket.node, self.nodes.slots.len())
+            .filter(|&o| self.nodes.is_serving(o) && !self.nodes.frozen(o, now));
         let mut result = owner.map(|o| {
             let clock = self.nodes.clock(o, now);
             let r = self.nodes.node(o).leave(clock, &ticket);
@@ -625,16 +704,35 @@ impl Room for QpidRoom {
             self.drain(ctx, s);
             result = Some(r);
         }
-        self.holds(v, result?, "leave")
+        if self.cfg.behaviours.replayers > 0.0 && ctx.plays(v, Play::Replay) {
+            self.old_tickets.insert(v, ticket);
+        }
+        self.holds(ctx, v, result?, "leave")
     }
 
     fn refresh_pass(&mut self, ctx: &mut Ctx, v: u32) -> Option<Time> {
         let pass = self.visits.passes.get(v as usize)?.clone()?;
-        let s = self.route(ctx, v)?;
+        let s = if ctx.plays(v, Play::Roam) {
+            self.any_node(ctx)?
+        } else {
+            self.route(ctx, v)?
+        };
         let clock = self.nodes.clock(s, ctx.now);
         let r = self.nodes.node(s).refresh_pass(clock, &pass);
         self.drain(ctx, s);
-        self.holds(v, r, "refresh")
+        self.holds(ctx, v, r, "refresh")
+    }
+
+    fn replay_leave(&mut self, ctx: &mut Ctx, v: u32) {
+        self.replayed_leave(ctx, v);
+    }
+
+    fn release_pass(&mut self, ctx: &mut Ctx, v: u32) -> bool {
+        self.give_back(ctx, v)
+    }
+
+    fn check_released(&mut self, ctx: &mut Ctx, v: u32) {
+        self.try_given_back(ctx, v);
     }
 
     fn touch(&self, v: u32) {
@@ -675,6 +773,18 @@ impl Room for QpidRoom {
                     self.note_paused_side(ctx.now);
                     ctx.trace.note(ctx.now, "heal", &[]);
                     self.wire.net.heal();
+                    self.healed_at = ctx.now;
+                }
+                Action::ReviveAll(slot, first) => self.revive(ctx, slot, first),
+                Action::Stop(slot, process) => {
+                    if self.nodes.slots[slot].process == process {
+                        self.crash(ctx, slot);
+                    }
+                }
+                Action::Operate(i) => self.operate(ctx, i),
+                Action::CheckReleased(i) => {
+                    let id = self.released[i];
+                    self.check_refused(ctx, id);
                 }
             },
             Ev::Arrive(_) | Ev::Visitor(_) | Ev::Tick => {}

@@ -18,6 +18,10 @@ pub(super) struct Slot {
     pub(super) incarnation: u64,
     /// How far the running process' clock is ahead of true time (`--clock-skew-ms`).
     pub(super) skew: i64,
+    /// The process is stopped (frozen) until then.
+    pub(super) frozen_until: Time,
+    /// When the running process started.
+    pub(super) since: Time,
 }
 
 impl Slot {
@@ -45,6 +49,8 @@ pub(super) struct Nodes {
     /// touched every node for every arrival.
     serves: Vec<bool>,
     serving: Vec<u32>,
+    /// Freezes so far (none: nothing is ever frozen, and nobody needs to ask).
+    pub(super) freezes: u32,
 }
 
 impl Nodes {
@@ -57,6 +63,11 @@ impl Nodes {
             "a node changed phase unseen"
         );
         serves
+    }
+
+    /// Whether the process in `slot` is frozen at `now`.
+    pub(super) fn frozen(&self, slot: usize, now: Time) -> bool {
+        self.freezes > 0 && self.slots[slot].frozen_until > now
     }
 
     /// The serving slots, in order.
@@ -128,7 +139,12 @@ impl Nodes {
     }
 
     /// Puts `node` into `slot` as a new process.
-    pub(super) fn put(&mut self, slot: usize, node: Node, (incarnation, skew): (u64, i64)) {
+    pub(super) fn put(
+        &mut self,
+        slot: usize,
+        node: Node,
+        (incarnation, skew, since): (u64, i64, Time),
+    ) {
         let process = self.alive.len() as u32;
         self.alive.push(true);
         let s = &mut self.slots[slot];
@@ -137,6 +153,8 @@ impl Nodes {
         s.timer_at = None;
         s.incarnation = incarnation;
         s.skew = skew;
+        s.frozen_until = 0;
+        s.since = since;
         self.looked_at(slot);
     }
 

@@ -1,0 +1,219 @@
+//! The room's promises to the site, checked as the run goes (`--strict`, which the swarm turns
+//! on): no admission puts more visitors on the site than the target, one admission gives one
+//! pass, a lapsed admission gives no pass, every pass names a recorded round that covers it, a
+//! given-back pass stays refused. Each check looks only at what one event changed, so a run
+//! pays for it per event, not per visitor.
+//!
+//! The target may change while the run goes (an operator's action): an admission is measured
+//! against the largest target in force over the last `window` (what grants handed out under an
+//! older, larger target may still spend), and while the room lets everyone through
+//! (`passthrough`) against none.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use waitingroom_core::round_records::Cutoff;
+use waitingroom_core::{NodeId, Pass, QueueKey, Settings, Time};
+
+/// Violation descriptions kept.
+const SAMPLES: usize = 6;
+
+/// What the promises checks found and what they need to remember.
+#[derive(Default)]
+pub struct Promises {
+    /// Targets in force from each time on, in time order (`Settings::UNLIMITED`: none).
+    targets: Vec<(Time, u64)>,
+    /// How long an older target still bounds admissions after a change.
+    window: Time,
+    /// Each visitor's pass (id, creation) since their latest admission.
+    passes: HashMap<u32, (u64, Time)>,
+    /// Visitors let straight through (their pass names no round).
+    straight: HashSet<u32>,
+    /// Rounds recorded: their cutoffs.
+    records: BTreeMap<u64, Cutoff>,
+    /// (visitor, round named, queue key as the audit reads it off the pass) of every pass
+    /// handed out by a leave.
+    named: Vec<(u32, Option<u64>, QueueKey)>,
+    /// Failures by check.
+    pub failed: BTreeMap<String, u64>,
+    /// The first few, with their simulated time.
+    pub samples: Vec<String>,
+}
+
+impl Promises {
+    /// Checks against `target` from the start; an older target bounds admissions for `window`.
+    pub fn new(target: u64, window: Time) -> Self {
+        Promises {
+            targets: vec![(0, target)],
+            window,
+            ..Promises::default()
+        }
+    }
+
+    /// Counts a failure of `check`, keeping a description of the first few.
+    pub fn fail(&mut self, now: Time, check: &str, what: impl FnOnce() -> String) {
+        *self.failed.entry(check.to_owned()).or_insert(0) += 1;
+        if self.samples.len() < SAMPLES {
+            self.samples.push(format!("t={now}: {check}: {}", what()));
+        }
+    }
+
+    /// The target in force from `now` on (`Settings::UNLIMITED`: none).
+    pub fn target_changed(&mut self, now: Time, target: u64) {
+        self.targets.push((now, target));
+    }
+
+    /// The largest target in force at any time within `extra + window` before `now`.
+    pub fn bound(&self, now: Time, extra: Time) -> u64 {
+        let since = now.saturating_sub(self.window.saturating_add(extra));
+        let mut bound = 0;
+        for (i, &(from, target)) in self.targets.iter().enumerate() {
+            let until = self.targets.get(i + 1).map_or(Time::MAX, |n| n.0);
+            if until > since && from <= now {
+                bound = bound.max(target);
+            }
+        }
+        bound
+    }
+
+    /// The visitors on the site (admitted and unclaimed, or holding a valid pass) just grew to
+    /// `on_site`.
+    pub fn place_taken(&mut self, now: Time, on_site: u64) {
+        let bound = self.bound(now, 0);
+        if bound != Settings::UNLIMITED && on_site > bound {
+            self.fail(now, "over-target", || {
+                format!("{on_site} on the site, target {bound}")
+            });
+        }
+    }
+
+    /// Visitor `v` was let straight through.
+    pub fn straight_through(&mut self, v: u32) {
+        self.straight.insert(v);
+    }
+
+    /// Visitor `v`'s admission lapsed and a round let them out again: a new pass is theirs.
+    pub fn admitted_again(&mut self, v: u32) {
+        self.passes.remove(&v);
+    }
+
+    /// A round's record.
+    pub fn recorded(&mut self, round: u64, cutoff: Cutoff) {
+        self.records.entry(round).or_insert(cutoff);
+    }
+
+    /// Visitor `v` was handed `pass` by a leave (`fresh`) or a refresh: one admission, one
+    /// pass, whatever node hands it out.
+    pub fn pass_handed(&mut self, now: Time, v: u32, pass: &Pass, fresh: bool) {
+        let identity = (pass.id.0, pass.created_at);
+        match self.passes.get(&v) {
+            Some(&held) if held != identity => self.fail(now, "second-pass", || {
+                format!(
+                    "visitor {v} holds pass {}@{} and was handed {}@{}",
+                    held.0, held.1, identity.0, identity.1
+                )
+            }),
+            Some(_) => {}
+            None => {
+                self.passes.insert(v, identity);
+            }
+        }
+        if fresh {
+            // The audit knows a pass's key only from the pass: its join time and id.
+            let key = QueueKey {
+                join_time: pass.queue_join_time,
+                ticket: pass.id,
+                node: NodeId(0),
+            };
+            self.named.push((v, pass.round, key));
+        }
+    }
+
+    /// At the end of the run: every pass handed out by a leave names a recorded round that
+    /// covers its holder, unless they were let straight through.
+    pub fn finish(&mut self, now: Time) {
+        for (v, round, key) in std::mem::take(&mut self.named) {
+            match round {
+                None if self.straight.contains(&v) => {}
+                None => self.fail(now, "pass-without-round", || {
+                    format!("visitor {v}'s pass names no round")
+                }),
+                Some(r) => match self.records.get(&r) {
+                    Some(cutoff) if cutoff.covers(&key) => {}
+                    Some(_) => self.fail(now, "pass-not-covered", || {
+                        format!("visitor {v}'s round {r} does not cover their key")
+                    }),
+                    None => self.fail(now, "round-unrecorded", || {
+                        format!("visitor {v}'s round {r} has no record")
+                    }),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waitingroom_core::TicketId;
+
+    fn pass(id: u64, created_at: Time, round: Option<u64>) -> Pass {
+        Pass {
+            id: TicketId(id),
+            node: NodeId(1),
+            queue_join_time: 100,
+            created_at,
+            issued_at: created_at,
+            expires_at: created_at + 1_000,
+            eviction_time: 0,
+            round,
+            draw: None,
+        }
+    }
+
+    #[test]
+    fn one_admission_gives_one_pass_and_each_pass_names_a_covering_round() {
+        let mut p = Promises::new(10, 1_000);
+        p.pass_handed(5, 7, &pass(1, 5, Some(0)), true);
+        // A refresh, or the same pass handed out again, is the same pass.
+        p.pass_handed(6, 7, &pass(1, 5, Some(0)), false);
+        assert!(p.failed.is_empty());
+        p.pass_handed(7, 7, &pass(1, 7, Some(0)), true);
+        assert_eq!(p.failed.get("second-pass"), Some(&1));
+        // After the admission lapsed and a round let them out again, a new pass is theirs.
+        p.admitted_again(7);
+        p.pass_handed(8, 7, &pass(1, 8, Some(1)), true);
+        assert_eq!(p.failed.get("second-pass"), Some(&1));
+        p.pass_handed(9, 8, &pass(2, 9, None), true);
+        p.straight_through(9);
+        p.pass_handed(9, 9, &pass(3, 9, None), true);
+        let cutoff = |join_time| Cutoff {
+            join_time,
+            id: TicketId(u64::MAX),
+            node: NodeId(u64::MAX),
+        };
+        p.recorded(0, cutoff(100));
+        p.recorded(1, cutoff(50));
+        p.finish(10);
+        assert_eq!(p.failed.get("pass-without-round"), Some(&1));
+        // Round 1's cutoff is below the key; round 0's covers it; no record of round 2.
+        assert_eq!(p.failed.get("pass-not-covered"), Some(&1));
+        assert_eq!(p.failed.get("round-unrecorded"), None);
+    }
+
+    #[test]
+    fn an_older_larger_target_bounds_admissions_only_for_the_window() {
+        let mut p = Promises::new(10, 1_000);
+        p.target_changed(5_000, 4);
+        assert_eq!(p.bound(4_000, 0), 10);
+        assert_eq!(p.bound(5_500, 0), 10);
+        assert_eq!(p.bound(6_001, 0), 4);
+        assert_eq!(p.bound(6_001, 2_000), 10);
+        p.place_taken(5_500, 10);
+        assert!(p.failed.is_empty());
+        p.place_taken(6_500, 5);
+        assert_eq!(p.failed.get("over-target"), Some(&1));
+        p.target_changed(7_000, Settings::UNLIMITED);
+        p.place_taken(7_000, 500);
+        assert_eq!(p.failed.get("over-target"), Some(&1));
+    }
+}

@@ -1,0 +1,238 @@
+//! The disturbances beyond crashes, additions and partitions: a node frozen (SIGSTOP), the
+//! whole cluster restarted, a clock stepped, a node leaving cleanly; and the operator's actions
+//! on the running cluster (`--operator`). The swarm draws them; `--script` and `--operator`
+//! name them.
+
+use rand::RngExt;
+use waitingroom_core::{NodeId, Pass, Settings, TicketId, Time};
+use waitingroom_distributed::{Mode, QueueingMethod, ScheduledEvent, SettingsPatch};
+
+use super::nodes::addr;
+use super::{Action, QpidRoom, bump};
+use crate::config::OperatorAction;
+use crate::room::Ctx;
+use crate::scheduler::Ev;
+
+/// How long a bypass pass minted by the simulated operator lives.
+const BYPASS_MS: Time = 600_000;
+
+/// How long a node that leaves cleanly keeps running to say goodbye.
+const GOODBYE_MS: Time = 1_000;
+
+impl QpidRoom {
+    /// Plans `action` at `at`.
+    pub(super) fn plan_at(&mut self, ctx: &mut Ctx, at: Time, action: Action) {
+        self.plan.push(action);
+        ctx.sched.at(at, Ev::Disturb(self.plan.len() as u32 - 1));
+    }
+
+    /// A random live node, if more than `keep` run.
+    fn victim(&mut self, keep: usize) -> Option<usize> {
+        let alive = self.nodes.alive_slots();
+        if alive.len() <= keep {
+            bump(&mut self.tallies.protocol_events, "disturbance-skipped");
+            return None;
+        }
+        Some(alive[self.rng.random_range(0..alive.len())])
+    }
+
+    /// A random live node stops running for `freeze_ms`.
+    pub(super) fn freeze(&mut self, ctx: &mut Ctx) {
+        let Some(slot) = self.victim(0) else {
+            return;
+        };
+        let until = ctx.now + self.cfg.faults.freeze_ms;
+        self.nodes.slots[slot].frozen_until = until;
+        self.nodes.freezes += 1;
+        ctx.trace.note(ctx.now, "freeze", &[slot as u64 + 1, until]);
+    }
+
+    /// Every node stops; all come back `restart_delay_ms` later.
+    pub(super) fn restart_all(&mut self, ctx: &mut Ctx) {
+        let alive = self.nodes.alive_slots();
+        for &slot in &alive {
+            self.crash(ctx, slot);
+        }
+        let at = ctx.now + self.cfg.faults.restart_delay_ms;
+        if let Some(&first) = alive.first() {
+            self.plan_at(ctx, at, Action::ReviveAll(first, true));
+            for &slot in &alive[1..] {
+                self.plan_at(ctx, at, Action::ReviveAll(slot, false));
+            }
+        }
+    }
+
+    /// The node in `slot` comes back; `first` starts a new cluster, else it joins the serving
+    /// nodes (or, when none serve yet, the lowest slot, which started one).
+    pub(super) fn revive(&mut self, ctx: &mut Ctx, slot: usize, first: bool) {
+        if self.nodes.slots[slot].node.is_some() {
+            return;
+        }
+        if first {
+            self.spawn(ctx, slot, None);
+            return;
+        }
+        let seeds = self.seeds_for(slot);
+        self.spawn(ctx, slot, Some(seeds));
+    }
+
+    /// Whom a node starting in `slot` asks to join: the serving nodes; when none serves (the
+    /// whole cluster is restarting), every other node's address, as a static seed list would
+    /// name them, so that it joins the cluster they start rather than one of its own.
+    pub(super) fn seeds_for(&self, slot: usize) -> Vec<String> {
+        let seeds = self.nodes.serving_addrs(slot);
+        if !seeds.is_empty() {
+            return seeds;
+        }
+        (0..self.nodes.slots.len())
+            .filter(|&s| s != slot)
+            .map(addr)
+            .collect()
+    }
+
+    /// A random live node's clock steps by up to `clock_step_ms` either way.
+    pub(super) fn clock_step(&mut self, ctx: &mut Ctx) {
+        let Some(slot) = self.victim(0) else {
+            return;
+        };
+        let bound = i64::try_from(self.cfg.faults.clock_step_ms).unwrap_or(i64::MAX);
+        let step = self.rng.random_range(-bound..=bound);
+        let s = &mut self.nodes.slots[slot];
+        s.skew = s.skew.saturating_add(step);
+        ctx.trace
+            .note(ctx.now, "clock-step", &[slot as u64 + 1, step as u64]);
+    }
+
+    /// A random live node leaves the cluster cleanly, and stops a moment later.
+    pub(super) fn remove(&mut self, ctx: &mut Ctx) {
+        let Some(slot) = self.victim(1) else {
+            return;
+        };
+        let clock = self.nodes.clock(slot, ctx.now);
+        self.nodes.node(slot).shutdown(clock);
+        let process = self.nodes.slots[slot].process;
+        // It serves nobody from now on: its visitors are re-queued elsewhere under the
+        // admissions it made, as after a crash (a readmission, not a double one).
+        self.nodes.alive[process as usize] = false;
+        ctx.trace.note(ctx.now, "remove", &[slot as u64 + 1]);
+        self.drain(ctx, slot);
+        self.plan_at(ctx, ctx.now + GOODBYE_MS, Action::Stop(slot, process));
+    }
+
+    /// The operator's action `i` (`--operator`), made at a random serving node.
+    pub(super) fn operate(&mut self, ctx: &mut Ctx, i: usize) {
+        let Some(op) = self.cfg.operator.operator.get(i).map(|o| o.what) else {
+            return;
+        };
+        let serving: Vec<usize> = (self.nodes.serving().iter())
+            .map(|&s| s as usize)
+            .filter(|&s| !self.nodes.frozen(s, ctx.now))
+            .collect();
+        if serving.is_empty() {
+            bump(&mut self.tallies.protocol_events, "operator-skipped");
+            return;
+        }
+        let slot = serving[self.rng.random_range(0..serving.len())];
+        let clock = self.nodes.clock(slot, ctx.now);
+        let seed: [u8; 32] = self.rng.random();
+        let mut patch = SettingsPatch::default();
+        match op {
+            OperatorAction::Target(n) => patch.target_on_site = Some(n),
+            OperatorAction::Rate(r) => patch.new_users_per_minute = Some(r),
+            OperatorAction::Mode(m) => patch.mode = Some(m),
+            OperatorAction::Lottery(on) => {
+                patch.queueing_method = Some(if on {
+                    QueueingMethod::Random
+                } else {
+                    QueueingMethod::Fifo
+                })
+            }
+            OperatorAction::Event {
+                prequeue_ms,
+                duration_ms,
+                shuffle,
+            } => {
+                let node = self.nodes.node(slot);
+                let now = node.reference_time(clock);
+                let event = ScheduledEvent {
+                    name: format!("e{i}"),
+                    prequeue_start_ms: now,
+                    start_ms: now + prequeue_ms,
+                    end_ms: now + prequeue_ms + duration_ms,
+                    shuffle_at_start: shuffle,
+                    settings: Default::default(),
+                    seed: None,
+                };
+                let r = node.add_event(clock, event, seed);
+                self.operated(ctx, slot, r.err().map(|e| e.to_string()));
+                return;
+            }
+            OperatorAction::Bypass => {
+                self.bypass(ctx, slot, seed);
+                return;
+            }
+        }
+        let r = self.nodes.node(slot).change_settings(clock, &patch, seed);
+        if r.is_ok() {
+            self.follow_target(ctx, op);
+        }
+        self.operated(ctx, slot, r.err().map(|e| e.to_string()));
+    }
+
+    /// Tells the promises' checks which target bounds admissions after `op`.
+    fn follow_target(&mut self, ctx: &mut Ctx, op: OperatorAction) {
+        let bound = match op {
+            OperatorAction::Target(n) => {
+                self.target = n;
+                (!self.passthrough).then_some(n)
+            }
+            OperatorAction::Mode(m) => {
+                let was = std::mem::replace(&mut self.passthrough, m == Mode::Passthrough);
+                match (was, self.passthrough) {
+                    (false, true) => Some(Settings::UNLIMITED),
+                    (true, false) => Some(self.target),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let (Some(bound), Some(p)) = (bound, ctx.promises.as_mut()) {
+            p.target_changed(ctx.now, bound);
+        }
+    }
+
+    fn operated(&mut self, ctx: &mut Ctx, slot: usize, refused: Option<String>) {
+        ctx.trace.note(ctx.now, "operator", &[slot as u64 + 1]);
+        if let Some(e) = refused {
+            bump(
+                &mut self.tallies.protocol_events,
+                &format!("operator-refused: {e}"),
+            );
+        }
+        self.drain(ctx, slot);
+    }
+
+    /// Mints a bypass pass and gives it back at the node in `slot`: every node must refuse it
+    /// once the rounds have carried the release.
+    fn bypass(&mut self, ctx: &mut Ctx, slot: usize, seed: [u8; 32]) {
+        let clock = self.nodes.clock(slot, ctx.now);
+        let id = u64::from_le_bytes(seed[..8].try_into().expect("8 bytes"));
+        let pass = Pass {
+            id: TicketId(id),
+            node: NodeId(0),
+            queue_join_time: clock,
+            created_at: clock,
+            issued_at: clock,
+            expires_at: clock + BYPASS_MS,
+            eviction_time: clock,
+            round: None,
+            draw: None,
+        };
+        let r = self.nodes.node(slot).release_pass(clock, &pass);
+        self.operated(ctx, slot, r.err().map(|e| e.to_string()));
+        self.released.push(pass.id);
+        let at = ctx.now + self.release_grace();
+        let i = self.released.len() - 1;
+        self.plan_at(ctx, at, Action::CheckReleased(i));
+    }
+}

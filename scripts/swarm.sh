@@ -11,18 +11,20 @@
 #   peercut  only the peer traffic dropped for 2-12 s (the balancer still reaches it);
 #   clock    restarted with its clock stepped by 0.5-3 s either way (libfaketime), kept so.
 # At most --max-down nodes are disturbed at once. Then the cluster heals (every node running,
-# unfrozen, linked, on the true clock) and the visitors still in line get --heal-s seconds.
+# unfrozen, linked, on the true clock) and the visitors still in line get up to --heal-s
+# seconds more (the run ends as soon as every visitor is done).
 # Checks:
 #   - the most passes valid at once at the origin is at most the target;
-#   - no visitor lost (kept checking in and never let in by the end);
+#   - no visitor lost (kept checking in and never let in by the end), and no place lost (a
+#     ticket refused while its visitor kept checking in: it joins again, at the back);
 #   - no double pass (one admission, two different passes: at the origin, or handed to one
 #     visitor);
 #   - `waitingroom-node audit` over the round records and every pass handed out: no violation.
 # Prints the seed, the schedule, what happened and the verdict; --json prints one JSON object
 # instead. Exits non-zero on any violation.
 #
-#   scripts/swarm.sh [--duration 180] [--seed N] [--nodes 4] [--max-down 2] [--users 500]
-#                    [--target 20] [--heal-s 60] [--json] [--keep DIR]
+#   scripts/swarm.sh [--duration 180] [--seed N] [--nodes 4] [--max-down 2] [--users D*5/3]
+#                    [--target 20] [--heal-s 120] [--json] [--keep DIR]
 #
 # Link cuts use iptables (filter table, a chain of this run's own jumped to from OUTPUT) and a
 # cgroup v2 group per node to tell the nodes' packets apart on 127.0.0.1: they need root; without
@@ -35,7 +37,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
 
-DURATION=180 SEED="" NODES=4 MAX_DOWN=2 USERS=500 TARGET=20 HEAL_S=60 JSON=0 KEEP=""
+DURATION=180 SEED="" NODES=4 MAX_DOWN=2 USERS="" TARGET=20 HEAL_S=120 JSON=0 KEEP=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --duration) DURATION="$2"; shift 2 ;;
@@ -51,6 +53,9 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ -n "$SEED" ]] || SEED=$((RANDOM * 32768 + RANDOM))
+# Visitors: 100 a minute of disturbances unless told (arriving well below what the target and
+# the pass expiry let in: 4 a second).
+[[ -n "$USERS" ]] || USERS=$((DURATION * 5 / 3))
 for n in "$DURATION" "$SEED" "$NODES" "$MAX_DOWN" "$USERS" "$TARGET" "$HEAL_S"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "swarm.sh: numbers only ($n)" >&2; exit 2; }
 done
@@ -145,7 +150,7 @@ start_node() {
     args=(run --listen "127.0.0.1:$(pub "$i")" --internal-listen "127.0.0.1:$(int "$i")"
         --key-file "$STATE/key.pem" --admin-token-file "$STATE/admin-token"
         --client-ip-header x-forwarded-for --target-on-site "$TARGET"
-        --refresh-interval-ms 1000 --ticket-expiry-ms 8000 --pass-expiry-ms 5000
+        --refresh-interval-ms 1000 --ticket-expiry-ms 15000 --pass-expiry-ms 5000
         --eviction-interval-ms 500 --probe-interval-ms 300 --probe-timeout-ms 150
         --forward-timeout-ms 500 --shutdown-grace-ms 500 --join-rate-limit 0
         --rounds-log "$STATE/rounds-$i.jsonl" --voters-file "$STATE/voters-$i.json"
@@ -229,7 +234,7 @@ draw_schedule() {
         kind="${KINDS[RANDOM % ${#KINDS[@]}]}"
         node="${cands[RANDOM % ${#cands[@]}]}"
         case "$kind" in
-        kill) len=$((1000 + RANDOM % 7001)); ACTIONS+=("$t kill $node -" "$((t + len)) start $node 0") ;;
+        kill) len=$((1000 + RANDOM % 7001)); ACTIONS+=("$t kill $node -" "$((t + len)) start $node -") ;;
         stop) len=$((1000 + RANDOM % 11001)); ACTIONS+=("$t stop $node -" "$((t + len)) cont $node -") ;;
         restart) len=0; ACTIONS+=("$t restart $node 0") ;;
         cut | peercut) len=$((2000 + RANDOM % 10001)); ACTIONS+=("$t $kind $node -" "$((t + len)) un$kind $node -") ;;
@@ -308,7 +313,7 @@ T0=$(date +%s%N)
 "$BIN" load --url "http://127.0.0.1:$FRONT_PORT" --users "$USERS" --concurrency "$USERS" \
     --ramp-up-ms $((DURATION * 800)) --max-seconds $((DURATION + HEAL_S)) --progress-s 0 \
     --request-timeout-ms 5000 --origin "http://127.0.0.1:$ORIGIN_PORT" \
-    --node-url "$(IFS=,; echo "${node_urls[*]}")" --banked 0.1 --bank-ms 20000 \
+    --node-url "$(IFS=,; echo "${node_urls[*]}")" --banked 0.1 --bank-ms 25000 \
     --refresh-elsewhere 0.1 --replay-leave 0.1 --abandon 0.05 --come-back 0.1 --away-ms 15000 \
     --save-passes "$STATE/passes.txt" --json >"$STATE/load.json" 2>"$STATE/load.log" &
 LOAD_PID=$!
@@ -331,7 +336,12 @@ LOAD_PID=""
 views=()
 for ((i = 1; i <= NODES; i++)); do
     wait_http "http://127.0.0.1:$(pub "$i")/readyz" 20 || true
-    ready="$(curl -sS -m 2 "http://127.0.0.1:$(pub "$i")/readyz" 2>/dev/null | jq -r '.code // "ready"' 2>/dev/null || echo down)"
+    code="$(curl -sS -m 2 -o "$STATE/readyz" -w '%{http_code}' "http://127.0.0.1:$(pub "$i")/readyz" 2>/dev/null || true)"
+    case "$code" in
+    200) ready=ready ;;
+    000 | "") ready=down ;;
+    *) ready="$(jq -r '.code // "not ready"' "$STATE/readyz" 2>/dev/null || echo "not ready")" ;;
+    esac
     view="$(curl -fsS -m 2 "http://127.0.0.1:$(int "$i")/api/cluster" 2>/dev/null |
         jq -c --arg ready "$ready" '{ready: $ready, members: (.members | length), paused: (.paused // null), on_site}' 2>/dev/null ||
         echo "{\"ready\": \"$ready\"}")"
@@ -369,6 +379,7 @@ summary="$(jq -n --argjson seed "$SEED" --argjson duration "$DURATION" --argjson
     | .violations = ([
         (if .most_valid_at_once == null then "no origin figures" elif .most_valid_at_once > .target then "over the target: \(.most_valid_at_once) passes valid at once, target \(.target)" else empty end),
         (if .lost == null then "no load report (status \($load_status))" elif .lost > 0 then "\(.lost) visitors lost" else empty end),
+        (if (.rejoined // 0) > 0 then "\(.rejoined) places lost (tickets refused while their visitors kept checking in)" else empty end),
         (if (.double_passes_origin // 0) + (.double_passes_load // 0) > 0 then "double passes: \(.double_passes_origin) at the origin, \(.double_passes_load) handed to one visitor" else empty end),
         (if $audit_status != 0 then "audit: \(.audit_violations // "failed") violations (exit \($audit_status))" else empty end)
       ])

@@ -355,13 +355,15 @@ audit_status=0
 timeout 120 "$BIN" audit --url "http://127.0.0.1:$FRONT_PORT" --passes "$STATE/passes.txt" --json \
     >"$STATE/audit.json" 2>"$STATE/audit.log" || audit_status=$?
 [[ -s "$STATE/audit.json" ]] || echo '{}' >"$STATE/audit.json"
+grep -h "two different passes" "$STATE/load.log" 2>/dev/null | head -5 | jq -R . | jq -s . >"$STATE/doubles.json" || echo '[]' >"$STATE/doubles.json"
 counts="$(for k in kill stop restart cut peercut clock; do echo "$k ${COUNT[$k]:-0}"; done |
     jq -Rn '[inputs | split(" ") | {(.[0]): (.[1] | tonumber)}] | add')"
 summary="$(jq -n --argjson seed "$SEED" --argjson duration "$DURATION" --argjson target "$TARGET" \
     --argjson wall "$(($(elapsed_ms) / 1000))" --argjson cuts "$CUTS" --argjson counts "$counts" \
     --argjson load_status "$load_status" --argjson audit_status "$audit_status" \
     --slurpfile load "$STATE/load.json" --slurpfile origin "$STATE/origin.json" \
-    --slurpfile audit "$STATE/audit.json" --slurpfile views "$STATE/views.json" '
+    --slurpfile audit "$STATE/audit.json" --slurpfile views "$STATE/views.json" \
+    --slurpfile handed "$STATE/doubles.json" '
     ($load[0]) as $l | ($origin[0]) as $o | ($audit[0]) as $a |
     {seed: $seed, duration_s: $duration, wall_s: $wall, target: $target, link_cuts: ($cuts == 1),
      disturbances: $counts,
@@ -375,7 +377,7 @@ summary="$(jq -n --argjson seed "$SEED" --argjson duration "$DURATION" --argjson
      audit_rounds: ($a.rounds // null), audit_passes: ($a.passes // null),
      passes_without_round: ($a.passes_without_round // null),
      audit_findings: (($a.findings // []) | .[:10]), doubles: (($o.doubles // []) | .[:5]),
-     nodes_after: $views[0]}
+     handed_twice: $handed[0], nodes_after: $views[0]}
     | .violations = ([
         (if .most_valid_at_once == null then "no origin figures" elif .most_valid_at_once > .target then "over the target: \(.most_valid_at_once) passes valid at once, target \(.target)" else empty end),
         (if .lost == null then "no load report (status \($load_status))" elif .lost > 0 then "\(.lost) visitors lost" else empty end),
@@ -393,7 +395,8 @@ else
         "swarm: errors \(.errors) \(.error_reasons | tostring)",
         "swarm: after healing: \(.nodes_after | to_entries | map("node \(.key + 1) \(.value.ready), \(.value.members // "?") members\(if .value.paused then ", paused \(.value.paused | tostring)" else "" end)") | join("; "))",
         (.audit_findings[] | "swarm: audit finding: \(.)"),
-        (.doubles[] | "swarm: double pass: \(. | tostring)"),
+        (.doubles[] | "swarm: double pass at the origin: \(. | tostring)"),
+        (.handed_twice[] | "swarm: \(.)"),
         (if .ok then "swarm: PASS" else (.violations[] | "swarm: VIOLATION: \(.)"), "swarm: FAIL (replay with --seed \(.seed))" end)' <<<"$summary"
 fi
 jq -e .ok <<<"$summary" >/dev/null

@@ -16,6 +16,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 
+use super::roles::Role;
 use super::shared::{Endpoint, Reply, Shared, inc};
 
 /// Rounds of refreshes a refresh-elsewhere visitor makes over every node.
@@ -35,13 +36,23 @@ fn pass_claims(token: &str) -> Option<PassClaims> {
 }
 
 /// The passes one visitor was handed (one, unless the room broke its promise).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Passes {
+    /// The visitor's role, to say which visitors were handed two.
+    role: Role,
     seen: Vec<PassClaims>,
     double: bool,
 }
 
 impl Passes {
+    pub(super) fn new(role: Role) -> Self {
+        Passes {
+            role,
+            seen: Vec::new(),
+            double: false,
+        }
+    }
+
     /// Takes note of a pass handed to the visitor: counted for the run (its validity, and the
     /// token for `--save-passes`) when it is a new pass rather than a refresh of one it holds,
     /// a double pass when it holds another already; then shown to the origin.
@@ -56,9 +67,16 @@ impl Passes {
                     || p.expires_at == c.expires_at)
         };
         if !self.seen.iter().any(same) {
-            if !self.seen.is_empty() && !self.double {
-                self.double = true;
-                inc(&s.counters.double_passes);
+            if let Some(first) = self.seen.first() {
+                if !self.double {
+                    self.double = true;
+                    inc(&s.counters.double_passes);
+                }
+                // Rare, and what a swarm run is after: which visitor, which passes.
+                eprintln!(
+                    "load: a {:?} visitor was handed two different passes: created at {} (valid until {}) and at {} (valid until {})",
+                    self.role, first.created_at, first.expires_at, c.created_at, c.expires_at
+                );
             }
             self.seen.push(c);
             s.handed(c.created_at, c.expires_at, token);

@@ -129,6 +129,7 @@ fn body(ticket: &str) -> String {
 /// One visitor, start to end.
 pub(super) async fn visitor(s: Arc<Shared>) {
     inc(&s.counters.active);
+    let role = s.mix.draw();
     let mut visit = Visit {
         s: &s,
         key: (0, 0),
@@ -137,13 +138,13 @@ pub(super) async fn visitor(s: Arc<Shared>) {
         later: 0,
         failed: 0,
         affinity: Affinity::default(),
-        role: s.mix.draw(),
+        role,
         joined: false,
         checkins: 0,
         checkins_before: Mix::checkins_before(),
         away: false,
         banked_until: None,
-        passes: Passes::default(),
+        passes: Passes::new(role),
     };
     let mut status = Status::Joining;
     let outcome = loop {

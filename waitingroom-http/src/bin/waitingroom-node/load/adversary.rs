@@ -83,6 +83,19 @@ impl Passes {
         }
         show_to_origin(s, token).await;
     }
+
+    /// Takes note of the pass in an answer, if it has one; false when the run is over.
+    async fn answered(&mut self, s: &Shared, reply: Option<Reply>) -> bool {
+        let Some(reply) = reply else {
+            return false;
+        };
+        if let Reply::Ok(b) = reply
+            && let Ok(p) = serde_json::from_slice::<PassOnly>(&b)
+        {
+            self.handed(s, &p.pass).await;
+        }
+        true
+    }
 }
 
 /// Shows `token` to the origin (with `--origin`): let through, or sent to the room.
@@ -105,18 +118,13 @@ async fn show_to_origin(s: &Shared, token: &str) {
 pub(super) async fn refresh_elsewhere(s: &Shared, first: &str, passes: &mut Passes) {
     let body = format!("{{\"pass\":\"{first}\"}}");
     for k in 0..REFRESH_ROUNDS * s.nodes() {
-        let Some(reply) = s
+        let reply = s
             .request_node(k, Endpoint::Refresh, (Some(&body), None))
-            .await
-        else {
-            return;
-        };
-        if let Reply::Ok(b) = reply
-            && let Ok(p) = serde_json::from_slice::<PassOnly>(&b)
-        {
-            passes.handed(s, &p.pass).await;
-        }
+            .await;
         // Refusals (rate limits, a pass counted elsewhere) are what the room should do.
+        if !passes.answered(s, reply).await {
+            return;
+        }
     }
 }
 
@@ -133,16 +141,11 @@ pub(super) async fn replay_leave(s: &Shared, ticket: &str, key: &str, passes: &m
     for k in [key, other.as_str()] {
         let header = Some((waitingroom_http::wire::IDEMPOTENCY_HEADER, k));
         let mut affinity = super::affinity::Affinity::default();
-        let Some(reply) = s
+        let reply = s
             .request(Endpoint::Leave, (Some(&body), header), &mut affinity)
-            .await
-        else {
+            .await;
+        if !passes.answered(s, reply).await {
             return;
-        };
-        if let Reply::Ok(b) = reply
-            && let Ok(p) = serde_json::from_slice::<PassOnly>(&b)
-        {
-            passes.handed(s, &p.pass).await;
         }
     }
 }

@@ -387,7 +387,7 @@ summary="$(jq -n --argjson seed "$SEED" --argjson duration "$DURATION" --argjson
       ])
     | .ok = (.violations | length == 0)')"
 if ((JSON)); then
-    echo "$summary"
+    jq -c . <<<"$summary"
 else
     jq -r '"swarm: seed \(.seed): \(.wall_s) s wall, disturbances \(.disturbances | to_entries | map("\(.key) \(.value)") | join(", "))\(if .link_cuts then "" else " (no link cuts)" end)",
         "swarm: most passes valid at once at the origin \(.most_valid_at_once) (target \(.target); the load generator counts \(.load_max_on_site)); \(.admitted)/\(.visitors) let in, lost \(.lost), abandoned \(.abandoned), tickets refused while checking in \(.rejoined)",

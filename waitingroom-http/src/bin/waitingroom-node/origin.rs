@@ -2,16 +2,20 @@
 //!
 //! Its pages sit behind the [`waitingroom_http::gate`] layer, which checks the pass offline with
 //! the cluster's public keys and sends visitors without a valid one to the waiting room; a page
-//! only ever sees visitors who came through, and shows them their pass.
+//! only ever sees visitors who came through, and shows them their pass. It counts the passes it
+//! let through (`tally.rs`): how many were valid at once, and admissions that came with two
+//! different passes, at `GET /_origin/passes` (open, like `/healthz`).
+
+mod tally;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::extract::Extension;
 use axum::http::{HeaderValue, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::get;
 use axum::{Router, middleware};
 use clap::Args;
@@ -75,13 +79,30 @@ pub async fn run(args: OriginArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The origin's routes: `/healthz` open, every other page behind `gate`.
+/// The passes the gate let through, shared by the pages and the figures.
+type Shared = Arc<Mutex<tally::Tally>>;
+
+/// The origin's routes: `/healthz` and the pass figures open, every other page behind `gate`.
 fn router(gate: &Arc<Gate>) -> Router {
+    let shared = Shared::default();
     let shop = Router::new().fallback(get(page)).layer(gate.layer());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/_origin/passes", get(figures))
         .merge(shop)
+        .layer(Extension(shared))
         .layer(middleware::map_response(no_store))
+}
+
+/// `GET /_origin/passes`: the tally's figures now.
+async fn figures(Extension(tally): Extension<Shared>) -> Json<tally::Figures> {
+    let now = now_ms();
+    Json(
+        tally
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .figures(now),
+    )
 }
 
 /// Pages and redirects depend on the visitor's pass: never cached.
@@ -91,8 +112,12 @@ async fn no_store(mut resp: Response) -> Response {
     resp
 }
 
-async fn page(Extension(pass): Extension<Pass>) -> Response {
+async fn page(Extension(pass): Extension<Pass>, Extension(tally): Extension<Shared>) -> Response {
     let now = now_ms();
+    tally
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .seen(&pass, now);
     let left = pass.expires_at.saturating_sub(now) / 1000;
     let waited = pass.eviction_time.saturating_sub(pass.queue_join_time) / 1000;
     let html = format!(

@@ -51,4 +51,43 @@ pub struct LoadArgs {
     /// its own.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: u16,
+    /// Also show every pass to this origin (`waitingroom-node origin`: `GET /` with the pass
+    /// as a bearer token), which counts the passes valid at once as the site sees them.
+    #[arg(long, value_name = "URL")]
+    pub(super) origin: Option<String>,
+    #[command(flatten)]
+    pub(super) adversaries: Adversaries,
+}
+
+/// Visitors who play the rules, each a fraction of all visitors (drawn per visitor; the
+/// fractions add up to at most 1, the rest are honest). See `adversary.rs`.
+#[derive(Debug, Args)]
+pub(super) struct Adversaries {
+    /// Admitted visitors who keep checking in with the admitted ticket for `--bank-ms` before
+    /// they leave.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub(super) banked: f64,
+    /// How long a banked visitor keeps checking in after its admission, ms.
+    #[arg(long, default_value_t = 25_000, value_name = "MS")]
+    pub(super) bank_ms: u64,
+    /// Visitors who refresh their first pass, again and again, at every node of `--node-url`.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub(super) refresh_elsewhere: f64,
+    /// The nodes' own public base URLs (not the balancer's), for `--refresh-elsewhere`.
+    #[arg(long, value_delimiter = ',', value_name = "URL")]
+    pub(super) node_url: Vec<String>,
+    /// Visitors who leave twice with their ticket: once with the same Idempotency-Key, once
+    /// with a new one.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub(super) replay_leave: f64,
+    /// Visitors who stop checking in after a few check-ins and never come back (not lost).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub(super) abandon: f64,
+    /// Visitors who go away after a few check-ins for up to `--away-ms` and then come back
+    /// with the ticket they had (joining again, as the page does, when it expired meanwhile).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub(super) come_back: f64,
+    /// The longest a `--come-back` visitor stays away, ms.
+    #[arg(long, default_value_t = 20_000, value_name = "MS")]
+    pub(super) away_ms: u64,
 }

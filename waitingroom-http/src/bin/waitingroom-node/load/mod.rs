@@ -45,13 +45,27 @@
 //! - `kendall_tau_thesis`: the thesis' figure, (join ms, client-seen admission ms) with a tie
 //!   in either counted as a disagreement.
 //!
+//! - with visitors who play the rules (`--banked`, `--refresh-elsewhere`, `--replay-leave`,
+//!   `--abandon`, `--come-back`: `roles.rs`) or `--origin`: `double_passes` (visitors
+//!   handed two different passes for one admission), `origin_accepted`/`origin_refused` (passes
+//!   the origin's gate let through or sent to the room), `abandoned` (not lost), `came_back`;
+//!   and for every run `rejoined`: visitors whose ticket was refused (401) while they kept
+//!   checking in, who joined again as the waiting page does.
+//!
+//! Every request that fails is asked again after a back-off, as the waiting page does: from
+//! the `Retry-After` of a 503 or 429, else from 200 ms; doubled each time up to 5 s, with up to
+//! a quarter more at random; within half of what is left of the ticket's life, but never less
+//! than 200 ms.
+//!
 //! Bounded: `--max-seconds` of wall time and `--max-requests` requests in total; when either
 //! is reached every visitor stops and the unadmitted ones count as lost.
 
+mod adversary;
 mod affinity;
 mod args;
 mod client;
 mod report;
+mod roles;
 mod shared;
 mod visit;
 

@@ -33,6 +33,12 @@ pub(super) struct Report {
     readmissions: u64,
     pass_lost: u64,
     retried_later: u64,
+    rejoined: u64,
+    abandoned: u64,
+    came_back: u64,
+    double_passes: u64,
+    origin_accepted: u64,
+    origin_refused: u64,
     max_on_site: u64,
     verified: u64,
     verify_expired: u64,
@@ -71,12 +77,18 @@ pub(super) fn report(args: &LoadArgs, s: &Shared, elapsed_s: f64) -> Report {
         joined,
         not_joined: get(&c.not_joined),
         admitted,
-        lost: joined.saturating_sub(admitted),
+        lost: joined.saturating_sub(admitted + get(&c.abandoned)),
         errors,
         leave_failed: get(&c.leave_failed),
         readmissions: get(&c.readmissions),
         pass_lost: get(&c.pass_lost),
         retried_later: get(&c.retried_later),
+        rejoined: get(&c.rejoined),
+        abandoned: get(&c.abandoned),
+        came_back: get(&c.came_back),
+        double_passes: get(&c.double_passes),
+        origin_accepted: get(&c.origin_accepted),
+        origin_refused: get(&c.origin_refused),
         max_on_site: max_on_site(&take(&s.passes)),
         verified: get(&c.verified),
         verify_expired: get(&c.verify_expired),
@@ -133,6 +145,9 @@ fn endpoint_reports(s: &Shared) -> (BTreeMap<&'static str, EndpointReport>, Vec<
     for ep in Endpoint::ALL {
         let st = &s.stats[ep as usize];
         let mut l = take(&st.latencies_us);
+        if l.is_empty() && ep.optional() {
+            continue;
+        }
         l.sort_unstable();
         let e = get(&st.errors);
         errors += e;
@@ -216,6 +231,18 @@ pub(super) fn print_text(r: &Report) {
         println!(
             "leaves answered not_admitted after an admission (visitor checked in again): {}",
             r.readmissions
+        );
+    }
+    if r.rejoined + r.abandoned + r.came_back + r.double_passes > 0 {
+        println!(
+            "tickets refused while checking in (joined again) {}; abandoned {}; came back {}; handed two different passes {}",
+            r.rejoined, r.abandoned, r.came_back, r.double_passes
+        );
+    }
+    if r.origin_accepted + r.origin_refused > 0 {
+        println!(
+            "origin: {} passes let through, {} sent to the room",
+            r.origin_accepted, r.origin_refused
         );
     }
     for (name, e) in &r.endpoints {

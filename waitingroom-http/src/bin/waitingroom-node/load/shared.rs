@@ -16,6 +16,7 @@ use waitingroom_http::clock::now_ms;
 use super::affinity::Affinity;
 use super::args::LoadArgs;
 use super::client::{Answer, Client};
+use super::roles::Mix;
 use crate::latency::micros_since;
 
 /// The requests a visitor makes.
@@ -25,16 +26,27 @@ pub(super) enum Endpoint {
     Checkin,
     Leave,
     Verify,
+    /// `POST /api/pass/refresh` at a node's own address (adversaries only).
+    Refresh,
+    /// `GET /` at the origin, with the pass (with `--origin`).
+    Origin,
 }
 
 impl Endpoint {
     /// Every endpoint, in report order.
-    pub(super) const ALL: [Endpoint; 4] = [
+    pub(super) const ALL: [Endpoint; 6] = [
         Endpoint::Join,
         Endpoint::Checkin,
         Endpoint::Leave,
         Endpoint::Verify,
+        Endpoint::Refresh,
+        Endpoint::Origin,
     ];
+
+    /// Whether a run makes these requests only when asked to (they are reported when made).
+    pub(super) fn optional(self) -> bool {
+        matches!(self, Endpoint::Refresh | Endpoint::Origin)
+    }
 
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -42,6 +54,8 @@ impl Endpoint {
             Endpoint::Checkin => "checkin",
             Endpoint::Leave => "leave",
             Endpoint::Verify => "verify",
+            Endpoint::Refresh => "refresh",
+            Endpoint::Origin => "origin",
         }
     }
 
@@ -52,6 +66,8 @@ impl Endpoint {
             Endpoint::Checkin => (Method::POST, "/api/checkin"),
             Endpoint::Leave => (Method::POST, "/api/leave"),
             Endpoint::Verify => (Method::GET, "/api/pass/verify"),
+            Endpoint::Refresh => (Method::POST, "/api/pass/refresh"),
+            Endpoint::Origin => (Method::GET, "/"),
         }
     }
 }
@@ -97,6 +113,18 @@ pub(super) struct Counters {
     /// Requests answered "retry later" (503 with one of the [`RETRY_LATER`] codes) and asked
     /// again after a back-off: not errors.
     pub(super) retried_later: AtomicU64,
+    /// Visitors whose ticket was refused (401) at a check-in and who joined again, as the
+    /// waiting page does: their place was lost while they kept checking in.
+    pub(super) rejoined: AtomicU64,
+    /// Visitors who gave up before they were let in (`--abandon`): not lost.
+    pub(super) abandoned: AtomicU64,
+    /// Visitors who went away and came back (`--come-back`).
+    pub(super) came_back: AtomicU64,
+    /// Visitors who were handed two different passes for their one admission.
+    pub(super) double_passes: AtomicU64,
+    /// Passes the origin let through, and passes it sent back to the room.
+    pub(super) origin_accepted: AtomicU64,
+    pub(super) origin_refused: AtomicU64,
 }
 
 /// Reads a counter.
@@ -117,14 +145,27 @@ pub(super) fn take<T: Default>(m: &Mutex<T>) -> T {
 /// What one request came back with.
 pub(super) enum Reply {
     Ok(axum::body::Bytes),
-    /// An error status with the error body's `code`.
-    Status(StatusCode, String),
+    /// An error status with the error body's `code`, and the `Retry-After` of a 503 or 429
+    /// (in ms) when it had one.
+    Status(StatusCode, String, Option<u64>),
     /// 503 with `Retry-After` and one of the [`RETRY_LATER`] codes: not an error, the room says
     /// "ask again in `after_ms`".
     Later {
         after_ms: u64,
     },
     Failed,
+}
+
+impl Reply {
+    /// How long to wait after the `n`-th failed request in a row (from 0) that came back with
+    /// this reply, as the waiting page does: from the `Retry-After` when there is one, else
+    /// from [`RETRY_MS`]; doubled each time, with jitter ([`later_wait_ms`]).
+    pub(super) fn backoff_ms(&self, n: u32) -> u64 {
+        match self {
+            Reply::Status(_, _, Some(after_ms)) => later_wait_ms(*after_ms, n),
+            _ => retry_wait_ms(n),
+        }
+    }
 }
 
 /// The 503 codes that mean "retry later, your place is kept": the node holding the visitor's
@@ -153,7 +194,7 @@ struct ErrorBody {
 }
 
 /// Back-off after a first failed request (no answer, or an error status).
-const RETRY_MS: u64 = 200;
+pub(super) const RETRY_MS: u64 = 200;
 
 /// How long to wait after the `n`-th failed request in a row (from 0): [`RETRY_MS`] doubled
 /// each time up to [`LATER_MAX_MS`], with up to a quarter more at random (a node that went away
@@ -179,16 +220,18 @@ fn read_reply(answer: Answer) -> Reply {
     let code = serde_json::from_slice::<ErrorBody>(&b)
         .map(|e| e.code)
         .unwrap_or_default();
-    match retry_after_s {
-        Some(s)
+    let busy = status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS;
+    let after_ms = retry_after_s
+        .filter(|_| busy)
+        .map(|s| s.saturating_mul(1000));
+    match after_ms {
+        Some(after_ms)
             if status == StatusCode::SERVICE_UNAVAILABLE
                 && RETRY_LATER.contains(&code.as_str()) =>
         {
-            Reply::Later {
-                after_ms: s.saturating_mul(1000),
-            }
+            Reply::Later { after_ms }
         }
-        _ => Reply::Status(status, code),
+        _ => Reply::Status(status, code, after_ms),
     }
 }
 /// Most attempts at a join, a leave or a pass check.
@@ -197,6 +240,10 @@ const ATTEMPTS: u32 = 10;
 /// Everything the visitors share.
 pub(super) struct Shared {
     client: Client,
+    /// How many of the client's base URLs are `--url`s (then come the `--node-url`s, then the
+    /// `--origin`).
+    fronts: usize,
+    nodes: usize,
     /// The balancer's affinity cookie, `--affinity-cookie`.
     affinity_cookie: String,
     next_url: AtomicU64,
@@ -205,7 +252,7 @@ pub(super) struct Shared {
     max_requests: u64,
     pub(super) requests: AtomicU64,
     stopped: AtomicBool,
-    pub(super) stats: [EndpointStats; 4],
+    pub(super) stats: [EndpointStats; 6],
     pub(super) counters: Counters,
     /// Failed requests by endpoint, status and error code.
     pub(super) error_reasons: Mutex<BTreeMap<String, u64>>,
@@ -215,6 +262,8 @@ pub(super) struct Shared {
     pub(super) pass_tokens: Option<Mutex<Vec<String>>>,
     /// In the order the clients saw "admitted" (pushed under the lock: that is the order).
     pub(super) admissions: Mutex<Vec<Admission>>,
+    /// The visitors who play the rules.
+    pub(super) mix: Mix,
 }
 
 impl Shared {
@@ -232,10 +281,20 @@ impl Shared {
         if urls.is_empty() {
             bail!("--url is required");
         }
-        let client = Client::new(&urls, Duration::from_millis(args.request_timeout_ms))?;
+        let fronts = urls.len();
+        let nodes = args.adversaries.node_url.len();
+        let all: Vec<String> = urls
+            .into_iter()
+            .chain(args.adversaries.node_url.iter().cloned())
+            .chain(args.origin.iter().cloned())
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .collect();
+        let client = Client::new(&all, Duration::from_millis(args.request_timeout_ms))?;
         let start = Instant::now();
         Ok(Shared {
             client,
+            fronts,
+            nodes,
             affinity_cookie: args.affinity_cookie.trim().to_owned(),
             next_url: AtomicU64::new(0),
             start,
@@ -249,12 +308,23 @@ impl Shared {
             passes: Mutex::new(Vec::new()),
             pass_tokens: args.save_passes.as_ref().map(|_| Mutex::new(Vec::new())),
             admissions: Mutex::new(Vec::with_capacity(args.users as usize)),
+            mix: Mix::new(&args.adversaries)?,
         })
     }
 
-    /// Which base URL the next request goes to: each in turn.
+    /// Which `--url` the next request goes to: each in turn.
     fn next_target(&self) -> usize {
-        self.next_url.fetch_add(1, Ordering::Relaxed) as usize % self.client.targets()
+        self.next_url.fetch_add(1, Ordering::Relaxed) as usize % self.fronts
+    }
+
+    /// How many `--node-url`s there are.
+    pub(super) fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Whether there is an `--origin` to show passes to.
+    pub(super) fn has_origin(&self) -> bool {
+        self.client.targets() > self.fronts + self.nodes
     }
 
     /// Whether the run is over (deadline or request budget reached; then for good).
@@ -271,10 +341,42 @@ impl Shared {
         false
     }
 
-    /// Sends one request with the visitor's affinity cookie (which keeps what the answer sets)
-    /// and records its latency; `None` when the budget is spent.
+    /// Sends one request to the `--url`s with the visitor's affinity cookie (which keeps what
+    /// the answer sets) and records its latency; `None` when the budget is spent.
     pub(super) async fn request(
         &self,
+        ep: Endpoint,
+        sent: (Option<&str>, Option<(&str, &str)>),
+        affinity: &mut Affinity,
+    ) -> Option<Reply> {
+        self.request_to(self.next_target(), ep, sent, affinity)
+            .await
+    }
+
+    /// As [`Shared::request`], to `--node-url` number `node`.
+    pub(super) async fn request_node(
+        &self,
+        node: usize,
+        ep: Endpoint,
+        sent: (Option<&str>, Option<(&str, &str)>),
+    ) -> Option<Reply> {
+        let target = self.fronts + node % self.nodes.max(1);
+        self.request_to(target, ep, sent, &mut Affinity::default())
+            .await
+    }
+
+    /// As [`Shared::request`], to the `--origin`.
+    pub(super) async fn request_origin(&self, header: (&str, &str)) -> Option<Reply> {
+        let target = self.fronts + self.nodes;
+        let sent = (None, Some(header));
+        self.request_to(target, Endpoint::Origin, sent, &mut Affinity::default())
+            .await
+    }
+
+    /// Sends one request to base URL `target`.
+    async fn request_to(
+        &self,
+        target: usize,
         ep: Endpoint,
         (body, header): (Option<&str>, Option<(&str, &str)>),
         affinity: &mut Affinity,
@@ -289,9 +391,7 @@ impl Shared {
             headers.push(("cookie", cookie));
         }
         let t0 = Instant::now();
-        let sent = self
-            .client
-            .send(self.next_target(), ep.route(), &headers, body);
+        let sent = self.client.send(target, ep.route(), &headers, body);
         let reply = match sent.await {
             Ok(answer) => {
                 affinity.store(&answer.headers, &self.affinity_cookie);
@@ -344,11 +444,12 @@ impl Shared {
                     later_wait_ms(after_ms, later - 1)
                 }
                 reply => {
+                    let wait = reply.backoff_ms(attempt);
                     if let Some(t) = read(reply, sent_ms) {
                         return Some(t);
                     }
                     attempt += 1;
-                    retry_wait_ms(attempt - 1)
+                    wait
                 }
             };
             if !self.sleep(cap(wait)).await {
@@ -364,7 +465,7 @@ impl Shared {
             .errors
             .fetch_add(1, Ordering::Relaxed);
         let reason = match reply {
-            Some(Reply::Status(status, code)) => {
+            Some(Reply::Status(status, code, _)) => {
                 format!("{} {} {code}", ep.name(), status.as_u16())
             }
             Some(Reply::Failed) => format!("{} transport", ep.name()),
@@ -391,6 +492,20 @@ impl Shared {
         self.start.elapsed().as_millis() as u64
     }
 
+    /// Records a pass handed out (created at `created_at`, valid until `expires_at`).
+    pub(super) fn handed(&self, created_at: u64, expires_at: u64, token: &str) {
+        self.passes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((created_at, expires_at));
+        if let Some(tokens) = &self.pass_tokens {
+            tokens
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(token.to_owned());
+        }
+    }
+
     /// Records that a visitor who joined at `joined_ms` saw "admitted", now.
     pub(super) fn seen_admitted(&self, key: JoinKey, joined_ms: u64, eviction_time: Option<u64>) {
         let seen_ms = self.start.elapsed().as_millis() as u64;
@@ -403,5 +518,61 @@ impl Shared {
                 seen_ms,
                 eviction_time,
             });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper::HeaderMap;
+    use hyper::header::HeaderValue;
+
+    use super::*;
+
+    fn answer(status: StatusCode, retry_after: Option<&str>, code: &str) -> Answer {
+        let mut headers = HeaderMap::new();
+        if let Some(v) = retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+        }
+        Answer {
+            status,
+            headers,
+            body: format!("{{\"code\":\"{code}\"}}").into(),
+        }
+    }
+
+    #[test]
+    fn any_busy_answer_is_asked_again_after_its_retry_after() {
+        // Not a "retry later" code, but a 503 with Retry-After: wait as asked (plus jitter).
+        let reply = read_reply(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("2"),
+            "no_majority",
+        ));
+        assert!(matches!(&reply, Reply::Status(_, code, Some(2_000)) if code == "no_majority"));
+        let wait = reply.backoff_ms(0);
+        assert!((2_000..=2_500).contains(&wait), "{wait}");
+        // Doubled on the next failure in a row.
+        assert!(reply.backoff_ms(1) >= 4_000);
+        // 429 too (a join limit).
+        let reply = read_reply(answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some("1"),
+            "rate_limited",
+        ));
+        assert!(reply.backoff_ms(0) >= 1_000);
+        // Without Retry-After (an expired ticket, a balancer's bare 503): from RETRY_MS.
+        let reply = read_reply(answer(StatusCode::UNAUTHORIZED, None, "expired_token"));
+        assert!(matches!(
+            reply,
+            Reply::Status(StatusCode::UNAUTHORIZED, _, None)
+        ));
+        assert!(reply.backoff_ms(0) >= RETRY_MS);
+        // The "retry later" codes stay what they were.
+        let reply = read_reply(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("1"),
+            "overloaded",
+        ));
+        assert!(matches!(reply, Reply::Later { after_ms: 1_000 }));
     }
 }

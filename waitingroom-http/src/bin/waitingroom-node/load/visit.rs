@@ -1,6 +1,7 @@
 //! One visitor of a load run, as a small state machine: it joins, checks in whenever the
 //! answer says, leaves once a check-in says "admitted", and has its pass verified, each step
-//! one [`Status`] to the next until [`Status::Done`] says how the visit ended.
+//! one [`Status`] to the next until [`Status::Done`] says how the visit ended. A visitor who
+//! plays the rules ([`Role`], `roles.rs`) takes a few other turns on the way.
 
 use std::sync::Arc;
 
@@ -11,8 +12,12 @@ use serde::Deserialize;
 use waitingroom_http::clock::now_ms;
 use waitingroom_http::wire::IDEMPOTENCY_HEADER;
 
+use super::adversary::{Passes, refresh_elsewhere, replay_leave};
 use super::affinity::Affinity;
-use super::shared::{Endpoint, JoinKey, Reply, Shared, inc, later_wait_ms, retry_wait_ms};
+use super::roles::{Mix, Role};
+use super::shared::{
+    Endpoint, JoinKey, RETRY_MS, Reply, Shared, inc, later_wait_ms, retry_wait_ms,
+};
 
 /// How far a node's clock may run ahead of this client's and a pass it calls expired still
 /// count as expired rather than as an error (the node's clock is wall time at its start plus
@@ -40,8 +45,10 @@ enum Outcome {
     /// No join answer after every attempt, or the run ended first.
     NotJoined,
     /// The run ended while the visitor was in line. Nothing more to count: a visitor who never
-    /// saw "admitted" is in `lost` (joined minus admitted).
+    /// saw "admitted" is in `lost` (joined minus admitted minus abandoned).
     RunEnded,
+    /// It gave up before it was let in (`--abandon`).
+    Abandoned,
     /// Admitted, but no pass after every attempt, or the run ended first.
     LeaveFailed,
     /// Admitted, and the leave answered 409 `already_left`: an earlier leave went through,
@@ -91,12 +98,6 @@ struct TicketClaims {
     expires_at: u64,
 }
 
-#[derive(Debug, Deserialize)]
-struct PassClaims {
-    created_at: u64,
-    expires_at: u64,
-}
-
 /// The claims of a token, read without checking the signature (the client only needs to know
 /// its place; the nodes check signatures).
 fn claims<T: for<'de> Deserialize<'de>>(token: &str) -> Option<T> {
@@ -109,12 +110,14 @@ fn join_key(c: &TicketClaims) -> Option<JoinKey> {
 }
 
 /// `wait`, at most half of what is left of `ticket`'s life: a visitor backing off must still
-/// check in before the ticket expires, or it loses its place (as the waiting page does).
+/// check in before the ticket expires, or it loses its place (as the waiting page does). Never
+/// below [`RETRY_MS`] (unless `wait` is): a ticket about to expire, or expired, is no reason to
+/// ask again at once.
 fn within_ticket_life(ticket: &str, wait: u64) -> u64 {
     claims::<TicketClaims>(ticket)
         .filter(|c| c.expires_at > 0)
         .map_or(wait, |c| {
-            wait.min(c.expires_at.saturating_sub(now_ms()) / 2)
+            wait.min((c.expires_at.saturating_sub(now_ms()) / 2).max(RETRY_MS))
         })
 }
 
@@ -126,6 +129,7 @@ fn body(ticket: &str) -> String {
 /// One visitor, start to end.
 pub(super) async fn visitor(s: Arc<Shared>) {
     inc(&s.counters.active);
+    let role = s.mix.draw();
     let mut visit = Visit {
         s: &s,
         key: (0, 0),
@@ -134,6 +138,13 @@ pub(super) async fn visitor(s: Arc<Shared>) {
         later: 0,
         failed: 0,
         affinity: Affinity::default(),
+        role,
+        joined: false,
+        checkins: 0,
+        checkins_before: Mix::checkins_before(),
+        away: false,
+        banked_until: None,
+        passes: Passes::new(role),
     };
     let mut status = Status::Joining;
     let outcome = loop {
@@ -167,12 +178,27 @@ struct Visit<'a> {
     failed: u32,
     /// The balancer's affinity cookie, once set.
     affinity: Affinity,
+    /// What it does beyond an honest visit.
+    role: Role,
+    /// Whether it has joined once (a join after its ticket was refused is not a new visitor).
+    joined: bool,
+    /// Check-ins answered "queued", and after how many an abandoner gives up or a come-back
+    /// visitor goes away.
+    checkins: u32,
+    checkins_before: u32,
+    /// Whether a come-back visitor has been away.
+    away: bool,
+    /// Until when (ms since the start) a banked visitor keeps checking in once let in.
+    banked_until: Option<u64>,
+    /// The passes it was handed.
+    passes: Passes,
 }
 
 impl Visit<'_> {
     /// Joins, then waits in line (or leaves at once when let in straight through).
     async fn join(&mut self) -> Status {
         let s = self.s;
+        let rejoin = self.joined;
         let answer = s
             .attempts(
                 Endpoint::Join,
@@ -189,27 +215,77 @@ impl Visit<'_> {
                 },
             )
             .await;
+        // A visitor joining again who gets no answer is lost, not "not joined".
+        let failed = if rejoin {
+            Outcome::RunEnded
+        } else {
+            Outcome::NotJoined
+        };
         let Some(answer) = answer else {
-            return Status::Done(Outcome::NotJoined);
+            return Status::Done(failed);
         };
         let Some(key) = claims(&answer.ticket).as_ref().and_then(join_key) else {
             s.error(Endpoint::Join, None);
-            return Status::Done(Outcome::NotJoined);
+            return Status::Done(failed);
         };
         self.key = key;
         self.joined_ms = s.now_ms();
-        inc(&s.counters.joined);
-        Self::in_line(answer)
+        if !rejoin {
+            self.joined = true;
+            inc(&s.counters.joined);
+        }
+        self.in_line(answer)
     }
 
-    /// After a join or check-in answer: leave once admitted, else check in when told.
-    fn in_line(a: VisitorAnswer) -> Status {
+    /// After a join or check-in answer: leave once admitted (a banked visitor checks in
+    /// until `--bank-ms` is over first), else check in when told.
+    fn in_line(&mut self, a: VisitorAnswer) -> Status {
         match a.status {
-            RoomStatus::Admitted => Status::Leaving { ticket: a.ticket },
-            RoomStatus::Queued => Status::Waiting {
-                ticket: a.ticket,
-                after_ms: a.refresh_after_ms,
-            },
+            RoomStatus::Admitted => {
+                self.admitted(&a.ticket);
+                let now = self.s.now_ms();
+                let until = *self.banked_until.get_or_insert(now + self.s.mix.bank_ms);
+                if self.role == Role::Banked && now < until {
+                    return Status::Waiting {
+                        ticket: a.ticket,
+                        after_ms: a.refresh_after_ms.max(RETRY_MS),
+                    };
+                }
+                Status::Leaving { ticket: a.ticket }
+            }
+            RoomStatus::Queued => {
+                self.checkins += 1;
+                Status::Waiting {
+                    ticket: a.ticket,
+                    after_ms: a.refresh_after_ms,
+                }
+            }
+        }
+    }
+
+    /// Records the visitor's admission, once.
+    fn admitted(&mut self, ticket: &str) {
+        if !self.admission_seen {
+            self.admission_seen = true;
+            let eviction_time = claims::<TicketClaims>(ticket).and_then(|c| c.eviction_time);
+            self.s
+                .seen_admitted(self.key, self.joined_ms, eviction_time);
+        }
+    }
+
+    /// Before a check-in: an abandoner gives up, a come-back visitor goes away for a while
+    /// (`false` when the run ended meanwhile).
+    async fn wander(&mut self) -> Option<Outcome> {
+        let due = !self.admission_seen && self.checkins >= self.checkins_before;
+        match self.role {
+            Role::Abandon if due => Some(Outcome::Abandoned),
+            Role::ComeBack if due && !self.away => {
+                self.away = true;
+                inc(&self.s.counters.came_back);
+                let away = rand::random::<u64>() % self.s.mix.away_ms.max(1);
+                (!self.s.sleep(away).await).then_some(Outcome::RunEnded)
+            }
+            _ => None,
         }
     }
 
@@ -219,6 +295,9 @@ impl Visit<'_> {
         let s = self.s;
         if !s.sleep(after_ms).await {
             return Status::Done(Outcome::RunEnded);
+        }
+        if let Some(outcome) = self.wander().await {
+            return Status::Done(outcome);
         }
         let Some(reply) = s
             .request(
@@ -243,27 +322,45 @@ impl Visit<'_> {
             Reply::Ok(b) => match serde_json::from_slice::<VisitorAnswer>(&b) {
                 Ok(a) => {
                     self.failed = 0;
-                    return Self::in_line(a);
+                    return self.in_line(a);
                 }
                 Err(_) => None,
             },
             r => Some(r),
         };
-        s.error(Endpoint::Checkin, failed.as_ref());
         self.failed += 1;
-        let after_ms = within_ticket_life(&ticket, retry_wait_ms(self.failed - 1));
+        let wait = failed.as_ref().map_or(retry_wait_ms(self.failed - 1), |r| {
+            r.backoff_ms(self.failed - 1)
+        });
+        if let Some(Reply::Status(StatusCode::UNAUTHORIZED, ..)) = failed {
+            return self.ticket_refused(failed.as_ref(), wait).await;
+        }
+        s.error(Endpoint::Checkin, failed.as_ref());
+        let after_ms = within_ticket_life(&ticket, wait);
         Status::Waiting { ticket, after_ms }
+    }
+
+    /// The ticket was refused at a check-in (expired, or no longer valid): as the waiting
+    /// page does, wait, then join again. Its place is lost; a visitor who was away expected
+    /// that, one who kept checking in counts as `rejoined` (and its check-in as an error).
+    async fn ticket_refused(&mut self, reply: Option<&Reply>, wait: u64) -> Status {
+        let s = self.s;
+        if !self.away {
+            s.error(Endpoint::Checkin, reply);
+            inc(&s.counters.rejoined);
+        }
+        self.away = false;
+        if !s.sleep(wait).await {
+            return Status::Done(Outcome::RunEnded);
+        }
+        Status::Joining
     }
 
     /// Exchanges the ticket for a pass. Every attempt carries the same key, so a repeat whose
     /// first answer was lost gets that pass again.
     async fn leave(&mut self, ticket: String) -> Status {
         let s = self.s;
-        if !self.admission_seen {
-            self.admission_seen = true;
-            let eviction_time = claims::<TicketClaims>(&ticket).and_then(|c| c.eviction_time);
-            s.seen_admitted(self.key, self.joined_ms, eviction_time);
-        }
+        self.admitted(&ticket);
         let leave_key = format!("{:016x}", rand::random::<u64>());
         let header = Some((IDEMPOTENCY_HEADER, leave_key.as_str()));
         let body = body(&ticket);
@@ -280,7 +377,7 @@ impl Visit<'_> {
                             Ok(p) => return Some(Status::Verifying(p)),
                             Err(_) => s.error(Endpoint::Leave, None),
                         },
-                        Reply::Status(StatusCode::CONFLICT, code) if code == "not_admitted" => {
+                        Reply::Status(StatusCode::CONFLICT, code, _) if code == "not_admitted" => {
                             // The node answering holds the visitor as queued (re-queued there while
                             // the node that let them out was unreachable): check in again, as the
                             // waiting page would.
@@ -291,7 +388,7 @@ impl Visit<'_> {
                                 after_ms: retry_wait_ms(0),
                             });
                         }
-                        r @ Reply::Status(StatusCode::CONFLICT, _) => {
+                        r @ Reply::Status(StatusCode::CONFLICT, ..) => {
                             s.error(Endpoint::Leave, Some(&r));
                             return Some(Status::Done(Outcome::PassLost));
                         }
@@ -301,23 +398,20 @@ impl Visit<'_> {
                 },
             )
             .await;
+        if let Some(Status::Verifying(p)) = &next {
+            self.passes.handed(s, &p.pass).await;
+            if self.role == Role::ReplayLeave {
+                replay_leave(s, &ticket, &leave_key, &mut self.passes).await;
+            }
+        }
         next.unwrap_or(Status::Done(Outcome::LeaveFailed))
     }
 
     /// Records the pass, then has it checked at `GET /api/pass/verify`.
     async fn verify(&mut self, pass: PassAnswer) -> Status {
         let s = self.s;
-        if let Some(c) = claims::<PassClaims>(&pass.pass) {
-            s.passes
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((c.created_at, c.expires_at));
-        }
-        if let Some(tokens) = &s.pass_tokens {
-            tokens
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(pass.pass.clone());
+        if self.role == Role::RefreshElsewhere {
+            refresh_elsewhere(s, &pass.pass, &mut self.passes).await;
         }
         let bearer = format!("Bearer {}", pass.pass);
         let header = Some((hyper::header::AUTHORIZATION.as_str(), bearer.as_str()));
@@ -331,7 +425,7 @@ impl Visit<'_> {
                     // Expired by the time the gate checked it (a short pass, a slow answer):
                     // refused as it must be, not an error. The node's clock may run a little
                     // ahead of this one (wall time at its start plus monotonic time since).
-                    Reply::Status(StatusCode::UNAUTHORIZED, code)
+                    Reply::Status(StatusCode::UNAUTHORIZED, code, _)
                         if code == "expired_token"
                             && pass.expires_at_ms
                                 <= now_ms().saturating_add(CLOCK_TOLERANCE_MS) =>
@@ -354,11 +448,35 @@ impl Visit<'_> {
         inc(match outcome {
             Outcome::NotJoined => &c.not_joined,
             Outcome::RunEnded => return,
+            Outcome::Abandoned => &c.abandoned,
             Outcome::LeaveFailed => &c.leave_failed,
             Outcome::PassLost => &c.pass_lost,
             Outcome::Verified => &c.verified,
             Outcome::VerifyExpired => &c.verify_expired,
             Outcome::VerifyFailed => &c.verify_failed,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket(expires_at: u64) -> String {
+        let claims =
+            format!("{{\"id\":\"0000000000000001\",\"join_time\":1,\"expires_at\":{expires_at}}}");
+        format!("h.{}.s", URL_SAFE_NO_PAD.encode(claims))
+    }
+
+    #[test]
+    fn backs_off_within_the_ticket_life_but_never_asks_again_at_once() {
+        // An expired ticket (a refused check-in): no retry at once, as the page would not.
+        assert_eq!(within_ticket_life(&ticket(1), 5_000), RETRY_MS);
+        // A short wait stays as it is.
+        assert_eq!(within_ticket_life(&ticket(1), 50), 50);
+        // A long life left: the wait as asked; a short one: at most half of it.
+        assert_eq!(within_ticket_life(&ticket(now_ms() + 60_000), 5_000), 5_000);
+        let near = within_ticket_life(&ticket(now_ms() + 2_000), 5_000);
+        assert!((RETRY_MS..=1_000).contains(&near), "{near}");
     }
 }

@@ -171,11 +171,12 @@ impl Decider {
             lost,
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
-        let range = (by_range && admit > 0).then_some(AdmitRange {
+        let range = (by_range && admit > 0).then(|| AdmitRange {
             cutoff,
             max_key,
             version,
             decided_at: stamp.time,
+            record: summary.record.clone(),
         });
         let batch = (!by_range && admit > 0).then_some(Admission {
             count: admit,

@@ -257,7 +257,7 @@ pub struct CountResult {
 
 /// "Let out every visitor who joined before `cutoff` and whose key is at most `max_key`": the
 /// count knew every such visitor, so this is exactly the set of the smallest keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdmitRange {
     /// Join-time cutoff of the round.
     pub cutoff: Time,
@@ -267,6 +267,12 @@ pub struct AdmitRange {
     pub version: u64,
     /// When the round decided it (its interval boundary).
     pub decided_at: Time,
+    /// The round's record: wherever the range goes its record goes, so a node that lets
+    /// visitors out under a range it learned from a later round (it missed the result) also
+    /// publishes the record and names it on their passes
+    /// (waitingroom-distributed/README.md#fairness-records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<RoundRecord>,
 }
 
 impl AdmitRange {
@@ -372,7 +378,7 @@ impl Counts {
         }
         for r in &other.ranges {
             if !self.ranges.iter().any(|k| k.decided_at == r.decided_at) {
-                self.ranges.push(*r);
+                self.ranges.push(r.clone());
             }
         }
         // Subtrees are disjoint, so a node shows up twice only in a malformed count; a set

@@ -778,6 +778,7 @@ mod tests {
             max_key: None,
             version: 2,
             decided_at: 1_000,
+            record: summary.record.clone(),
         };
         let result = CountResult {
             summary: summary.clone(),

@@ -1035,3 +1035,59 @@ fn a_pass_given_back_frees_its_place_and_is_refused_everywhere() {
         Ok(())
     );
 }
+
+/// waitingroom-distributed/README.md#fairness-records: every round that lets anyone out is on
+/// the record, also when its result is lost. 500-ms rounds, 3% loss and jitter, and the first
+/// node cut off from the others for 1.2 s every few seconds: it is removed, rejoins, and lets
+/// its visitors out under ranges decided while it was away, which it learns from later rounds.
+/// Every pass names its round, and the node that issued it published that round's record.
+#[test]
+fn every_pass_names_a_round_its_node_published() {
+    use std::collections::BTreeSet;
+    for seed in [1, 6] {
+        let settings = Settings {
+            target_on_site: 20,
+            pass_expiry_ms: 1_500,
+            eviction_interval_ms: 500,
+            ..queued_settings()
+        };
+        let mut net = Net::new(3, settings, AdmissionMode::Range, seed);
+        net.run_for(2_000);
+        net.faults = Faults {
+            jitter: 30,
+            loss: 0.03,
+            dup: 0.0,
+        };
+        let mut crowd = Crowd::default();
+        for i in 0..300usize {
+            let ids = net.ids();
+            crowd.join(&mut net, ids[i % ids.len()]);
+            crowd.run(&mut net, 50);
+            if i % 60 == 30 {
+                for other in [2, 3] {
+                    net.cut(NodeId(1), NodeId(other));
+                }
+                crowd.run(&mut net, 1_200);
+                net.heal();
+            }
+        }
+        net.faults = Faults::default();
+        crowd.run(&mut net, 20_000);
+        let published: BTreeSet<(NodeId, u64, u64)> = (net.events.iter())
+            .filter_map(|(n, e)| match e {
+                Event::RoundRecorded(r) => Some((*n, r.round, r.decided_at_ms)),
+                _ => None,
+            })
+            .collect();
+        assert!(crowd.passes.len() > 100, "seed {seed}");
+        for pass in crowd.passes.values() {
+            let round = pass.round.expect("every pass names its round");
+            assert!(
+                published.contains(&(pass.node, round, pass.eviction_time)),
+                "seed {seed}: node {} names round {round} of {} but never published it",
+                pass.node,
+                pass.eviction_time
+            );
+        }
+    }
+}

@@ -1040,18 +1040,21 @@ fn a_pass_given_back_frees_its_place_and_is_refused_everywhere() {
 /// the record, also when its result is lost. 500-ms rounds, 3% loss and jitter, and the first
 /// node cut off from the others for 1.2 s every few seconds: it is removed, rejoins, and lets
 /// its visitors out under ranges decided while it was away, which it learns from later rounds.
-/// Every pass names its round, and the node that issued it published that round's record.
+/// Every pass names its round, and the node that issued it published that round's record: in
+/// range admission, and in batched deleteMin, whose visitors are let out as decided at the
+/// round's boundary.
 #[test]
 fn every_pass_names_a_round_its_node_published() {
     use std::collections::BTreeSet;
-    for seed in [1, 6] {
+    let runs = [AdmissionMode::Range, AdmissionMode::Batched].map(|m| [(m, 1), (m, 6)]);
+    for (mode, seed) in runs.into_iter().flatten() {
         let settings = Settings {
             target_on_site: 20,
             pass_expiry_ms: 1_500,
             eviction_interval_ms: 500,
             ..queued_settings()
         };
-        let mut net = Net::new(3, settings, AdmissionMode::Range, seed);
+        let mut net = Net::new(3, settings, mode, seed);
         net.run_for(2_000);
         net.faults = Faults {
             jitter: 30,
@@ -1079,12 +1082,12 @@ fn every_pass_names_a_round_its_node_published() {
                 _ => None,
             })
             .collect();
-        assert!(crowd.passes.len() > 100, "seed {seed}");
+        assert!(crowd.passes.len() > 100, "{mode:?} seed {seed}");
         for pass in crowd.passes.values() {
             let round = pass.round.expect("every pass names its round");
             assert!(
                 published.contains(&(pass.node, round, pass.eviction_time)),
-                "seed {seed}: node {} names round {round} of {} but never published it",
+                "{mode:?} seed {seed}: node {} names round {round} of {} but never published it",
                 pass.node,
                 pass.eviction_time
             );

@@ -305,9 +305,11 @@ fn free_places(live: &LiveSettings, in_force: &InForce, on_site: u64, boundary: 
 }
 
 /// Visitors on the site at the count plus the places departed members may still hold (the
-/// root's list merged with the ones the count carried up; expired ones dropped).
+/// root's list merged with the ones the count carried up; expired ones dropped, and those of
+/// lives whose process the count shows alive again, which counts them itself).
 fn on_site_with_departed(now: Time, counts: &Counts, departed: &mut DepartedPlaces) -> u64 {
     departed.learn(&counts.departed);
+    departed.settle(&counts.per_node);
     departed.on_site(now, counts.on_site)
 }
 
@@ -437,6 +439,7 @@ mod tests {
             node: NodeId(node),
             on_site,
             eligible,
+            lives: None,
         }
     }
 

@@ -340,6 +340,11 @@ pub struct NodeCounts {
     pub on_site: u64,
     /// Its visitors waiting who joined before the round's cutoff.
     pub eligible: u64,
+    /// The first and the current incarnation of its process: its room counts every visitor any
+    /// of those lives let out, so their departures hold no place any more (`departed.rs`).
+    /// None from a node that does not say: its departures stay counted until they expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lives: Option<(u64, u64)>,
 }
 
 /// Most departures a count carries (a peer must not grow one without bound).
@@ -360,6 +365,10 @@ pub struct Departed {
     pub version: u64,
     /// Places it held at its last count, with its share of that round's admissions.
     pub places: u64,
+    /// The incarnation of the life that departed, if known: once a count shows that life's
+    /// process alive again, what it let out is counted there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 impl Counts {

@@ -1094,3 +1094,55 @@ fn every_pass_names_a_round_its_node_published() {
         }
     }
 }
+
+/// waitingroom-distributed/README.md#departed-places: a member cut off long enough to be removed
+/// holds its places as departed; once it rejoins (the same process, a new incarnation) and is
+/// counted again, it counts its visitors itself and the departure is released at once, not a
+/// grant's, a ticket's and a pass's life later. Never over the target meanwhile.
+#[test]
+fn a_departed_member_counted_again_releases_its_places() {
+    let settings = Settings {
+        target_on_site: 6,
+        pass_expiry_ms: 20_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 5);
+    net.run_for(2_000);
+    let mut first = Crowd::default();
+    for _ in 0..2 {
+        first.join(&mut net, NodeId(3));
+        net.run_for(5);
+    }
+    first.run(&mut net, 3_000);
+    assert!(first.all_admitted());
+    for other in [1, 2] {
+        net.cut(NodeId(3), NodeId(other));
+    }
+    net.run_for(5_000);
+    assert!(!net.node(NodeId(1)).membership().contains(NodeId(3)));
+    net.heal();
+    let mut rejoined = false;
+    for _ in 0..200 {
+        net.run_for(50);
+        let m = net.node(NodeId(1)).membership().clone();
+        if m.contains(NodeId(3)) && net.node(NodeId(3)).is_member() {
+            rejoined = true;
+            break;
+        }
+    }
+    assert!(rejoined, "node 3 is back");
+    let mut later = Crowd::default();
+    for _ in 0..4 {
+        later.join(&mut net, NodeId(1));
+        net.run_for(5);
+    }
+    for _ in 0..100 {
+        later.run(&mut net, 50);
+        let on_site: u64 = net.live().iter().map(|n| n.room().on_site()).sum();
+        assert!(on_site <= 6, "t={}: {on_site} on the site", net.now);
+    }
+    assert!(
+        later.all_admitted(),
+        "node 3 counts its two visitors itself: four places are free"
+    );
+}

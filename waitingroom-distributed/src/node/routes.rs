@@ -160,6 +160,7 @@ impl Node {
             settings: self.in_force.live().clone(),
             released: self.released.recent(now, window),
             lost: self.lease.lost_rounds(now, Some(stamp)),
+            lives: (self.cfg.incarnation, self.cluster.me().incarnation),
         };
         self.lease.ask(stamp, now);
         carried
@@ -517,15 +518,17 @@ impl Node {
 
     /// A member left the cluster (it died, was removed, or is cut off) with membership
     /// `version`: the places it held at the last count, with its grant, stay counted until
-    /// whatever it may still have let out is gone ([`departed::counted_for`]), so the site does
-    /// not fill past the target with visitors nobody counts any more.
+    /// whatever it may still have let out is gone ([`departed::counted_for`]), or until the
+    /// same process is counted again (the life removed, as the membership names it), so the site
+    /// does not fill past the target with visitors nobody counts any more.
     fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
         if self.in_force.unlimited() {
             return;
         }
         let expiry = departed::counted_for(self.lease.life(), &self.in_force);
         let places = self.tag.places_of(node);
-        (self.departed).member_departed(now, (node, version), places, expiry);
+        let life = (self.cluster.membership().removed.get(&node)).map(|c| c.incarnation);
+        (self.departed).member_departed(now, (node, life, version), places, expiry);
     }
 
     /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]): the root

@@ -140,7 +140,10 @@ impl Decider {
         let majority = (p.voters).vote(&counts.voters, &counted, &counts.seen, unlimited);
         let on_site = on_site_with_departed(now, &counts, p.departed);
         let (held, lost) = self.held_back(now, &counts, stamp, p.lease, unlimited);
-        let o = self.outcome(&counts, (majority && !held, on_site), cutoff, p.settings);
+        // A record this root missed: it goes on from it next round (`RecordChain::behind`).
+        let behind = p.records.behind(&counts.ranges);
+        let may_grant = majority && !held && !behind;
+        let o = self.outcome(&counts, (may_grant, on_site), cutoff, p.settings);
         let rate = self.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= o.admit;
         let straight = if everyone_in { o.free - o.admit } else { 0 };

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use waitingroom_core::round_records::{Cutoff, RoundRecord};
 use waitingroom_core::{NodeId, QueueKey, TicketId, Time};
 
-use crate::messages::Stamp;
+use crate::messages::{AdmitRange, Stamp};
 
 /// Records remembered to name on passes (a visitor leaves within a ticket's life of being let
 /// out: 64 rounds is a minute of 1-s rounds that all let someone out; older, the pass names
@@ -83,6 +83,15 @@ impl RecordChain {
         }
         self.recorded.push_back(key);
         true
+    }
+
+    /// Whether one of `ranges` (a count carried them up) carries a record at or past the next
+    /// number this node would give: a root that took over without it must not number its own
+    /// record yet (two records would share a number), nor can it link to it before its driver
+    /// has signed it. It publishes it, lets nobody out this round, and goes on from it at the
+    /// next.
+    pub(crate) fn behind(&self, ranges: &[AdmitRange]) -> bool {
+        (ranges.iter().filter_map(|r| r.record.as_ref())).any(|r| r.round >= self.chain.0)
     }
 
     /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
@@ -160,6 +169,25 @@ mod tests {
             chain.next_record(&stamp(4_000), (1, None), 2, false).round,
             8
         );
+    }
+
+    /// A root that a count tells of a record it has not reached must not number its own yet;
+    /// ranges without records, or with records it knows, hold nothing back.
+    #[test]
+    fn a_root_behind_the_records_counted_waits_a_round() {
+        let range = |record: Option<RoundRecord>| AdmitRange {
+            cutoff: 1_000,
+            max_key: None,
+            version: 2,
+            decided_at: 1_000,
+            record,
+        };
+        let mut chain = RecordChain::default();
+        assert!(chain.learn(&record(3, 1_000)));
+        assert!(!chain.behind(&[range(None), range(Some(record(3, 1_000)))]));
+        assert!(chain.behind(&[range(Some(record(4, 1_500)))]));
+        assert!(chain.learn(&record(4, 1_500)));
+        assert!(!chain.behind(&[range(Some(record(4, 1_500)))]));
     }
 
     /// A restarted node goes on from the record it kept, unless it knows a later one.

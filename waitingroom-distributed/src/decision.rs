@@ -140,7 +140,10 @@ impl Decider {
         let majority = (p.voters).vote(&counts.voters, &counted, &counts.seen, unlimited);
         let on_site = on_site_with_departed(now, &counts, p.departed);
         let (held, lost) = self.held_back(now, &counts, stamp, p.lease, unlimited);
-        let o = self.outcome(&counts, (majority && !held, on_site), cutoff, p.settings);
+        // A record this root missed: it goes on from it next round (`RecordChain::behind`).
+        let behind = p.records.behind(&counts.ranges);
+        let may_grant = majority && !held && !behind;
+        let o = self.outcome(&counts, (may_grant, on_site), cutoff, p.settings);
         let rate = self.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= o.admit;
         let straight = if everyone_in { o.free - o.admit } else { 0 };
@@ -171,11 +174,12 @@ impl Decider {
             lost,
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
-        let range = (by_range && admit > 0).then_some(AdmitRange {
+        let range = (by_range && admit > 0).then(|| AdmitRange {
             cutoff,
             max_key,
             version,
             decided_at: stamp.time,
+            record: summary.record.clone(),
         });
         let batch = (!by_range && admit > 0).then_some(Admission {
             count: admit,
@@ -304,9 +308,11 @@ fn free_places(live: &LiveSettings, in_force: &InForce, on_site: u64, boundary: 
 }
 
 /// Visitors on the site at the count plus the places departed members may still hold (the
-/// root's list merged with the ones the count carried up; expired ones dropped).
+/// root's list merged with the ones the count carried up; expired ones dropped, and those of
+/// lives whose process the count shows alive again, which counts them itself).
 fn on_site_with_departed(now: Time, counts: &Counts, departed: &mut DepartedPlaces) -> u64 {
     departed.learn(&counts.departed);
+    departed.settle(&counts.per_node);
     departed.on_site(now, counts.on_site)
 }
 
@@ -436,6 +442,7 @@ mod tests {
             node: NodeId(node),
             on_site,
             eligible,
+            lives: None,
         }
     }
 

@@ -1,17 +1,35 @@
-//! Departed places (waitingroom-distributed/README.md#eviction-with-tag, departed places; not in
-//! the thesis): passes stay valid after the node that issued them is gone, but nobody counts them
-//! any more, so the places a departed member held stay counted against the target until whatever it
-//! may still have let out is gone.
+//! Departed places (waitingroom-distributed/README.md#departed-places; not in the thesis): passes
+//! stay valid after the node that issued them is gone, but nobody counts them any more, so the
+//! places a departed member held stay counted against the target until whatever it may still
+//! have let out is gone, or until its process is counted again.
 //!
 //! Every member notes a departure when it applies the membership without the member; counts
 //! carry each member's list up and results carry the root's down, so a new root keeps counting
 //! it. A departure is known by its member and the membership version that removed it, and is
 //! kept once whoever reports it.
+//!
+//! What a departure holds is what the member last reported plus what its grant allowed it to
+//! let out since: its visitors on the site at its last count, its share of that round's
+//! admissions and its part of the straight-through places (`Summary::places`). That bounds what
+//! it can have let out since, because it lets anyone out only under a grant
+//! (waitingroom-distributed/README.md#admission-leases): counting itself into a round gives up
+//! what was left of the one before, and the grant of that round's result is those places, no
+//! more, for a grant's life. A later round it missed granted it nothing (a grant is taken only
+//! for the round it last counted itself into), and once it is gone no round counts it.
+//!
+//! A departed member whose *process* is counted again (it was paused, cut off or removed by
+//! mistake, and rejoined under a new incarnation of the same life: `NodeCounts::lives` covers
+//! the incarnation that departed) counts in its own room every visitor it let out, before the
+//! departure and since: its departure holds nothing any more and is dropped at once
+//! ([`DepartedPlaces::settle`]). A restarted process (a new life, with a higher first
+//! incarnation) has forgotten its visitors, so its predecessor's departure stays counted until
+//! it expires. Incarnations only grow from one life of a node to the next, so no restarted
+//! process can claim an earlier life's incarnation.
 
 use waitingroom_core::{NodeId, Time};
 
 use crate::live::InForce;
-use crate::messages::Departed;
+use crate::messages::{Departed, NodeCounts};
 
 /// Departures remembered at most (a flapping member must not grow the list without bound).
 const DEPARTED_KEPT: usize = 256;
@@ -36,6 +54,21 @@ impl DepartedPlaces {
         }
     }
 
+    /// The members `counted` in a round: the departures of lives whose process was counted
+    /// (`NodeCounts::lives` covers the incarnation that departed) hold nothing any more, as
+    /// that process counts what it let out itself. Returns how many were dropped.
+    pub(crate) fn settle(&mut self, counted: &[NodeCounts]) -> usize {
+        let before = self.departed.len();
+        self.departed.retain(|d| {
+            !counted.iter().any(|n| {
+                n.node == d.node
+                    && matches!((n.lives, d.incarnation), (Some((first, now)), Some(i))
+                        if first <= i && i <= now)
+            })
+        });
+        before - self.departed.len()
+    }
+
     /// Visitors on the site at `now`, `on_site` of them counted, plus the places departed
     /// members may still hold (expired departures dropped).
     pub(crate) fn on_site(&mut self, now: Time, on_site: u64) -> u64 {
@@ -45,12 +78,13 @@ impl DepartedPlaces {
             .fold(on_site, |sum, d| sum.saturating_add(d.places))
     }
 
-    /// Member `node` left with membership `version` at `now`, holding `places` at the last
-    /// count: they stay counted for `expiry` ([`counted_for`]).
+    /// Member `node` (its life `incarnation`, if known) left with membership `version` at
+    /// `now`, holding `places` at the last count: they stay counted for `expiry`
+    /// ([`counted_for`]), or until that life is counted again ([`DepartedPlaces::settle`]).
     pub(crate) fn member_departed(
         &mut self,
         now: Time,
-        (node, version): (NodeId, u64),
+        (node, incarnation, version): (NodeId, Option<u64>, u64),
         places: u64,
         expiry: Time,
     ) {
@@ -60,6 +94,7 @@ impl DepartedPlaces {
                 node,
                 version,
                 places,
+                incarnation,
             });
         }
     }
@@ -75,6 +110,10 @@ impl DepartedPlaces {
             Some(k) => {
                 k.until = k.until.max(d.until);
                 k.places = k.places.max(d.places);
+                // Reports that disagree on the life: none is sure, so it waits to expire.
+                if k.incarnation != d.incarnation {
+                    k.incarnation = None;
+                }
             }
             None => self.departed.push(d),
         }
@@ -118,6 +157,7 @@ mod tests {
             node: NodeId(node),
             version,
             places,
+            incarnation: None,
         }
     }
 
@@ -126,7 +166,7 @@ mod tests {
     #[test]
     fn a_departure_is_counted_once_until_it_expires() {
         let mut d = DepartedPlaces::default();
-        d.member_departed(1_000, (NodeId(2), 5), 3, 4_000);
+        d.member_departed(1_000, (NodeId(2), None, 5), 3, 4_000);
         d.learn(&[departed(2, 5, 6_000, 2), departed(3, 5, 2_000, 1)]);
         assert_eq!(
             d.list(),
@@ -135,10 +175,47 @@ mod tests {
         assert_eq!(d.on_site(1_999, 10), 14);
         assert_eq!(d.on_site(2_000, 10), 13, "node 3's places expired");
         assert_eq!(d.list().len(), 1);
-        d.member_departed(2_000, (NodeId(4), 6), 0, 4_000);
-        d.member_departed(2_000, (NodeId(4), 6), 2, 0);
+        d.member_departed(2_000, (NodeId(4), None, 6), 0, 4_000);
+        d.member_departed(2_000, (NodeId(4), None, 6), 2, 0);
         assert_eq!(d.list().len(), 1, "nothing held, or nothing to wait for");
         assert_eq!(d.on_site(6_000, 10), 10);
+    }
+
+    /// A departed life whose process is counted again holds nothing any more; a restarted
+    /// process (a later first incarnation), a life not known, or a node that does not say
+    /// which lives it had, leaves the departure counted.
+    #[test]
+    fn a_departure_is_settled_when_its_process_is_counted_again() {
+        let counted = |node: u64, lives: Option<(u64, u64)>| NodeCounts {
+            node: NodeId(node),
+            on_site: 0,
+            eligible: 0,
+            lives,
+        };
+        let mut d = DepartedPlaces::default();
+        d.member_departed(1_000, (NodeId(2), Some(7), 5), 3, 60_000);
+        d.member_departed(1_000, (NodeId(3), None, 5), 3, 60_000);
+        assert_eq!(
+            d.settle(&[counted(2, Some((8, 9)))]),
+            0,
+            "a restarted process"
+        );
+        assert_eq!(d.settle(&[counted(2, None)]), 0, "says nothing");
+        assert_eq!(d.settle(&[counted(3, Some((1, 9)))]), 0, "life unknown");
+        assert_eq!(d.on_site(2_000, 0), 6);
+        assert_eq!(
+            d.settle(&[counted(2, Some((7, 8)))]),
+            1,
+            "rejoined, same process"
+        );
+        assert_eq!(d.on_site(2_000, 0), 3);
+        // Two reports that disagree on the life: it waits to expire.
+        d.member_departed(1_000, (NodeId(4), Some(1), 6), 2, 60_000);
+        d.learn(&[Departed {
+            incarnation: Some(2),
+            ..departed(4, 6, 61_000, 2)
+        }]);
+        assert_eq!(d.settle(&[counted(4, Some((1, 2)))]), 0);
     }
 
     /// Past the bound, the departures that hold places longest are kept.

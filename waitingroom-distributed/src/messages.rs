@@ -271,7 +271,7 @@ pub struct CountResult {
 
 /// "Let out every visitor who joined before `cutoff` and whose key is at most `max_key`": the
 /// count knew every such visitor, so this is exactly the set of the smallest keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdmitRange {
     /// Join-time cutoff of the round.
     pub cutoff: Time,
@@ -281,6 +281,12 @@ pub struct AdmitRange {
     pub version: u64,
     /// When the round decided it (its interval boundary).
     pub decided_at: Time,
+    /// The round's record: wherever the range goes its record goes, so a node that lets
+    /// visitors out under a range it learned from a later round (it missed the result) also
+    /// publishes the record and names it on their passes
+    /// (waitingroom-distributed/README.md#fairness-records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<RoundRecord>,
 }
 
 impl AdmitRange {
@@ -348,6 +354,11 @@ pub struct NodeCounts {
     pub on_site: u64,
     /// Its visitors waiting who joined before the round's cutoff.
     pub eligible: u64,
+    /// The first and the current incarnation of its process: its room counts every visitor any
+    /// of those lives let out, so their departures hold no place any more (`departed.rs`).
+    /// None from a node that does not say: its departures stay counted until they expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lives: Option<(u64, u64)>,
 }
 
 /// Most departures a count carries (a peer must not grow one without bound).
@@ -368,6 +379,10 @@ pub struct Departed {
     pub version: u64,
     /// Places it held at its last count, with its share of that round's admissions.
     pub places: u64,
+    /// The incarnation of the life that departed, if known: once a count shows that life's
+    /// process alive again, what it let out is counted there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 impl Counts {
@@ -386,7 +401,7 @@ impl Counts {
         }
         for r in &other.ranges {
             if !self.ranges.iter().any(|k| k.decided_at == r.decided_at) {
-                self.ranges.push(*r);
+                self.ranges.push(r.clone());
             }
         }
         // Subtrees are disjoint, so a node shows up twice only in a malformed count; a set

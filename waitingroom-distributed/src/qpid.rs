@@ -402,7 +402,8 @@ impl Qpid {
                         .head()
                         .is_some_and(|k| k.join_time < admit.cutoff)
                     {
-                        local.admit_head(now, now, out);
+                        // Decided at the round's boundary: the pass names its round's record.
+                        local.admit_head(now, admit.cutoff, out);
                         self.own = local.weight();
                     }
                     self.use_credit(now, ctx, local, out);
@@ -439,7 +440,7 @@ impl Qpid {
             }
             match local.room().head() {
                 Some(k) if k.join_time < credit.cutoff => {
-                    local.admit_head(now, now, out);
+                    local.admit_head(now, credit.cutoff, out);
                     self.own = local.weight();
                     credit.count -= 1;
                     self.credit = Some(credit);
@@ -598,7 +599,7 @@ mod tests {
     }
 
     /// §3.3.1: a deleteMin at the root lets its head out (the cluster minimum, joined before
-    /// the count's cutoff); again no reply (§4.3.1).
+    /// the count's cutoff) as decided at the round's boundary; again no reply (§4.3.1).
     #[test]
     fn delete_min_at_the_root_lets_the_head_out() {
         let (mut node, mut peers) = middle(AdmissionMode::Sequential);
@@ -622,10 +623,11 @@ mod tests {
         assert_eq!(node.handle_message(3, env), Ok(()));
         assert_eq!(said(&mut node), []);
         let key = ticket.key_on(NodeId(2));
+        // Decided at the round's boundary (the batch's cutoff), whose record it names.
         let admitted = Event::Admitted {
             key,
             at: 3,
-            decided_at: 3,
+            decided_at: 1_000,
         };
         assert_eq!(testing::events(&mut node), [admitted]);
         assert!(node.room().is_admitted(ticket.id));

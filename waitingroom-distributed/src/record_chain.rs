@@ -6,15 +6,19 @@
 //! (`Event::RoundRecorded`) and hands the signed link back ([`RecordChain::linked`]), and as
 //! Ed25519 signatures are deterministic every node's driver gets the same link. Results carry
 //! each record down the tree, so every member knows the number the next one takes and a new
-//! root goes on from there. A node also remembers which round let out the visitors of each
-//! recent boundary, to name it on their passes.
+//! root goes on from there. Each decided range carries its round's record too (`AdmitRange`),
+//! and ranges travel with every count request, count and result: a node that missed a result
+//! and lets visitors out under that round's range from a later message learns the record with
+//! it, publishes it, and names it on their passes. So every round that lets anyone out is
+//! published by every node that lets anyone out under it. A node remembers which round let out
+//! the visitors of each recent boundary, to name it on their passes.
 
 use std::collections::VecDeque;
 
 use waitingroom_core::round_records::{Cutoff, RoundRecord};
 use waitingroom_core::{NodeId, QueueKey, TicketId, Time};
 
-use crate::messages::Stamp;
+use crate::messages::{AdmitRange, Stamp};
 
 /// Records remembered to name on passes (a visitor leaves within a ticket's life of being let
 /// out: 64 rounds is a minute of 1-s rounds that all let someone out; older, the pass names
@@ -28,8 +32,9 @@ pub(crate) struct RecordChain {
     /// last one's link once the driver has signed it
     /// (waitingroom-distributed/README.md#fairness-records). A new root goes on from here.
     chain: (u64, String),
-    /// The latest records' rounds by their boundary (`decided_at`), to name on passes.
-    recorded: VecDeque<(Time, u64)>,
+    /// The latest records learned, by their boundary (`decided_at`), round and root: to name
+    /// the round on passes, and to publish each record once.
+    recorded: VecDeque<(Time, u64, NodeId)>,
 }
 
 impl RecordChain {
@@ -59,20 +64,34 @@ impl RecordChain {
         }
     }
 
-    /// A round's result carried `record`: if it is not older than the next this node would
-    /// number, the chain goes on from it (its link unknown until the driver signs it). Returns
-    /// whether it was taken, and so is for the driver to sign.
-    pub(crate) fn take(&mut self, record: &RoundRecord) -> bool {
-        if record.round < self.chain.0 {
+    /// A round's result, or a range it decided, carried `record`. Returns whether it is new
+    /// here, and so is for the driver to sign and publish; then its round is named on the
+    /// passes of the visitors it let out here. A record not older than the next this node would
+    /// number moves the chain on (its link unknown until the driver signs it); an older one (a
+    /// result this node missed, learned from a later round's ranges) is published without
+    /// moving the chain back.
+    pub(crate) fn learn(&mut self, record: &RoundRecord) -> bool {
+        let key = (record.decided_at_ms, record.round, record.root);
+        if self.recorded.contains(&key) {
             return false;
         }
-        self.chain = (record.round + 1, String::new());
+        if record.round >= self.chain.0 {
+            self.chain = (record.round + 1, String::new());
+        }
         if self.recorded.len() >= RECORDED_KEPT {
             self.recorded.pop_front();
         }
-        self.recorded
-            .push_back((record.decided_at_ms, record.round));
+        self.recorded.push_back(key);
         true
+    }
+
+    /// Whether one of `ranges` (a count carried them up) carries a record at or past the next
+    /// number this node would give: a root that took over without it must not number its own
+    /// record yet (two records would share a number), nor can it link to it before its driver
+    /// has signed it. It publishes it, lets nobody out this round, and goes on from it at the
+    /// next.
+    pub(crate) fn behind(&self, ranges: &[AdmitRange]) -> bool {
+        (ranges.iter().filter_map(|r| r.record.as_ref())).any(|r| r.round >= self.chain.0)
     }
 
     /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
@@ -81,8 +100,8 @@ impl RecordChain {
         self.recorded
             .iter()
             .rev()
-            .find(|(t, _)| *t == decided_at)
-            .map(|&(_, round)| round)
+            .find(|(t, _, _)| *t == decided_at)
+            .map(|&(_, round, _)| round)
     }
 
     /// Goes on from record `round` (with `link`) kept before a restart, if it is later than
@@ -121,7 +140,8 @@ mod tests {
         let first = chain.next_record(&stamp(1_000), (3, None), 2, false);
         assert_eq!((first.round, first.prev.as_str()), (0, ""));
         assert_eq!(first.cutoff.join_time, 999, "everyone before the boundary");
-        assert!(chain.take(&first));
+        assert!(chain.learn(&first));
+        assert!(!chain.learn(&first), "published once");
         chain.linked(0, "link-0".into());
         let second = chain.next_record(&stamp(2_000), (1, None), 2, false);
         assert_eq!((second.round, second.prev.as_str()), (1, "link-0"));
@@ -130,8 +150,11 @@ mod tests {
             chain.next_record(&stamp(2_000), (1, None), 2, false).prev,
             "link-0"
         );
-        assert!(!chain.take(&record(0, 1_000)), "older than the next");
-        assert!(chain.take(&record(7, 3_000)));
+        assert!(chain.learn(&record(7, 3_000)));
+        assert_eq!(
+            chain.next_record(&stamp(4_000), (1, None), 2, false).round,
+            8
+        );
         assert_eq!(
             chain.next_record(&stamp(4_000), (1, None), 2, false).prev,
             ""
@@ -139,6 +162,32 @@ mod tests {
         assert_eq!(chain.round_decided_at(1_000), Some(0));
         assert_eq!(chain.round_decided_at(3_000), Some(7));
         assert_eq!(chain.round_decided_at(2_000), None);
+        // A record missed, learned later from a range: published and named, the chain kept.
+        assert!(chain.learn(&record(5, 2_500)));
+        assert_eq!(chain.round_decided_at(2_500), Some(5));
+        assert_eq!(
+            chain.next_record(&stamp(4_000), (1, None), 2, false).round,
+            8
+        );
+    }
+
+    /// A root that a count tells of a record it has not reached must not number its own yet;
+    /// ranges without records, or with records it knows, hold nothing back.
+    #[test]
+    fn a_root_behind_the_records_counted_waits_a_round() {
+        let range = |record: Option<RoundRecord>| AdmitRange {
+            cutoff: 1_000,
+            max_key: None,
+            version: 2,
+            decided_at: 1_000,
+            record,
+        };
+        let mut chain = RecordChain::default();
+        assert!(chain.learn(&record(3, 1_000)));
+        assert!(!chain.behind(&[range(None), range(Some(record(3, 1_000)))]));
+        assert!(chain.behind(&[range(Some(record(4, 1_500)))]));
+        assert!(chain.learn(&record(4, 1_500)));
+        assert!(!chain.behind(&[range(Some(record(4, 1_500)))]));
     }
 
     /// A restarted node goes on from the record it kept, unless it knows a later one.

@@ -70,6 +70,8 @@ pub(crate) struct Carried {
     pub released: Vec<Release>,
     /// The rounds whose result this node may have missed, but this one (`lease.rs`).
     pub lost: Vec<LostRound>,
+    /// The first and current incarnation of this node's process (`departed.rs`).
+    pub lives: (u64, u64),
 }
 
 /// TAG state of one node.
@@ -284,6 +286,7 @@ impl Tag {
             node: me,
             on_site: room.on_site(),
             eligible: below.last().copied().unwrap_or(0),
+            lives: Some(carried.lives),
         };
         Counts {
             on_site: own.on_site,
@@ -779,6 +782,7 @@ mod tests {
             max_key: None,
             version: 2,
             decided_at: 1_000,
+            record: summary.record.clone(),
         };
         let result = CountResult {
             summary: summary.clone(),

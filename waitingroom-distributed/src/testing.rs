@@ -593,6 +593,7 @@ pub fn counts_of(node: u64, queued: u64) -> Counts {
             node: NodeId(node),
             on_site: 0,
             eligible: queued,
+            lives: Some((1, 1)),
         }],
         departed: Vec::new(),
         released: Vec::new(),

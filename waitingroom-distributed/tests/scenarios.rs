@@ -1138,3 +1138,114 @@ fn a_node_that_joins_after_a_release_refuses_it_from_the_start() {
     let refresh = net.with(NodeId(4), |n, now| n.refresh_pass(now, &pass));
     assert_eq!(refresh, Err(VisitorError::Released));
 }
+
+/// waitingroom-distributed/README.md#fairness-records: every round that lets anyone out is on
+/// the record, also when its result is lost. 500-ms rounds, 3% loss and jitter, and the first
+/// node cut off from the others for 1.2 s every few seconds: it is removed, rejoins, and lets
+/// its visitors out under ranges decided while it was away, which it learns from later rounds.
+/// Every pass names its round, and the node that issued it published that round's record: in
+/// range admission, and in batched deleteMin, whose visitors are let out as decided at the
+/// round's boundary.
+#[test]
+fn every_pass_names_a_round_its_node_published() {
+    use std::collections::BTreeSet;
+    let runs = [AdmissionMode::Range, AdmissionMode::Batched].map(|m| [(m, 1), (m, 6)]);
+    for (mode, seed) in runs.into_iter().flatten() {
+        let settings = Settings {
+            target_on_site: 20,
+            pass_expiry_ms: 1_500,
+            eviction_interval_ms: 500,
+            ..queued_settings()
+        };
+        let mut net = Net::new(3, settings, mode, seed);
+        net.run_for(2_000);
+        net.faults = Faults {
+            jitter: 30,
+            loss: 0.03,
+            dup: 0.0,
+        };
+        let mut crowd = Crowd::default();
+        for i in 0..300usize {
+            let ids = net.ids();
+            crowd.join(&mut net, ids[i % ids.len()]);
+            crowd.run(&mut net, 50);
+            if i % 60 == 30 {
+                for other in [2, 3] {
+                    net.cut(NodeId(1), NodeId(other));
+                }
+                crowd.run(&mut net, 1_200);
+                net.heal();
+            }
+        }
+        net.faults = Faults::default();
+        crowd.run(&mut net, 20_000);
+        let published: BTreeSet<(NodeId, u64, u64)> = (net.events.iter())
+            .filter_map(|(n, e)| match e {
+                Event::RoundRecorded(r) => Some((*n, r.round, r.decided_at_ms)),
+                _ => None,
+            })
+            .collect();
+        assert!(crowd.passes.len() > 100, "{mode:?} seed {seed}");
+        for pass in crowd.passes.values() {
+            let round = pass.round.expect("every pass names its round");
+            assert!(
+                published.contains(&(pass.node, round, pass.eviction_time)),
+                "{mode:?} seed {seed}: node {} names round {round} of {} but never published it",
+                pass.node,
+                pass.eviction_time
+            );
+        }
+    }
+}
+
+/// waitingroom-distributed/README.md#departed-places: a member cut off long enough to be removed
+/// holds its places as departed; once it rejoins (the same process, a new incarnation) and is
+/// counted again, it counts its visitors itself and the departure is released at once, not a
+/// grant's, a ticket's and a pass's life later. Never over the target meanwhile.
+#[test]
+fn a_departed_member_counted_again_releases_its_places() {
+    let settings = Settings {
+        target_on_site: 6,
+        pass_expiry_ms: 20_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 5);
+    net.run_for(2_000);
+    let mut first = Crowd::default();
+    for _ in 0..2 {
+        first.join(&mut net, NodeId(3));
+        net.run_for(5);
+    }
+    first.run(&mut net, 3_000);
+    assert!(first.all_admitted());
+    for other in [1, 2] {
+        net.cut(NodeId(3), NodeId(other));
+    }
+    net.run_for(5_000);
+    assert!(!net.node(NodeId(1)).membership().contains(NodeId(3)));
+    net.heal();
+    let mut rejoined = false;
+    for _ in 0..200 {
+        net.run_for(50);
+        let m = net.node(NodeId(1)).membership().clone();
+        if m.contains(NodeId(3)) && net.node(NodeId(3)).is_member() {
+            rejoined = true;
+            break;
+        }
+    }
+    assert!(rejoined, "node 3 is back");
+    let mut later = Crowd::default();
+    for _ in 0..4 {
+        later.join(&mut net, NodeId(1));
+        net.run_for(5);
+    }
+    for _ in 0..100 {
+        later.run(&mut net, 50);
+        let on_site: u64 = net.live().iter().map(|n| n.room().on_site()).sum();
+        assert!(on_site <= 6, "t={}: {on_site} on the site", net.now);
+    }
+    assert!(
+        later.all_admitted(),
+        "node 3 counts its two visitors itself: four places are free"
+    );
+}

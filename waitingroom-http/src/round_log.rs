@@ -106,10 +106,13 @@ impl RoundLog {
             let Some(record) = claims(jws) else {
                 continue;
             };
-            if records.len() >= kept {
+            let Some(at) = insertion_point(&records, record.round, jws) else {
+                continue;
+            };
+            records.insert(at, (record.round, jws.to_owned()));
+            if records.len() > kept {
                 records.pop_front();
             }
-            records.push_back((record.round, jws.to_owned()));
             remember(&mut recent, Decided::from(&record));
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
@@ -130,23 +133,28 @@ impl RoundLog {
             .map(|(round, jws)| (*round, round_records::link(jws)))
     }
 
-    /// Signs and keeps `record`; returns its link. A record whose number is not after the last
-    /// kept (a new root that had missed some) is kept too, in arrival order: the audit reports
-    /// the fork or gap, which must not be hidden.
+    /// Signs and keeps `record`; returns its link. Records are kept in round order: a node that
+    /// missed a round's result learns its record later, from a later round's ranges, and the
+    /// audit reads the chain in the order published. A record kept already is not kept twice. A
+    /// record with the number of one kept (a new root that had missed some) is kept too, after
+    /// it: the audit reports the fork, which must not be hidden.
     pub fn record(&self, record: &RoundRecord) -> String {
         let jws = self.crypto.sign_record(record);
         let link = round_records::link(&jws);
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        if records.len() >= self.kept {
-            records.pop_front();
-        }
+        let Some(at) = insertion_point(&records, record.round, &jws) else {
+            return link;
+        };
         if let Some(file) = &self.file {
             let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
             if let Err(e) = writeln!(file, "{jws}") {
                 tracing::error!(error = %e, round = record.round, "rounds log: cannot append");
             }
         }
-        records.push_back((record.round, jws));
+        records.insert(at, (record.round, jws));
+        if records.len() > self.kept {
+            records.pop_front();
+        }
         drop(records);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         remember(&mut recent, Decided::from(record));
@@ -191,6 +199,32 @@ impl RoundLog {
             .map(|(_, jws)| jws.clone())
             .collect()
     }
+}
+
+/// Where record `jws` of `round` goes among `records` (in round order, after those of the same
+/// round), or None when it is kept already. Records mostly come in order: the search starts at
+/// the newest.
+fn insertion_point(records: &VecDeque<(u64, String)>, round: u64, jws: &str) -> Option<usize> {
+    let mut at = records.len();
+    while at > 0 && records[at - 1].0 >= round {
+        if records[at - 1].1 == jws {
+            return None;
+        }
+        if records[at - 1].0 == round {
+            break;
+        }
+        at -= 1;
+    }
+    // Same round: the ones before this one may hold it too.
+    let same = records
+        .iter()
+        .take(at)
+        .rev()
+        .take_while(|(r, _)| *r == round);
+    if same.clone().any(|(_, k)| k == jws) {
+        return None;
+    }
+    Some(at)
 }
 
 /// Keeps `d` among the window's records: those older than the window before the newest go.
@@ -270,6 +304,28 @@ mod tests {
         assert_eq!(again.after(Some(0), 10).len(), 1);
         assert_eq!(again.last(), Some((1, second)));
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A record learned late (its node missed the round's result) is kept in round order, so
+    /// the chain reads in order; a record learned twice is kept once.
+    #[test]
+    fn records_are_kept_in_round_order_and_once() {
+        let log = RoundLog::new(Arc::new(Crypto::generate()), 3);
+        log.record(&record(0, String::new()));
+        log.record(&record(2, String::new()));
+        log.record(&record(1, String::new()));
+        log.record(&record(1, String::new()));
+        let rounds: Vec<u64> = (log.after(None, 10).iter())
+            .map(|jws| claim(jws, "round").unwrap())
+            .collect();
+        assert_eq!(rounds, [0, 1, 2]);
+        log.record(&record(3, String::new()));
+        assert_eq!(
+            log.after(None, 10).len(),
+            3,
+            "the oldest goes past the bound"
+        );
+        assert_eq!(log.last().map(|(r, _)| r), Some(3));
     }
 
     /// The fairness figure: rounds whose cutoff went back, and at most how many pairs they let

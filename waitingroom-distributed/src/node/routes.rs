@@ -3,6 +3,7 @@
 //! membership applied re-initialises QPID, a count decided lets visitors out, a member declared
 //! dead changes the membership) is decided here, in the order the protocol needs.
 
+use waitingroom_core::round_records::RoundRecord;
 use waitingroom_core::{NodeId, Time};
 
 use super::Node;
@@ -159,6 +160,7 @@ impl Node {
             settings: self.in_force.live().clone(),
             released: self.released.recent(now, stamp.time, window),
             lost: self.lease.lost_rounds(now, Some(stamp)),
+            lives: (self.cfg.incarnation, self.cluster.me().incarnation),
         };
         self.lease.ask(stamp, now);
         carried
@@ -259,10 +261,8 @@ impl Node {
     fn take_result(&mut self, now: Time, summary: Summary) {
         self.lease.take_result(now, self.id(), &summary);
         self.voters.adopt(&summary.voters);
-        if let Some(record) = summary.record.as_ref()
-            && self.records.take(record)
-        {
-            self.emit(Event::RoundRecorded(Box::new(record.clone())));
+        if let Some(record) = summary.record.as_ref() {
+            self.learn_record(record);
         }
         let _ = self.in_force.adopt(&summary.settings);
         self.apply_settings();
@@ -270,9 +270,24 @@ impl Node {
         self.tag.keep(summary);
     }
 
-    fn merge_ranges(&mut self, now: Time, ranges: Vec<AdmitRange>) {
+    /// Merges decided ranges, learning the records they carry first (a result this node missed
+    /// may let its visitors out now, under a round whose record it must publish and name on their
+    /// passes), then lets out this node's part of them.
+    fn merge_ranges(&mut self, now: Time, mut ranges: Vec<AdmitRange>) {
+        ranges.sort_by_key(|r| r.decided_at);
+        for record in ranges.iter().filter_map(|r| r.record.as_ref()) {
+            self.learn_record(record);
+        }
         self.tag.merge_ranges(ranges);
         self.admit_decided(now);
+    }
+
+    /// A round's record reached this node (with its result or a range it decided): published
+    /// once, for the driver to sign (`Event::RoundRecorded`).
+    fn learn_record(&mut self, record: &RoundRecord) {
+        if self.records.learn(record) {
+            self.emit(Event::RoundRecorded(Box::new(record.clone())));
+        }
     }
 
     /// Lets out the local visitors whose keys fall in a decided range; QPID hears of the new
@@ -511,15 +526,17 @@ impl Node {
 
     /// A member left the cluster (it died, was removed, or is cut off) with membership
     /// `version`: the places it held at the last count, with its grant, stay counted until
-    /// whatever it may still have let out is gone ([`departed::counted_for`]), so the site does
-    /// not fill past the target with visitors nobody counts any more.
+    /// whatever it may still have let out is gone ([`departed::counted_for`]), or until the
+    /// same process is counted again (the life removed, as the membership names it), so the site
+    /// does not fill past the target with visitors nobody counts any more.
     fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
         if self.in_force.unlimited() {
             return;
         }
         let expiry = departed::counted_for(self.lease.life(), &self.in_force);
         let places = self.tag.places_of(node);
-        (self.departed).member_departed(now, (node, version), places, expiry);
+        let life = (self.cluster.membership().removed.get(&node)).map(|c| c.incarnation);
+        (self.departed).member_departed(now, (node, life, version), places, expiry);
     }
 
     /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]): the root

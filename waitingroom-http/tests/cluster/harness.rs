@@ -108,7 +108,7 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// A cluster of `n` nodes with `extra` settings on top of [`FAST`], each ready and seeing
+    /// A cluster of `n` nodes with `extra` settings on top of (or instead of) [`FAST`]'s, each ready and seeing
     /// all `n` as members.
     pub(crate) async fn start(name: &str, n: usize, extra: &[&str]) -> Cluster {
         Self::start_with(name, n, extra, false).await
@@ -194,10 +194,15 @@ impl Cluster {
             .settings
             .iter()
             .map(|s| s.replace("{node}", &(i + 1).to_string()));
+        // A setting given in `extra` replaces FAST's (a flag may be given once).
+        let fast = FAST
+            .chunks(2)
+            .filter(|kv| !self.settings.iter().any(|s| s == kv[0]))
+            .flatten();
         cmd.args(["run", "--listen", "127.0.0.1:0", "--key-file"])
             .arg(&self.key)
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
-            .args(FAST)
+            .args(fast)
             .args(settings);
         if self.two_ports {
             cmd.args(["--internal-listen", "127.0.0.1:0"]);

@@ -4,7 +4,7 @@
 use crate::harness::*;
 
 /// A ticket checked in at `node` until it is admitted there: its last ticket.
-async fn admitted_at(c: &reqwest::Client, node: &str, mut ticket: String) -> String {
+pub(crate) async fn admitted_at(c: &reqwest::Client, node: &str, mut ticket: String) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (s, v) = post(

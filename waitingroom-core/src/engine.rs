@@ -196,7 +196,7 @@ impl WaitingRoom {
             draw,
         };
         if admit_now {
-            self.admit(id, now, now);
+            self.admit(id, now, now.saturating_add(self.settings.ticket_expiry_ms));
             ticket.eviction_time = Some(now);
         } else {
             self.enqueue(ticket.key_on(self.node), now);
@@ -208,6 +208,8 @@ impl WaitingRoom {
     ///
     /// A valid ticket this node no longer queues (its entry expired, or it comes from another
     /// node) is queued again under its original join time, so the visitor keeps their place.
+    /// An admitted ticket is not refreshed: it expires when its claim window closes
+    /// (waitingroom-distributed/README.md#one-admission-one-pass).
     pub fn check_in(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, EngineError> {
         if now >= ticket.expires_at {
             return Err(EngineError::TicketExpired);
@@ -219,49 +221,75 @@ impl WaitingRoom {
             .map(|record| &mut record.state)
         {
             Some(Visitor::Queued { last_seen, .. }) => *last_seen = now,
+            // The admission lapsed (its record is swept at the next cleanup).
+            Some(Visitor::Admitted { claim_by, .. }) if *claim_by <= now => {
+                return Err(EngineError::TicketExpired);
+            }
             Some(Visitor::Admitted { eviction_time, .. }) => {
                 ticket.eviction_time = Some(*eviction_time)
             }
             Some(Visitor::Left { .. }) => return Err(EngineError::AlreadyLeft),
             None => match ticket.eviction_time {
-                // Our own signature says they were let out; the record was swept. Honour it.
-                Some(eviction_time) => self.admit(ticket.id, now, eviction_time.min(now)),
+                // A signature of the cluster says they were let out (their node is gone): the
+                // admission's claim window is the ticket's own expiry, not a new one.
+                Some(eviction_time) => self.admit(ticket.id, eviction_time, ticket.expires_at),
                 None => self.enqueue(ticket.key_on(self.node), now),
             },
         }
         Ok(self.answer(now, ticket))
     }
 
-    /// An admitted visitor exchanges their ticket for a pass.
+    /// An admitted visitor exchanges their ticket for a pass, within the admission's claim
+    /// window. The pass follows from the admission alone ([`WaitingRoom::pass_of`]), so any node
+    /// that serves this leave hands out the same pass.
     pub fn leave(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, EngineError> {
         if now >= ticket.expires_at {
             return Err(EngineError::TicketExpired);
         }
-        let eviction_time = match self.visitors.get(ticket.id).map(|record| record.state) {
-            Some(Visitor::Admitted { eviction_time, .. }) => eviction_time,
+        let (eviction_time, claim_by) = match self.visitors.get(ticket.id).map(|r| r.state) {
+            Some(Visitor::Admitted { claim_by, .. }) if claim_by <= now => {
+                return Err(EngineError::TicketExpired);
+            }
+            Some(Visitor::Admitted {
+                eviction_time,
+                claim_by,
+            }) => (eviction_time, claim_by),
             Some(Visitor::Left { .. }) => return Err(EngineError::AlreadyLeft),
             Some(Visitor::Queued { .. }) => return Err(EngineError::NotYetAdmitted),
             None => match ticket.eviction_time {
                 Some(eviction_time) => {
-                    self.admit(ticket.id, now, eviction_time.min(now));
-                    eviction_time.min(now)
+                    self.admit(ticket.id, eviction_time, ticket.expires_at);
+                    (eviction_time, ticket.expires_at)
                 }
                 None => return Err(EngineError::NotYetAdmitted),
             },
         };
-        let pass_expires = now.saturating_add(self.settings.pass_expiry_ms);
-        self.set_left(ticket.id, now, pass_expires);
-        Ok(Pass {
+        let pass = self.pass_of(now, ticket, eviction_time, claim_by);
+        self.set_left(ticket.id, now, pass.expires_at);
+        Ok(pass)
+    }
+
+    /// The pass of an admission let out at `eviction_time` and claimable until `claim_by`: it
+    /// dates from the admission (the session's longest life counts from there) and lasts a pass
+    /// expiry from it, at least to the end of the claim window (so it is valid whenever the
+    /// leave is served). Nothing in it depends on when or where the leave is served, but
+    /// `issued_at`. With no pass expiry, passes expire at once.
+    fn pass_of(&self, now: Time, ticket: &Ticket, eviction_time: Time, claim_by: Time) -> Pass {
+        let expires_at = match self.settings.pass_expiry_ms {
+            0 => now,
+            expiry => eviction_time.saturating_add(expiry).max(claim_by),
+        };
+        Pass {
             id: ticket.id,
             node: self.node,
             queue_join_time: ticket.join_time,
-            created_at: now,
+            created_at: eviction_time,
             issued_at: now,
-            expires_at: pass_expires,
+            expires_at,
             eviction_time,
             round: None,
             draw: ticket.draw,
-        })
+        }
     }
 
     /// Whether `pass` lets its holder on the site at `now`.
@@ -274,7 +302,9 @@ impl WaitingRoom {
     }
 
     /// Extends a valid pass by the pass expiry from `now`. The holder now counts as on the site
-    /// of this node.
+    /// of this node. A pass this node counts is extended at most once per
+    /// [`WaitingRoom::refresh_min_interval`], and never shortened: a replayed older copy extends
+    /// nothing and cannot cut the count short.
     pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, EngineError> {
         self.validate_pass(now, pass)?;
         let end = pass
@@ -283,11 +313,30 @@ impl WaitingRoom {
         if pass.expires_at >= end {
             return Err(EngineError::PassLifetimeOver);
         }
-        let pass_expires = now.saturating_add(self.settings.pass_expiry_ms).min(end);
-        match self.visitors.get(pass.id).map(|record| record.state) {
-            Some(Visitor::Left { .. }) | None => {}
+        let expiry = self.settings.pass_expiry_ms;
+        let counted_until = match self.visitors.get(pass.id).map(|record| record.state) {
+            Some(Visitor::Left {
+                pass_expires,
+                counted: true,
+                ..
+            }) => pass_expires,
+            Some(Visitor::Left { .. }) | None => 0,
             Some(_) => return Err(EngineError::UnknownPass),
+        };
+        // The count was last extended at `counted_until - expiry` at the latest.
+        let allowed_at = counted_until
+            .saturating_sub(expiry)
+            .saturating_add(self.refresh_min_interval());
+        if counted_until > 0 && now < allowed_at {
+            return Err(EngineError::RefreshTooSoon {
+                retry_after_ms: allowed_at - now,
+            });
         }
+        let pass_expires = now
+            .saturating_add(expiry)
+            .min(end)
+            .max(pass.expires_at)
+            .max(counted_until);
         self.set_left(pass.id, now, pass_expires);
         Ok(Pass {
             node: self.node,
@@ -295,6 +344,13 @@ impl WaitingRoom {
             expires_at: pass_expires,
             ..pass.clone()
         })
+    }
+
+    /// The shortest time between two extensions of a pass this node counts: a quarter of the
+    /// pass expiry. Clients that refresh as documented (a gate renews a pass past half its
+    /// life) never ask sooner; a client that asks in a loop is refused.
+    pub fn refresh_min_interval(&self) -> Time {
+        self.settings.pass_expiry_ms / 4
     }
 
     /// Lets visitors out of the queue until the site reaches its target. Returns who was let
@@ -321,7 +377,8 @@ impl WaitingRoom {
     /// Lets the visitor at the head of the queue out; returns their key.
     pub fn admit_head(&mut self, now: Time, eviction_time: Time) -> Option<QueueKey> {
         let key = self.queue.pop_first()?;
-        self.admit(key.ticket, now, eviction_time);
+        let claim_by = now.saturating_add(self.settings.ticket_expiry_ms);
+        self.admit(key.ticket, eviction_time, claim_by);
         Some(key)
     }
 
@@ -524,9 +581,8 @@ impl WaitingRoom {
     }
 
     /// Marks `id` let out at `eviction_time` (the decision; now, or earlier); the place is
-    /// held for a ticket expiry from now.
-    fn admit(&mut self, id: TicketId, now: Time, eviction_time: Time) {
-        let claim_by = now.saturating_add(self.settings.ticket_expiry_ms);
+    /// held until `claim_by`, the end of the admission's claim window.
+    fn admit(&mut self, id: TicketId, eviction_time: Time, claim_by: Time) {
         self.set_state(
             id,
             Visitor::Admitted {
@@ -570,8 +626,14 @@ impl WaitingRoom {
             .get_mut(ticket.id)
             .map(|record| &mut record.state);
         let (status, eta_ms) = match state {
-            Some(Visitor::Admitted { eviction_time, .. }) => {
+            Some(Visitor::Admitted {
+                eviction_time,
+                claim_by,
+            }) => {
+                // The claim window does not move: an admission left unused lapses, whoever
+                // keeps checking in with it.
                 ticket.eviction_time = Some(*eviction_time);
+                ticket.expires_at = *claim_by;
                 (CheckInStatus::Admitted, None)
             }
             state => {
@@ -794,30 +856,93 @@ mod tests {
     }
 
     #[test]
-    fn pass_shorter_than_ticket_still_expires_on_time() {
-        // The visitor's deadline entry is armed for the ticket expiry when the pass is made;
-        // the pass, due earlier, must get an entry of its own.
+    fn pass_shorter_than_ticket_lasts_to_the_claim_window_and_expires_on_time() {
+        // A pass expiry (5 s) shorter than the claim window (30 s): the pass lasts to the end
+        // of the window, whenever the leave is served, and its place is freed then.
         let mut room = room(queued_only());
         let visitor = room.join(0);
         room.evict(1_000);
         let visitor = room.check_in(1_500, &visitor.ticket).unwrap();
         assert_eq!(visitor.status, CheckInStatus::Admitted);
+        assert_eq!(visitor.ticket.expires_at, 31_000);
         let pass = room.leave(2_000, &visitor.ticket).unwrap();
-        assert_eq!(pass.expires_at, 7_000);
+        assert_eq!((pass.created_at, pass.expires_at), (1_000, 31_000));
         assert_eq!(room.on_site(), 1);
-        room.cleanup(6_999);
+        room.cleanup(30_999);
         assert_eq!(room.on_site(), 1);
-        room.cleanup(7_000);
+        room.cleanup(31_000);
         assert_eq!(room.on_site(), 0);
         assert_eq!(
-            room.leave(7_001, &visitor.ticket),
+            room.leave(30_999, &visitor.ticket),
             Err(EngineError::AlreadyLeft)
         );
-        room.cleanup(32_000);
+        room.cleanup(62_000);
         assert_eq!(
-            room.refresh_pass(7_001, &pass),
+            room.refresh_pass(31_001, &pass),
             Err(EngineError::PassExpired)
         );
+    }
+
+    /// An admission is used once, within its claim window: checking in does not extend it, and
+    /// once it has lapsed the ticket is refused here and by a room without its record (a node
+    /// that takes over from a dead owner), while the next visitor gets the place.
+    #[test]
+    fn an_admission_lapses_at_its_claim_window_whoever_checks_in() {
+        let mut owner = queued_room(1);
+        let a = owner.join(0);
+        let b = owner.join(1);
+        owner.evict(1_000);
+        let mut ticket = a.ticket;
+        for t in [2_000, 5_000, 9_000, 10_999] {
+            let c = owner.check_in(t, &ticket).unwrap();
+            assert_eq!(c.status, CheckInStatus::Admitted);
+            assert_eq!(
+                c.ticket.expires_at, 11_000,
+                "the claim window does not move"
+            );
+            ticket = c.ticket;
+        }
+        let mut b_ticket = owner.check_in(10_000, &b.ticket).unwrap().ticket;
+        assert_eq!(
+            owner.check_in(11_000, &ticket),
+            Err(EngineError::TicketExpired)
+        );
+        assert_eq!(
+            owner.leave(11_000, &ticket),
+            Err(EngineError::TicketExpired)
+        );
+        owner.cleanup(11_000);
+        assert_eq!(owner.evict(11_000), vec![b.ticket.id]);
+        b_ticket = owner.check_in(11_001, &b_ticket).unwrap().ticket;
+        owner.leave(11_002, &b_ticket).unwrap();
+        // Elsewhere, no record: the same lapsed ticket gets nothing either.
+        let mut heir = WaitingRoom::new(queued_room(1).settings().clone(), NodeId(8), 2).unwrap();
+        assert_eq!(
+            heir.check_in(11_000, &ticket),
+            Err(EngineError::TicketExpired)
+        );
+        assert_eq!(heir.leave(12_000, &ticket), Err(EngineError::TicketExpired));
+        assert_eq!(heir.on_site(), 0);
+    }
+
+    /// Any room serving the leave of one admission hands out the same pass: same id, same
+    /// creation (the admission) and expiry, whether it holds the record or only the ticket.
+    #[test]
+    fn the_pass_of_an_admission_is_the_same_wherever_the_leave_is_served() {
+        let mut owner = queued_room(1);
+        let a = owner.join(0);
+        owner.evict(1_000);
+        let admitted = owner.check_in(3_000, &a.ticket).unwrap().ticket;
+        let mut heir = WaitingRoom::new(owner.settings().clone(), NodeId(8), 2).unwrap();
+        let c = heir.check_in(4_000, &admitted).unwrap();
+        assert_eq!(c.status, CheckInStatus::Admitted);
+        assert_eq!(c.ticket.expires_at, 11_000, "the owner's claim window");
+        let there = heir.leave(9_000, &admitted).unwrap();
+        let here = owner.leave(5_000, &admitted).unwrap();
+        let key = |p: &Pass| (p.id, p.created_at, p.expires_at, p.eviction_time);
+        assert_eq!(key(&there), key(&here));
+        assert_eq!(key(&here), (a.ticket.id, 1_000, 61_000, 1_000));
+        assert_eq!(heir.leave(9_001, &admitted), Err(EngineError::AlreadyLeft));
     }
 
     proptest! {
@@ -957,7 +1082,7 @@ mod tests {
         assert_eq!(v.ticket.eviction_time, Some(1_000));
         let pass = room.leave(1_002, &v.ticket).unwrap();
         assert_eq!(pass.eviction_time, 1_000);
-        assert_eq!(pass.expires_at, 61_002);
+        assert_eq!((pass.created_at, pass.expires_at), (1_000, 61_000));
         assert_eq!(room.leave(1_003, &v.ticket), Err(EngineError::AlreadyLeft));
         assert_eq!(
             room.check_in(1_003, &v.ticket).unwrap_err(),
@@ -998,6 +1123,8 @@ mod tests {
     fn a_pass_is_refreshed_no_longer_than_its_longest_lifetime() {
         let mut room = WaitingRoom::new(
             Settings {
+                refresh_interval_ms: 100,
+                ticket_expiry_ms: 500,
                 pass_expiry_ms: 1_000,
                 pass_max_lifetime_ms: 2_500,
                 ..queued_only()
@@ -1006,15 +1133,23 @@ mod tests {
             7,
         )
         .unwrap();
-        let v = room.join(0);
+        let v = room.join(900);
         room.evict(1_000);
         let v = room.check_in(1_001, &v.ticket).unwrap();
         let pass = room.leave(1_002, &v.ticket).unwrap();
-        assert_eq!(pass.expires_at, 2_002);
+        assert_eq!(pass.expires_at, 2_000);
+        assert_eq!(
+            room.refresh_pass(1_200, &pass),
+            Err(EngineError::RefreshTooSoon { retry_after_ms: 50 }),
+            "a quarter of the pass expiry after the admission"
+        );
         let pass = room.refresh_pass(1_900, &pass).unwrap();
         assert_eq!(pass.expires_at, 2_900);
         let pass = room.refresh_pass(2_800, &pass).unwrap();
-        assert_eq!(pass.expires_at, 3_502, "cut to created_at + 2,500");
+        assert_eq!(
+            pass.expires_at, 3_500,
+            "cut to created_at (the admission) + 2,500"
+        );
         assert_eq!(
             room.refresh_pass(3_400, &pass),
             Err(EngineError::PassLifetimeOver)

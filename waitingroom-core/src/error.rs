@@ -50,4 +50,11 @@ pub enum EngineError {
     /// The pass is not known to this waiting room (never issued here, or swept as expired).
     #[error("pass not recognised")]
     UnknownPass,
+    /// The pass was extended less than [`crate::WaitingRoom::refresh_min_interval`] ago: it is
+    /// extended again from `retry_after_ms` on.
+    #[error("pass refreshed too recently; retry in {retry_after_ms} ms")]
+    RefreshTooSoon {
+        /// How long until a refresh is taken, ms.
+        retry_after_ms: u64,
+    },
 }

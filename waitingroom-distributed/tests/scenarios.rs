@@ -1,6 +1,6 @@
 //! Hand-written protocol scenarios, driven deterministically by the test rig (`testing::Net`).
 
-use waitingroom_core::{CheckInStatus, NodeId, Settings};
+use waitingroom_core::{CheckInStatus, EngineError, NodeId, Pass, Settings, Ticket};
 use waitingroom_distributed::testing::{Crowd, Faults, Net, queued_settings};
 use waitingroom_distributed::{
     AdmissionMode, Event, LiveSettings, Pause, ScheduledEvent, SettingsPatch, VisitorError,
@@ -201,7 +201,9 @@ fn limited_places_admit_exactly_the_smallest_keys() {
         crowd.join(&mut net, ids[i % ids.len()]);
         net.run_for(5);
     }
-    crowd.run(&mut net, 20_000);
+    // A pass lasts to the end of its admission's claim window (the ticket expiry, longer than
+    // the pass expiry here): six rounds of places, 10 s each.
+    crowd.run(&mut net, 70_000);
     assert_fair(&net, &crowd);
     // Never more than the target counted in one round.
     for (_, e) in &net.events {
@@ -273,6 +275,9 @@ fn a_partition_never_puts_the_site_over_its_target() {
     let settings = Settings {
         target_on_site: 6,
         pass_expiry_ms: 2_000,
+        // No longer than the pass expiry: a pass lasts at least to the end of its admission's
+        // claim window.
+        ticket_expiry_ms: 2_000,
         ..queued_settings()
     };
     let mut net = Net::new(5, settings, AdmissionMode::Range, 21);
@@ -1247,5 +1252,172 @@ fn a_departed_member_counted_again_releases_its_places() {
     assert!(
         later.all_admitted(),
         "node 3 counts its two visitors itself: four places are free"
+    );
+}
+
+/// Checks `ticket` in at `node` every 600 ms for `ms`, as a visitor who never leaves: the last
+/// answer (or the first refusal).
+fn keep_checking_in(
+    net: &mut Net,
+    node: NodeId,
+    mut ticket: Ticket,
+    ms: u64,
+) -> (Ticket, Result<CheckInStatus, VisitorError>, Option<u64>) {
+    let end = net.now + ms;
+    let mut claim_by = None;
+    while net.now < end {
+        net.run_for(600);
+        match net.with(node, |n, now| n.check_in(now, &ticket)) {
+            Ok(c) => {
+                if c.status == CheckInStatus::Admitted {
+                    let first = *claim_by.get_or_insert(c.ticket.expires_at);
+                    assert_eq!(first, c.ticket.expires_at, "the claim window never moves");
+                }
+                ticket = c.ticket;
+            }
+            Err(e) => return (ticket, Err(e), claim_by),
+        }
+    }
+    let status = net.with(node, |n, now| n.check_in(now, &ticket).map(|c| c.status));
+    (ticket, status, claim_by)
+}
+
+/// waitingroom-distributed/README.md#one-admission-one-pass: an admission not used within its
+/// claim window lapses, however often its visitor checks in: the next visitor gets the place,
+/// and no node gives the first one a pass, neither the owner nor, once the owner is gone,
+/// another node serving the ticket on its own.
+#[test]
+fn an_unused_admission_lapses_and_gets_no_pass_anywhere() {
+    let settings = Settings {
+        target_on_site: 1,
+        pass_expiry_ms: 60_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 21);
+    net.run_for(2_000);
+    let a = net.with(NodeId(1), |n, now| n.join(now)).unwrap();
+    net.run_for(10);
+    let b = net.with(NodeId(2), |n, now| n.join(now)).unwrap();
+    let (a_ticket, a_last, claim_by) = keep_checking_in(&mut net, NodeId(1), a.ticket, 5_000);
+    assert_eq!(a_last, Ok(CheckInStatus::Admitted), "a was let out");
+    let claim_by = claim_by.expect("a saw the admission");
+    // b waits, checking in, while a keeps checking in with the admission unused.
+    let (b_ticket, _, _) = keep_checking_in(&mut net, NodeId(2), b.ticket, 1_000);
+    let (_, a_late, _) = keep_checking_in(&mut net, NodeId(1), a_ticket.clone(), 10_000);
+    assert!(net.now > claim_by);
+    assert_eq!(
+        a_late,
+        Err(VisitorError::Engine(EngineError::TicketExpired))
+    );
+    let (_, b_status, _) = keep_checking_in(&mut net, NodeId(2), b_ticket, 3_000);
+    assert_eq!(b_status, Ok(CheckInStatus::Admitted), "the place went to b");
+    let leave = net.with(NodeId(1), |n, now| n.leave(now, &a_ticket));
+    assert_eq!(leave, Err(VisitorError::Engine(EngineError::TicketExpired)));
+    net.kill(NodeId(1));
+    net.run_for(8_000);
+    assert!(!net.node(NodeId(3)).membership().contains(NodeId(1)));
+    for node in [NodeId(2), NodeId(3)] {
+        let check_in = net.with(node, |n, now| n.check_in_here(now, &a_ticket));
+        assert_eq!(
+            check_in.map(|c| c.status),
+            Err(EngineError::TicketExpired.into())
+        );
+        let leave = net.with(node, |n, now| n.leave_here(now, &a_ticket));
+        assert_eq!(leave, Err(VisitorError::Engine(EngineError::TicketExpired)));
+    }
+}
+
+/// waitingroom-distributed/README.md#one-admission-one-pass: once the node that gave a pass is
+/// gone, another node serving a leave of the same ticket gives the same pass (same id, same
+/// creation and expiry), not a second one.
+#[test]
+fn a_leave_served_after_the_owner_died_gives_the_same_pass() {
+    let settings = Settings {
+        target_on_site: 2,
+        ticket_expiry_ms: 30_000,
+        pass_expiry_ms: 60_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 23);
+    net.run_for(2_000);
+    let a = net.with(NodeId(1), |n, now| n.join(now)).unwrap();
+    let (ticket, status, _) = keep_checking_in(&mut net, NodeId(1), a.ticket, 3_000);
+    assert_eq!(status, Ok(CheckInStatus::Admitted));
+    let first = net.with(NodeId(1), |n, now| n.leave(now, &ticket)).unwrap();
+    net.kill(NodeId(1));
+    net.run_for(8_000);
+    assert!(!net.node(NodeId(2)).membership().contains(NodeId(1)));
+    for node in [NodeId(2), NodeId(3)] {
+        let again = net.with(node, |n, now| n.leave_here(now, &ticket)).unwrap();
+        let key = |p: &Pass| (p.id, p.created_at, p.expires_at, p.eviction_time);
+        assert_eq!(key(&again), key(&first), "node {node}");
+    }
+}
+
+/// waitingroom-distributed/README.md#one-admission-one-pass: a pass is extended only at the
+/// node counting it, whatever node a copy reaches (the others answer `Elsewhere`), at most
+/// once per quarter of the pass expiry; once that node is removed, every member names the
+/// same heir, and copies refreshed anywhere are counted there alone.
+#[test]
+fn a_pass_refreshed_anywhere_is_counted_at_one_node() {
+    let settings = Settings {
+        target_on_site: 5,
+        pass_expiry_ms: 20_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 29);
+    net.run_for(2_000);
+    let a = net.with(NodeId(1), |n, now| n.join(now)).unwrap();
+    let (ticket, _, _) = keep_checking_in(&mut net, NodeId(1), a.ticket, 3_000);
+    let pass = net.with(NodeId(1), |n, now| n.leave(now, &ticket)).unwrap();
+    net.run_for(6_000);
+    for node in [NodeId(2), NodeId(3)] {
+        let r = net.with(node, |n, now| n.refresh_pass(now, &pass));
+        assert!(
+            matches!(&r, Err(VisitorError::Elsewhere(c)) if c.id == NodeId(1)),
+            "{r:?}"
+        );
+        assert_eq!(net.node(node).room().on_site(), 0);
+    }
+    let refreshed = net
+        .with(NodeId(1), |n, now| n.refresh_pass(now, &pass))
+        .unwrap();
+    let again = net.with(NodeId(1), |n, now| n.refresh_pass(now, &pass));
+    assert!(
+        matches!(
+            again,
+            Err(VisitorError::Engine(EngineError::RefreshTooSoon { .. }))
+        ),
+        "{again:?}"
+    );
+    net.kill(NodeId(1));
+    net.run_for(8_000);
+    let heir = net.node(NodeId(2)).heir_of(pass.id).unwrap();
+    assert_eq!(net.node(NodeId(3)).heir_of(pass.id), Some(heir));
+    let other = if heir == NodeId(2) {
+        NodeId(3)
+    } else {
+        NodeId(2)
+    };
+    for copy in [&pass, &refreshed] {
+        let r = net.with(other, |n, now| n.refresh_pass(now, copy));
+        assert!(
+            matches!(&r, Err(VisitorError::Elsewhere(c)) if c.id == heir),
+            "{r:?}"
+        );
+    }
+    let moved = net
+        .with(heir, |n, now| n.refresh_pass(now, &refreshed))
+        .unwrap();
+    assert_eq!(moved.node, heir);
+    assert_eq!(net.node(heir).room().on_site(), 1);
+    assert_eq!(net.node(other).room().on_site(), 0);
+    let old = net.with(heir, |n, now| n.refresh_pass(now, &pass));
+    assert!(
+        matches!(
+            old,
+            Err(VisitorError::Engine(EngineError::RefreshTooSoon { .. }))
+        ),
+        "an old copy extends nothing: {old:?}"
     );
 }

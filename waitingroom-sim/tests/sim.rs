@@ -181,7 +181,10 @@ fn a_crashed_nodes_passes_still_count_against_the_target() {
     for seed in [3, 4] {
         let r = run(&small(
             seed,
-            "--churn 3 --restarts 1 --pass-expiry-ms 5000 --users 600 --target-on-site 50",
+            // A pass holds its place to the end of its admission's claim window (the ticket
+            // expiry): no longer than the pass expiry here.
+            "--churn 3 --restarts 1 --pass-expiry-ms 5000 --ticket-expiry-ms 5000 --users 600 \
+             --target-on-site 50",
         ));
         assert_clean(&r);
         assert!(r.protocol_events.get("member-failed").copied().unwrap_or(0) >= 1);

@@ -176,19 +176,28 @@ impl Node {
         Ok(pass)
     }
 
-    /// Extends a valid pass; its holder now counts as on the site through this node, and the
-    /// node that counted them before is told to stop (`Forget`), so the visitor is counted
+    /// Extends a valid pass at the one node that counts it
+    /// (waitingroom-distributed/README.md#one-admission-one-pass): answers
+    /// [`VisitorError::Elsewhere`] when that is another node ([`Node::pass_counter`]), so the
+    /// driver forwards the refresh there; whatever node a copy of the pass is refreshed at, it
+    /// is counted once.
+    pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
+        self.refusable(pass)?;
+        if let Some(counter) = self.pass_counter(pass) {
+            return Err(VisitorError::Elsewhere(counter));
+        }
+        self.refresh_pass_here(now, pass)
+    }
+
+    /// Like [`Node::refresh_pass`], here whatever node counts the pass: used for a refresh
+    /// forwarded here. Its holder now counts as on the site through this node, and the node
+    /// named by the pass, if another, is told to stop (`Forget`), so the visitor is counted
     /// once. Until it hears, both count them: more than there are, never fewer.
     /// Refused while this node holds no live grant
-    /// (waitingroom-distributed/README.md#admission-leases).
-    pub fn refresh_pass(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
-        if self.released.contains(pass.id) {
-            return Err(VisitorError::Released);
-        }
-        if pass.is_bypass() {
-            // Counted nowhere, and extended nowhere: extending it here would count it.
-            return Err(VisitorError::Bypass);
-        }
+    /// (waitingroom-distributed/README.md#admission-leases), and when the pass was extended here
+    /// too recently ([`waitingroom_core::WaitingRoom::refresh_min_interval`]).
+    pub fn refresh_pass_here(&mut self, now: Time, pass: &Pass) -> Result<Pass, VisitorError> {
+        self.refusable(pass)?;
         // Only under a live grant: a node cut off from the majority must not keep its visitors
         // on the site past what the others count.
         if !self.in_force.unlimited() && !self.lease.is_live(now) {
@@ -200,6 +209,50 @@ impl Node {
             self.forget_elsewhere(now, pass.node, pass.id);
         }
         Ok(refreshed)
+    }
+
+    /// Refusals any node makes of a pass refresh, wherever it is counted.
+    fn refusable(&self, pass: &Pass) -> Result<(), VisitorError> {
+        if self.released.contains(pass.id) {
+            return Err(VisitorError::Released);
+        }
+        if pass.is_bypass() {
+            // Counted nowhere, and extended nowhere: extending it here would count it.
+            return Err(VisitorError::Bypass);
+        }
+        Ok(())
+    }
+
+    /// The node that counts `pass`, when it is not this one: the node the pass names while it
+    /// is a member; once that node is removed, an heir all members agree on
+    /// ([`Node::heir_of`]), so that copies of the pass refreshed at different nodes are all
+    /// counted at one. None: this node counts it.
+    pub fn pass_counter(&self, pass: &Pass) -> Option<Contact> {
+        let members = &self.cluster.membership().members;
+        let counter = if members.contains_key(&pass.node) {
+            pass.node
+        } else {
+            self.heir_of(pass.id)?
+        };
+        (counter != self.id())
+            .then(|| members.get(&counter).cloned())
+            .flatten()
+    }
+
+    /// The member that takes over the passes of `ticket` from a removed node: the highest of a
+    /// hash of (ticket, member) over the members (rendezvous hashing), the same at every node
+    /// that sees the same members, and spread evenly; a member leaving moves only its own
+    /// passes. None outside a cluster.
+    pub fn heir_of(&self, ticket: TicketId) -> Option<NodeId> {
+        let members = self.cluster.membership().members.keys();
+        members.copied().max_by_key(|m| rendezvous(ticket, *m))
+    }
+
+    /// Whether this node serves a refresh of `pass` forwarded here: it counts the pass, or the
+    /// node the pass names has been removed (the forwarding node found this one its heir; if
+    /// the two views of the members differ, that lasts until they agree).
+    pub fn serves_refresh(&self, pass: &Pass) -> bool {
+        pass.node == self.id() || !self.cluster.membership().contains(pass.node)
     }
 
     /// Whether `pass` is valid at `now`: not expired, not given back.
@@ -369,4 +422,14 @@ impl Node {
         let boundary = next_boundary(now, interval);
         Some(boundary + interval / 10 + ticket.id.0 % spread)
     }
+}
+
+/// The rendezvous weight of `member` for `ticket`: a SplitMix64 finish of the two ids mixed.
+fn rendezvous(ticket: TicketId, member: NodeId) -> u64 {
+    let mut z = ticket
+        .0
+        .wrapping_add(member.0.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }

@@ -209,7 +209,8 @@ pub(super) async fn forwarded_batch(
         .map(|item| {
             let b = ForwardBody {
                 ticket: None,
-                claims: Some(item.claims),
+                claims: item.claims,
+                pass: item.pass,
                 idempotency_key: item.idempotency_key,
             };
             reply(app.serve_forwarded(item.op, b))
@@ -247,7 +248,7 @@ fn reply(r: Result<ForwardAnswer, ApiError>) -> ForwardReply {
         },
         Err(e) => ForwardReply {
             status: e.status.as_u16(),
-            body: serde_json::json!({ "error": e.message, "code": e.code }),
+            body: serde_json::to_value(e.body()).unwrap_or_default(),
         },
     }
 }

@@ -182,6 +182,11 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
         (status = 200, description = "The refreshed pass", body = PassAnswer),
         (status = 400, description = "`bad_json`, `missing_token`", body = ErrorBody),
         (status = 401, description = "`invalid_token`, `expired`", body = ErrorBody),
+        (status = 429, description = "`refresh_too_soon`: extended too recently \
+            (docs/operating.md#sessions); `Retry-After` and `retry_after_ms` say when to ask",
+            body = ErrorBody),
+        (status = 503, description = "`owner_unavailable`: the node counting the pass did not \
+            answer; the pass stays valid until it expires", body = ErrorBody),
     ))]
 pub(super) async fn refresh_pass(
     State(app): State<Arc<App>>,
@@ -191,7 +196,7 @@ pub(super) async fn refresh_pass(
     let b: PassBody = body::json(&headers, body)?;
     let token = token_from(b.pass.as_deref(), &headers, &app.cfg.cookies.pass)
         .ok_or_else(|| ApiError::missing_token("pass"))?;
-    let p = app.refresh_pass(token)?;
+    let p = app.refresh_pass(token).await?;
     let cookie = app.cfg.cookies.for_pass(&p);
     Ok(with_cookies(p, vec![cookie]))
 }
@@ -247,7 +252,7 @@ pub(super) async fn release_pass(
         (status = 401, description = "`missing_token`, `invalid_token`, `expired`", body = ErrorBody),
     ))]
 pub(super) async fn verify_pass(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    match check_pass(&app, &headers) {
+    match check_pass(&app, &headers).await {
         Ok(resp) => resp,
         Err(e) => {
             let mut resp = e.into_response();
@@ -281,7 +286,7 @@ fn way_back(app: &App, headers: &HeaderMap) -> Option<HeaderValue> {
 }
 
 /// The pass check itself: 204 with the visitor's id (and a renewed pass past half its life).
-fn check_pass(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
+async fn check_pass(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
     let token = cookies::bearer(headers)
         .or_else(|| cookies::get(headers, &app.cfg.cookies.pass))
         .ok_or_else(|| {
@@ -297,7 +302,7 @@ fn check_pass(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
         // Lets the gate pass the visitor's id on to the origin (auth_request_set).
         resp.headers_mut().insert("x-waitingroom-ticket-id", v);
     }
-    if let Some(renewed) = renew(app, token, &pass) {
+    if let Some(renewed) = renew(app, token, &pass).await {
         resp.headers_mut().insert(header::SET_COOKIE, renewed);
     }
     Ok(resp)
@@ -309,12 +314,12 @@ fn check_pass(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
 /// visitor on the site who keeps using it keeps their place, up to the pass's longest life;
 /// one who stops loses it after the pass expiry. When it cannot be renewed (a paused node, the
 /// longest life reached), the pass is still valid until it expires.
-fn renew(app: &App, token: &str, pass: &waitingroom_core::Pass) -> Option<HeaderValue> {
+async fn renew(app: &App, token: &str, pass: &waitingroom_core::Pass) -> Option<HeaderValue> {
     let half = pass.issued_at + pass.expires_at.saturating_sub(pass.issued_at) / 2;
     if now_ms() < half {
         return None;
     }
-    let renewed = app.refresh_pass(token).ok()?;
+    let renewed = app.refresh_pass(token).await.ok()?;
     Some(app.cfg.cookies.for_pass(&renewed))
 }
 

@@ -4,7 +4,9 @@
 //! be let in without a pass. So the node that hands out a pass keeps it for a minute with the
 //! `Idempotency-Key` the leave carried: the same request sent again, with the same key, gets the
 //! same pass (same id, same expiry: still one place on the site). Without the key, or with
-//! another one, the second leave is refused as before.
+//! another one, the second leave is refused as before. (Once that node is gone, another node
+//! serving the leave from the ticket gives the same pass too: the pass follows from the
+//! admission alone, waitingroom-distributed/README.md#one-admission-one-pass.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};

@@ -93,7 +93,7 @@ impl App {
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
                 match self
-                    .forward(&owner, ForwardOp::Checkin, &ticket, None)
+                    .forward(&owner, ticket_item(ForwardOp::Checkin, &ticket, None))
                     .await
                 {
                     Ok(relayed) => relayed,
@@ -122,14 +122,17 @@ impl App {
         let local = self.driver.with(|node, now| node.leave(now, &ticket));
         let answer = match local {
             Err(VisitorError::Elsewhere(owner)) => {
-                match self.forward(&owner, ForwardOp::Leave, &ticket, key).await {
+                match self
+                    .forward(&owner, ticket_item(ForwardOp::Leave, &ticket, key))
+                    .await
+                {
                     Ok(relayed) => relayed,
                     Err(e) => {
                         self.unless_owner_is_member(&owner, &e)?;
-                        // The owner is gone: the signed ticket says whether they were let out.
-                        // (A pass it gave before it died is not known here, so this can be a
-                        // second one for the admission; making the exchange move with the
-                        // visitor's place is the admission-lease work's.)
+                        // The owner is gone: the signed ticket says whether they were let out,
+                        // and until when. The pass follows from the admission alone, so it is
+                        // the one the owner gave if it gave one
+                        // (waitingroom-distributed/README.md#one-admission-one-pass).
                         tracing::info!(owner = owner.id.0, error = %e, ticket = %ticket.id,
                             "owner gone: serving the leave here");
                         let here = self.driver.with(|node, now| node.leave_here(now, &ticket));
@@ -149,15 +152,8 @@ impl App {
     async fn forward<T: DeserializeOwned>(
         &self,
         owner: &Contact,
-        op: ForwardOp,
-        ticket: &Ticket,
-        key: Option<&str>,
+        item: ForwardItem,
     ) -> Result<Result<T, ApiError>, Unreachable> {
-        let item = ForwardItem {
-            op,
-            claims: ticket.clone(),
-            idempotency_key: key.map(str::to_owned),
-        };
         match self.transport.forward_batched(owner, item).await {
             Ok((status, body)) => {
                 Metrics::count(&self.metrics.forwards, "ok");
@@ -204,6 +200,19 @@ impl App {
         body: ForwardBody,
     ) -> Result<ForwardAnswer, ApiError> {
         self.serving()?;
+        if op == ForwardOp::Refresh {
+            let pass = body.pass.ok_or_else(|| ApiError::missing_token("pass"))?;
+            return self.serve_refresh(&pass).map(ForwardAnswer::Refresh);
+        }
+        self.serve_forwarded_ticket(op == ForwardOp::Leave, body)
+    }
+
+    /// A check-in (or a leave, `leave`) forwarded here.
+    fn serve_forwarded_ticket(
+        &self,
+        leave: bool,
+        body: ForwardBody,
+    ) -> Result<ForwardAnswer, ApiError> {
         let key = body.idempotency_key;
         let ticket = match (body.claims, body.ticket) {
             (Some(t), _) => t,
@@ -226,19 +235,47 @@ impl App {
                 ),
             ));
         }
-        match op {
-            ForwardOp::Checkin => {
-                let answer = self.check_in_here(&ticket);
-                Metrics::count(&self.metrics.checkins, queue_result(&answer));
-                answer.map(ForwardAnswer::Checkin)
-            }
-            ForwardOp::Leave => {
-                let result = self.driver.with(|node, now| node.leave_here(now, &ticket));
-                let answer = self.passed(&ticket, key.as_deref(), result);
-                Metrics::count(&self.metrics.leaves, pass_result(&answer));
-                answer.map(ForwardAnswer::Leave)
-            }
+        if leave {
+            let result = self.driver.with(|node, now| node.leave_here(now, &ticket));
+            let answer = self.passed(&ticket, key.as_deref(), result);
+            Metrics::count(&self.metrics.leaves, pass_result(&answer));
+            answer.map(ForwardAnswer::Leave)
+        } else {
+            let answer = self.check_in_here(&ticket);
+            Metrics::count(&self.metrics.checkins, queue_result(&answer));
+            answer.map(ForwardAnswer::Checkin)
         }
+    }
+
+    /// A pass refresh forwarded here: served when this node counts the pass, or when the node
+    /// the pass names has been removed (this node is its heir); never forwarded again.
+    fn serve_refresh(&self, pass: &Pass) -> Result<PassAnswer, ApiError> {
+        if !self.driver.read(|n| n.serves_refresh(pass)) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "wrong_node",
+                format!(
+                    "the pass is counted by node {}, a live member: only it extends it",
+                    pass.node
+                ),
+            ));
+        }
+        let result = self
+            .driver
+            .with(|node, now| node.refresh_pass_here(now, pass));
+        self.refreshed(result)
+    }
+
+    /// Signs a refreshed pass; counts the answer.
+    fn refreshed(&self, result: Result<Pass, VisitorError>) -> Result<PassAnswer, ApiError> {
+        let answer = result.map(|p| self.pass_answer(&p)).map_err(ApiError::from);
+        let label = match &answer {
+            Ok(_) => "ok",
+            Err(e) if e.code == "refresh_too_soon" => "too_soon",
+            Err(_) => "error",
+        };
+        Metrics::count(&self.metrics.refreshes, label);
+        answer
     }
 
     /// Signs the pass a leave got here and remembers it under the leave's key; or, for a ticket
@@ -271,14 +308,31 @@ impl App {
         }
     }
 
-    /// Extends a valid pass.
-    pub fn refresh_pass(&self, token: &str) -> Result<PassAnswer, ApiError> {
+    /// Extends a valid pass at the one node that counts it
+    /// (waitingroom-distributed/README.md#one-admission-one-pass): here, or forwarded there as
+    /// check-ins are. While that node is a member but does not answer: 503 `owner_unavailable`
+    /// (the pass stays valid until it expires).
+    pub async fn refresh_pass(&self, token: &str) -> Result<PassAnswer, ApiError> {
         self.serving()?;
         let pass = self.verify_pass(token)?;
-        self.driver
-            .with(|node, now| node.refresh_pass(now, &pass))
-            .map(|p| self.pass_answer(&p))
-            .map_err(ApiError::from)
+        let local = self.driver.with(|node, now| node.refresh_pass(now, &pass));
+        let Err(VisitorError::Elsewhere(counter)) = local else {
+            return self.refreshed(local);
+        };
+        let item = ForwardItem {
+            op: ForwardOp::Refresh,
+            claims: None,
+            pass: Some(pass),
+            idempotency_key: None,
+        };
+        match self.forward(&counter, item).await {
+            Ok(relayed) => relayed,
+            Err(e) => {
+                // Removed meanwhile: the next refresh goes to its heir.
+                self.unless_owner_is_member(&counter, &e)?;
+                Err(ApiError::owner_unavailable(counter.id))
+            }
+        }
     }
 
     /// Checks a pass: signature and expiry, and that it was not given back (a look-up in the
@@ -308,6 +362,16 @@ impl App {
         self.metrics.passes_released.inc();
         tracing::debug!(ticket = %pass.id, "pass given back");
         Ok(())
+    }
+}
+
+/// A forwarded check-in or leave of `ticket`.
+fn ticket_item(op: ForwardOp, ticket: &Ticket, key: Option<&str>) -> ForwardItem {
+    ForwardItem {
+        op,
+        claims: Some(ticket.clone()),
+        pass: None,
+        idempotency_key: key.map(str::to_owned),
     }
 }
 

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub checkins: Family<ResultLabels, Counter>,
     /// Passes handed out.
     pub leaves: Family<ResultLabels, Counter>,
+    /// Pass refreshes answered at the node counting the pass (`ok`, `too_soon`, `error`).
+    pub refreshes: Family<ResultLabels, Counter>,
     /// Visitor requests forwarded to the node holding the ticket.
     pub forwards: Family<ResultLabels, Counter>,
     /// Visitors re-queued here because their node could not be reached.
@@ -187,6 +189,7 @@ impl Metrics {
             joins: Family::default(),
             checkins: Family::default(),
             leaves: Family::default(),
+            refreshes: Family::default(),
             forwards: Family::default(),
             requeues: Counter::default(),
             inversions: Counter::default(),
@@ -257,6 +260,12 @@ impl Metrics {
             "leaves",
             "Tickets exchanged for passes, by result",
             self.leaves.clone(),
+        );
+        r.register(
+            "refreshes",
+            "Pass refreshes answered at the node counting the pass, by result (too_soon: \
+             refused by the per-pass rate limit)",
+            self.refreshes.clone(),
         );
         r.register(
             "forwards",

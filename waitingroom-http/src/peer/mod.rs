@@ -29,7 +29,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::oneshot;
-use waitingroom_core::{NodeId, Ticket};
+use waitingroom_core::{NodeId, Pass, Ticket};
 use waitingroom_distributed::{Contact, Envelope, Transmit};
 
 use crate::clock::now_ms;
@@ -57,6 +57,8 @@ pub enum ForwardOp {
     Checkin,
     /// A leave (ticket for a pass).
     Leave,
+    /// A pass refresh, at the node counting the pass.
+    Refresh,
 }
 
 impl ForwardOp {
@@ -66,19 +68,26 @@ impl ForwardOp {
         match self {
             ForwardOp::Checkin => CHECKIN_PATH,
             ForwardOp::Leave => LEAVE_PATH,
+            // Sent in batches only.
+            ForwardOp::Refresh => FORWARD_PATH,
         }
     }
 }
 
-/// One forwarded visitor request: the ticket as the forwarding node verified it (the batch is
-/// authenticated, so the owner need not check the token's signature again).
+/// One forwarded visitor request: the ticket (check-in, leave) or the pass (refresh) as the
+/// forwarding node verified it (the batch is authenticated, so the owner need not check the
+/// token's signature again).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardItem {
-    /// Check-in or leave.
+    /// Check-in, leave or refresh.
     pub op: ForwardOp,
-    /// The verified ticket.
-    pub claims: Ticket,
+    /// The verified ticket, of a check-in or leave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Ticket>,
+    /// The verified pass, of a refresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<Pass>,
     /// A leave's `Idempotency-Key`, if the visitor sent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,

@@ -333,7 +333,8 @@ async fn forged_answers_to_a_forward_are_not_believed() {
             .expect("own ticket");
         let item = ForwardItem {
             op: ForwardOp::Leave,
-            claims,
+            claims: Some(claims),
+            pass: None,
             idempotency_key: None,
         };
         let r = n.app.transport.forward_batched(&contact, item).await;

@@ -125,6 +125,8 @@ async fn a_pass_is_not_refreshed_past_its_longest_lifetime() {
             room: RoomOptions {
                 pass_expiry_ms: Some(2_000),
                 pass_max_lifetime_ms: Some(3_000),
+                // Not above the pass expiry: a pass lasts at least its admission's claim window.
+                ticket_expiry_ms: Some(2_000),
                 ..options().room
             },
             ..options()
@@ -163,6 +165,8 @@ async fn a_pass_in_use_is_renewed_at_the_gate_past_half_its_life() {
             room: RoomOptions {
                 pass_expiry_ms: Some(1_000),
                 pass_max_lifetime_ms: Some(2_500),
+                // Not above the pass expiry: a pass lasts at least its admission's claim window.
+                ticket_expiry_ms: Some(1_000),
                 ..options().room
             },
             ..options()

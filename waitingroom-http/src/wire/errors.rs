@@ -23,6 +23,9 @@ pub struct ApiError {
     pub code: Cow<'static, str>,
     /// Human-readable explanation.
     pub message: String,
+    /// For a request refused for now: when to ask again, ms (`Retry-After`, rounded up to
+    /// seconds; otherwise a 429 or 503 says one second).
+    pub retry_after_ms: Option<u64>,
 }
 
 /// Attached to error responses so the request log can say why a request failed.
@@ -41,6 +44,9 @@ pub struct ErrorBody {
     pub error: String,
     /// Stable code.
     pub code: String,
+    /// When to ask again, ms, for a request refused for now (`refresh_too_soon`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl ApiError {
@@ -50,6 +56,16 @@ impl ApiError {
             status,
             code: Cow::Borrowed(code),
             message: message.into(),
+            retry_after_ms: None,
+        }
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: self.message.clone(),
+            code: self.code.clone().into_owned(),
+            retry_after_ms: self.retry_after_ms,
         }
     }
 
@@ -83,6 +99,7 @@ impl ApiError {
                 status,
                 code: Cow::Owned(b.code),
                 message: b.error,
+                retry_after_ms: b.retry_after_ms,
             },
             Err(_) => Self::new(status, "peer_error", "the node holding this ticket refused"),
         }
@@ -223,16 +240,17 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownPass => {
                 ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", msg)
             }
+            EngineError::RefreshTooSoon { retry_after_ms } => ApiError {
+                retry_after_ms: Some(retry_after_ms),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "refresh_too_soon", msg)
+            },
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: self.message,
-            code: self.code.into_owned(),
-        };
+        let body = self.body();
         let logged = LoggedError {
             code: body.code.clone(),
             message: body.error.clone(),
@@ -243,9 +261,12 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::SERVICE_UNAVAILABLE
             || self.status == StatusCode::TOO_MANY_REQUESTS
         {
+            let seconds = self
+                .retry_after_ms
+                .map_or(1, |ms| ms.div_ceil(1_000).max(1));
             resp.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
+                axum::http::HeaderValue::from(seconds),
             );
         }
         resp

@@ -8,7 +8,7 @@ pub mod cookies;
 pub mod errors;
 
 use serde::{Deserialize, Serialize};
-use waitingroom_core::Ticket;
+use waitingroom_core::{Pass, Ticket};
 
 /// The request header that names a leave, chosen by the client (RFC draft
 /// `draft-ietf-httpapi-idempotency-key-header`).
@@ -58,9 +58,10 @@ pub struct TicketBody {
     pub ticket: Option<String>,
 }
 
-/// Body of a check-in or leave forwarded to the node holding the ticket: the ticket's claims,
-/// already verified by the forwarding node (the peer request itself is authenticated, so the
-/// owner need not check the token's signature again), or the token itself.
+/// Body of a check-in, leave or pass refresh forwarded to the node holding the ticket (or
+/// counting the pass): the ticket's or pass's claims, already verified by the forwarding node
+/// (the peer request itself is authenticated, so the owner need not check the token's signature
+/// again), or the ticket token itself.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardBody {
@@ -70,6 +71,9 @@ pub struct ForwardBody {
     /// The ticket as the forwarding node verified it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims: Option<Ticket>,
+    /// The pass to refresh, as the forwarding node verified it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<Pass>,
     /// A leave's `Idempotency-Key`, if the visitor sent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
@@ -98,4 +102,6 @@ pub enum ForwardAnswer {
     Checkin(VisitorAnswer),
     /// A leave's answer.
     Leave(PassAnswer),
+    /// A pass refresh's answer.
+    Refresh(PassAnswer),
 }

@@ -47,6 +47,16 @@ pub(crate) const FAST: &[&str] = &[
     "info",
 ];
 
+/// The flag-value pairs of [`FAST`] that `settings` does not set itself (a flag is taken
+/// once).
+fn fast_unless_set(settings: &[String]) -> Vec<&'static str> {
+    FAST.chunks(2)
+        .filter(|pair| !settings.iter().any(|s| s == pair[0]))
+        .flatten()
+        .copied()
+        .collect()
+}
+
 pub(crate) static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A running node process; killed (SIGKILL) on drop.
@@ -195,14 +205,10 @@ impl Cluster {
             .iter()
             .map(|s| s.replace("{node}", &(i + 1).to_string()));
         // A setting given in `extra` replaces FAST's (a flag may be given once).
-        let fast = FAST
-            .chunks(2)
-            .filter(|kv| !self.settings.iter().any(|s| s == kv[0]))
-            .flatten();
         cmd.args(["run", "--listen", "127.0.0.1:0", "--key-file"])
             .arg(&self.key)
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
-            .args(fast)
+            .args(fast_unless_set(&self.settings))
             .args(settings);
         if self.two_ports {
             cmd.args(["--internal-listen", "127.0.0.1:0"]);

@@ -5,6 +5,7 @@
 //! - `visitors.rs`: a visitor's flow across nodes, bad input;
 //! - `failover.rs`: nodes killed, added, stopped and restarted while visitors wait;
 //! - `passes.rs`: one admission, one pass, whatever happens to the node that gave it;
+//! - `adversary.rs`: visitors who bank an admission, replay a pass at every node, replay a leave;
 //! - `security.rs`: forged peer messages and passes, the internal listener, mutual TLS;
 //! - `settings.rs`: live settings across the cluster;
 //! - `events.rs`: scheduled events and random queueing;
@@ -13,6 +14,7 @@
 
 mod harness;
 
+mod adversary;
 mod cli;
 mod events;
 mod failover;

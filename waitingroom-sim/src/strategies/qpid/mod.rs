@@ -718,8 +718,19 @@ impl Room for QpidRoom {
             self.route(ctx, v)?
         };
         let clock = self.nodes.clock(s, ctx.now);
-        let r = self.nodes.node(s).refresh_pass(clock, &pass);
+        let mut r = self.nodes.node(s).refresh_pass(clock, &pass);
         self.drain(ctx, s);
+        if let Err(VisitorError::Elsewhere(counter)) = &r {
+            // The node forwards the refresh to the one counting the pass; unreachable, the
+            // visitor is told to retry (and keeps the pass they hold).
+            let o = slot_of_addr(&counter.addr, self.nodes.slots.len())
+                .filter(|&o| self.nodes.slots[o].node.is_some() && self.wire.net.connected(s, o));
+            if let Some(o) = o {
+                let clock = self.nodes.clock(o, ctx.now);
+                r = self.nodes.node(o).refresh_pass_here(clock, &pass);
+                self.drain(ctx, o);
+            }
+        }
         self.holds(ctx, v, r, "refresh")
     }
 

@@ -6,11 +6,12 @@
 //! each lottery pass's id against the seed and its draw, with
 //! `waitingroom_core::lottery::audit_draws`.
 //!
-//! The audited cluster may be the adversary (docs/operating.md#auditing-a-cluster-you-do-not-trust):
-//! every entry it serves is checked, and one the audit cannot read is a violation, never skipped;
-//! every request has a connect and a total timeout, every answer a size cap read as it streams in,
-//! and the paging a cap on pages and records, so a server that never answers, answers forever or
-//! pages forever ends the audit with an error instead of holding it. The keys come from a file
+//! The audited cluster may be the adversary
+//! (docs/operating.md#auditing-a-cluster-you-do-not-trust): every entry it serves is checked,
+//! and one the audit cannot read is a violation, never skipped; every request has a connect and
+//! a total timeout, every answer a size cap read as it streams in, and the paging a cap on pages
+//! and records, so a server that never answers, answers forever or pages forever ends the audit
+//! with an error instead of holding it. The keys come from a file
 //! the auditor holds (`--jwks`); without one the audit trusts the key set the cluster serves, and
 //! says so.
 

@@ -515,12 +515,9 @@ async fn cookies_are_secure_when_the_public_url_is_https() {
     }
 }
 
-/// The visitor lands back on the page they asked for (the origin's gate sends them with
-/// `return_to`): a path on the origin only; another host (`//host`, `/\host`, a URL) is ignored
-/// and the visitor goes to `origin_url`. The no-JavaScript button keeps it.
-#[tokio::test]
-async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_only() {
-    let n = TestNode::start(
+/// A room in front of `https://shop.example/start`, its timer running.
+fn shop_room() -> TestNode {
+    TestNode::start(
         Options {
             visitors: VisitorOptions {
                 origin_url: Some("https://shop.example/start".into()),
@@ -529,19 +526,30 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
             ..options()
         },
         true,
+    )
+}
+
+/// The waiting page asked for by a browser with `query` and the pass cookie `pass`.
+fn page_with_pass(query: &str, pass: &str) -> Request<Body> {
+    let mut req = bodiless(
+        Request::get(format!("/?{query}")),
+        header::ACCEPT,
+        "text/html",
     );
+    let cookie = format!("wr_pass={pass}");
+    req.headers_mut()
+        .insert(header::COOKIE, cookie.parse().expect("header value"));
+    req
+}
+
+/// The visitor lands back on the page they asked for (the origin's gate sends them with
+/// `return_to`): a path on the origin only; another host (`//host`, `/\host`, a URL) is ignored
+/// and the visitor goes to `origin_url`. The no-JavaScript button keeps it.
+#[tokio::test]
+async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_only() {
+    let n = shop_room();
     let (_, pass) = n.ticket_and_pass().await;
-    let page_at = |query: &str| {
-        let mut req = bodiless(
-            Request::get(format!("/?{query}")),
-            header::ACCEPT,
-            "text/html",
-        );
-        let cookie = format!("wr_pass={pass}");
-        req.headers_mut()
-            .insert(header::COOKIE, cookie.parse().expect("header value"));
-        req
-    };
+    let page_at = |query: &str| page_with_pass(query, &pass);
     // Every way back signed as the origin's gate would: only a path on the origin is followed.
     let signed = |path: &str| n.app.crypto.return_query(path);
     for (path, to) in [
@@ -618,32 +626,13 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
 /// it.
 #[tokio::test]
 async fn a_way_back_expires_and_is_followed_only_for_its_visitor() {
-    let n = TestNode::start(
-        Options {
-            visitors: VisitorOptions {
-                origin_url: Some("https://shop.example/start".into()),
-                ..Default::default()
-            },
-            ..options()
-        },
-        true,
-    );
+    let n = shop_room();
     let (_, pass) = n.ticket_and_pass().await;
     let now = now_ms();
     let me = n.app.crypto.verify_pass(&pass, now).expect("pass").id;
     let other = TicketId(me.0 ^ 1);
     let key = &n.app.crypto.return_keys()[0];
-    let page_at = |query: &str| {
-        let mut req = bodiless(
-            Request::get(format!("/?{query}")),
-            header::ACCEPT,
-            "text/html",
-        );
-        let cookie = format!("wr_pass={pass}");
-        req.headers_mut()
-            .insert(header::COOKIE, cookie.parse().expect("header value"));
-        req
-    };
+    let page_at = |query: &str| page_with_pass(query, &pass);
     let (back, front) = ("https://shop.example/cart", "https://shop.example/start");
     let day = return_path::RETURN_PATH_LIFE_MS;
     for (query, to) in [

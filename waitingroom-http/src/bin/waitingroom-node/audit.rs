@@ -51,10 +51,10 @@ pub struct AuditArgs {
     #[arg(long)]
     json: bool,
     /// Longest wait for a connection to the node, ms.
-    #[arg(long, value_name = "MS", default_value_t = 3_000)]
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
     connect_timeout_ms: u64,
     /// Longest time one request may take, its whole answer read, ms.
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
     timeout_ms: u64,
     /// Longest time the whole audit may take, s.
     #[arg(long, value_name = "S", default_value_t = 300)]

@@ -15,7 +15,7 @@ use waitingroom_http::peer::replay::{Admit, ReplayCache};
 use crate::tokens::key;
 
 /// The headers a request's MAC covers, in the order the input's field byte picks them.
-pub const FIELDS: [&str; 9] = COVERED_HEADERS;
+pub const FIELDS: [&str; 10] = COVERED_HEADERS;
 
 const NOW: Time = 1_700_000_000_000;
 const PATH: &str = "/peer/messages";
@@ -25,9 +25,10 @@ fn crypto() -> &'static Crypto {
     C.get_or_init(|| Crypto::new(key().0.clone()))
 }
 
-fn expect() -> Expect {
+fn expect() -> Expect<'static> {
     Expect {
         me: NodeId(1),
+        address: "http://127.0.0.1:9",
         incarnation: 7,
         by_address: true,
         max_body: 4096,

@@ -20,7 +20,7 @@ use serde_json::Value;
 use waitingroom_core::lottery::LotterySeed;
 use waitingroom_core::{SettingsError, Time};
 
-use crate::patch::{Mode, QueueingMethod, SettingsPatch};
+use crate::patch::{Mode, QueueingMethod, SettingsPatch, check_count, check_time};
 
 /// Most events kept at once (ended ones are dropped when another is added).
 pub const MAX_EVENTS: usize = 16;
@@ -146,6 +146,26 @@ impl ScheduledEvent {
         }
         if self.end_ms <= self.start_ms {
             return Err(SettingsError::new("end_ms", "must be after start_ms"));
+        }
+        Ok(())
+    }
+
+    /// Checks the event against the bounds of what an operator may set, naming the field at
+    /// fault: each time within a year of `now` (reference clock), each count at most
+    /// [`crate::patch::MAX_COUNT`]. Where the protocol takes an event
+    /// ([`crate::LiveSettings::with_event`]), so the server and the simulator refuse the same
+    /// ones.
+    pub fn check_bounds(&self, now: Time) -> Result<(), SettingsError> {
+        check_time("start_ms", self.start_ms, now)?;
+        check_time("end_ms", self.end_ms, now)?;
+        check_time("prequeue_start_ms", self.prequeue_start_ms, now)?;
+        if let Some(t) = self.settings.target_on_site
+            && t != waitingroom_core::Settings::UNLIMITED
+        {
+            check_count("target_on_site", t)?;
+        }
+        if let Some(n) = self.settings.new_users_per_minute {
+            check_count("new_users_per_minute", n)?;
         }
         Ok(())
     }

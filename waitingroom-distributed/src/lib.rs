@@ -50,4 +50,7 @@ pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
 pub use node::visitor::VisitorError;
 pub use node::{ClockOffset, GrantStatus, Node, NodeStatus};
 pub use outputs::{Event, Transmit};
-pub use patch::{Mode, QueueingMethod, SettingsPatch};
+pub use patch::{
+    MAX_COUNT, MAX_DURATION_MS, MAX_TIME_OFFSET_MS, Mode, QueueingMethod, SettingsPatch,
+    check_duration,
+};

@@ -133,6 +133,7 @@ impl LiveSettings {
         (author, now, seed): (NodeId, Time, LotterySeed),
         file: &Settings,
     ) -> Result<LiveSettings, SettingsError> {
+        patch.check_bounds()?;
         let p = patch;
         let method = p.queueing_method.unwrap_or(self.queueing_method);
         let lottery_opens = method == QueueingMethod::Random && self.queueing_method != method;
@@ -173,6 +174,7 @@ impl LiveSettings {
         if event.end_ms <= now {
             return Err(SettingsError::new("end_ms", "is already past"));
         }
+        event.check_bounds(now)?;
         event.seed = event.draws_lots().then_some(seed);
         let mut events: Vec<ScheduledEvent> = self
             .events
@@ -596,6 +598,87 @@ mod tests {
 
     fn event(v: Value) -> ScheduledEvent {
         ScheduledEvent::from_json(&v).unwrap()
+    }
+
+    /// Every value an operator sets has a bound, and a value past it is refused naming its
+    /// field: counts up to `MAX_COUNT`, durations 1 ms to 30 days, an event's times within a
+    /// year of now (an event at `u64::MAX` ms would wrap the time left to its start).
+    #[test]
+    fn every_value_an_operator_sets_is_bounded() {
+        use crate::patch::{MAX_COUNT, MAX_DURATION_MS, MAX_TIME_OFFSET_MS};
+        let now = 1_800_000_000_000;
+        let bad = |v: Value| {
+            let p = SettingsPatch::from_json(&v).unwrap();
+            live()
+                .patched(&p, (NodeId(2), now, SEED), &file())
+                .map(|_| ())
+                .map_err(|e| e.field)
+        };
+        let week = 7 * 24 * 3_600_000;
+        assert_eq!(
+            bad(
+                json!({"target_on_site": MAX_COUNT, "new_users_per_minute": MAX_COUNT,
+                "pass_expiry_ms": week, "session_duration_ms": MAX_DURATION_MS})
+            ),
+            Ok(())
+        );
+        assert_eq!(bad(json!({"target_on_site": "unlimited"})), Ok(()));
+        for (v, field) in [
+            (json!({"target_on_site": MAX_COUNT + 1}), "target_on_site"),
+            (json!({"target_on_site": u64::MAX - 1}), "target_on_site"),
+            (
+                json!({"new_users_per_minute": u64::MAX}),
+                "new_users_per_minute",
+            ),
+            (json!({"pass_expiry_ms": 0}), "pass_expiry_ms"),
+            (
+                json!({"pass_expiry_ms": MAX_DURATION_MS + 1}),
+                "pass_expiry_ms",
+            ),
+            (
+                json!({"session_duration_ms": u64::MAX}),
+                "session_duration_ms",
+            ),
+        ] {
+            assert_eq!(bad(v.clone()), Err(field), "{v}");
+        }
+        let add = |v: Value| {
+            live()
+                .with_event(event(v), (NodeId(2), now, SEED), &file())
+                .map(|_| ())
+                .map_err(|e| e.field)
+        };
+        let year = MAX_TIME_OFFSET_MS;
+        let ok = json!({"name": "s", "prequeue_start_ms": now - year, "start_ms": now + year - 1,
+            "end_ms": now + year});
+        assert_eq!(add(ok), Ok(()));
+        for (v, field) in [
+            (
+                json!({"name": "s", "start_ms": u64::MAX - 1, "end_ms": u64::MAX}),
+                "start_ms",
+            ),
+            (
+                json!({"name": "s", "start_ms": now, "end_ms": now + year + 1}),
+                "end_ms",
+            ),
+            (
+                json!({"name": "s", "prequeue_start_ms": now - year - 1, "start_ms": now,
+                    "end_ms": now + 1}),
+                "prequeue_start_ms",
+            ),
+            (
+                json!({"name": "s", "start_ms": now, "end_ms": now + 1,
+                    "settings": {"target_on_site": MAX_COUNT + 1}}),
+                "target_on_site",
+            ),
+            (
+                json!({"name": "s", "start_ms": now, "end_ms": now + 1,
+                    "settings": {"new_users_per_minute": u64::MAX}}),
+                "new_users_per_minute",
+            ),
+        ] {
+            assert_eq!(add(v.clone()), Err(field), "{v}");
+        }
     }
 
     #[test]

@@ -7,6 +7,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use waitingroom_core::{Settings, SettingsError, Time};
 
+/// Longest duration an operator may set: a pass's expiry, a session, a bypass pass's life.
+pub const MAX_DURATION_MS: Time = 30 * 24 * 3_600_000;
+
+/// Furthest from now, either way, a time an operator sets may lie (an event's times): a year.
+pub const MAX_TIME_OFFSET_MS: Time = 366 * 24 * 3_600_000;
+
+/// Largest count an operator may set (visitors on the site at once, visitors let out per
+/// minute): beyond any site, and small enough that no sum or product of counts the protocol
+/// forms comes near `u64::MAX`.
+pub const MAX_COUNT: u64 = 1_000_000_000;
+
 /// What the room does with visitors, besides the limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -155,6 +166,62 @@ impl SettingsPatch {
         }
         Ok(p)
     }
+}
+
+impl SettingsPatch {
+    /// Checks every value given against its bound (counts up to [`MAX_COUNT`], durations from
+    /// 1 ms to [`MAX_DURATION_MS`]), naming the field at fault: where the protocol takes a change
+    /// ([`crate::LiveSettings::patched`]), so the server and the simulator refuse the same ones.
+    pub fn check_bounds(&self) -> Result<(), SettingsError> {
+        if let Some(t) = self.target_on_site
+            && t != Settings::UNLIMITED
+        {
+            check_count("target_on_site", t)?;
+        }
+        if let Some(Some(n)) = self.new_users_per_minute {
+            check_count("new_users_per_minute", n)?;
+        }
+        if let Some(ms) = self.pass_expiry_ms {
+            check_duration("pass_expiry_ms", ms)?;
+        }
+        if let Some(ms) = self.session_duration_ms {
+            check_duration("session_duration_ms", ms)?;
+        }
+        Ok(())
+    }
+}
+
+/// `n` if it is at most [`MAX_COUNT`].
+pub(crate) fn check_count(field: &'static str, n: u64) -> Result<u64, SettingsError> {
+    if n > MAX_COUNT {
+        return Err(SettingsError::new(
+            field,
+            format!("must be at most {MAX_COUNT}"),
+        ));
+    }
+    Ok(n)
+}
+
+/// `ms` if it is from 1 ms to [`MAX_DURATION_MS`] (30 days).
+pub fn check_duration(field: &'static str, ms: Time) -> Result<Time, SettingsError> {
+    if ms == 0 || ms > MAX_DURATION_MS {
+        return Err(SettingsError::new(
+            field,
+            format!("must be 1 to {MAX_DURATION_MS} ms (30 days)"),
+        ));
+    }
+    Ok(ms)
+}
+
+/// `t` if it lies within [`MAX_TIME_OFFSET_MS`] (a year) of `now`, either way.
+pub(crate) fn check_time(field: &'static str, t: Time, now: Time) -> Result<Time, SettingsError> {
+    if t.abs_diff(now) > MAX_TIME_OFFSET_MS {
+        return Err(SettingsError::new(
+            field,
+            format!("must be within a year ({MAX_TIME_OFFSET_MS} ms) of now ({now} ms)"),
+        ));
+    }
+    Ok(t)
 }
 
 fn number(field: &'static str, v: &Value) -> Result<u64, SettingsError> {

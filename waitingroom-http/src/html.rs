@@ -221,8 +221,8 @@ impl Page {
     /// used): the page takes one with its own POST — at once with JavaScript, with its button
     /// without — then checks in every `refresh_ms`.
     ///
-    /// `back` (the signed way back: `return_to` and `return_sig`) goes with the button's POST,
-    /// so the visitor still lands on the page they asked for.
+    /// `back` (the signed way back: `return_to`, `return_sig` and `return_exp`) goes with the
+    /// button's POST, so the visitor still lands on the page they asked for.
     pub fn fresh(&self, headers: &HeaderMap, refresh_ms: u64, back: Option<&str>) -> Response {
         let lang = self.lang(headers);
         let join_action = room_page(back);

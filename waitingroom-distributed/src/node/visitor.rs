@@ -385,7 +385,9 @@ impl Node {
             if let Some(left) = answer.starts_in_ms {
                 // Check in again just after the start, spread over half an interval by id.
                 let spread = self.in_force.settings().eviction_interval_ms / 2 + 1;
-                let after_start = now + left + answer.ticket.id.0 % spread;
+                let after_start = now
+                    .saturating_add(left)
+                    .saturating_add(answer.ticket.id.0 % spread);
                 answer.ticket.next_refresh = answer.ticket.next_refresh.min(after_start);
             }
         }

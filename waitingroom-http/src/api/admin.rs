@@ -132,8 +132,8 @@ pub(super) async fn reset_voters(
     Ok(Json(json!({ "voters": ids, "epoch": voters.epoch })))
 }
 
-/// Longest life of a bypass pass, and its default.
-const BYPASS_MAX_MS: u64 = 30 * 24 * 3_600_000;
+/// Longest life of a bypass pass (the longest duration an operator may set), and its default.
+const BYPASS_MAX_MS: u64 = waitingroom_distributed::MAX_DURATION_MS;
 const BYPASS_DEFAULT_MS: u64 = 24 * 3_600_000;
 
 #[utoipa::path(post, path = "/admin/passes", tag = "internal",

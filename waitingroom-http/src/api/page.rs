@@ -50,7 +50,7 @@ pub(super) async fn waiting_page(
         // A monitor's HEAD must not make a visitor.
         return html::html_response(StatusCode::OK, Vec::new(), String::new());
     }
-    let path = return_to(&app, &uri);
+    let path = return_to(&app, &uri, &headers);
     let onward = onward(&app.cfg.origin_url, path.as_deref());
     // The way back goes on with the page's own links, signed again (with the current key).
     let back = path.map(|p| app.crypto.return_query(&p));
@@ -114,9 +114,19 @@ pub(super) async fn join_form(
     _form: RawBody,
 ) -> Response {
     let joined = same_site(&app, &headers).and_then(|()| app.join(&client));
-    // Back to the page, keeping where the visitor is to go once let in.
-    let path = return_to(&app, &uri);
-    let back = html::room_page(path.map(|p| app.crypto.return_query(&p)).as_deref());
+    // Back to the page, keeping where the visitor is to go once let in: signed again for the
+    // ticket they now hold, theirs alone.
+    let path = return_to(&app, &uri, &headers);
+    let ticket = joined.as_ref().ok().and_then(|a| {
+        app.crypto
+            .verify_ticket(&a.ticket, crate::clock::now_ms())
+            .ok()
+    });
+    let back = path.map(|p| match &ticket {
+        Some(t) => app.crypto.return_query_for(&p, t.id),
+        None => app.crypto.return_query(&p),
+    });
+    let back = html::room_page(back.as_deref());
     match joined {
         Ok(a) => html::redirect(&back, vec![app.cfg.cookies.for_ticket(&a.ticket)]),
         Err(e) => error_page(&app, &headers, &e),
@@ -124,16 +134,34 @@ pub(super) async fn join_form(
 }
 
 /// The page the visitor asked for, from the `return_to` query parameter the origin's gate adds,
-/// if it is a safe path on the origin signed by the gate (`crypto/return_path.rs`: one leading `/`,
-/// no `\\`, visible ASCII only, at most 2 KiB, and a valid `return_sig`). Anything else is
-/// ignored: the visitor goes to `origin_url`.
-pub(super) fn return_to(app: &App, uri: &Uri) -> Option<String> {
-    let path = return_path::checked(uri.query()?, app.crypto.return_keys());
-    if path.is_none() && uri.query().is_some_and(|q| q.contains("return_to=")) {
-        tracing::debug!(query = ?uri.query(), "return_to without a valid signature: ignored");
-        app.metrics.return_paths_refused.inc();
+/// if it is a safe path on the origin signed by the gate or the room (`crypto/return_path.rs`:
+/// one leading `/`, no `\\`, visible ASCII only, at most 2 KiB, a valid `return_sig` for anyone
+/// or for the ticket of this visitor's ticket or pass cookie, and `return_exp` not past).
+/// Anything else is ignored, logged with the reason and counted: the visitor goes to
+/// `origin_url`.
+pub(super) fn return_to(app: &App, uri: &Uri, headers: &HeaderMap) -> Option<String> {
+    let query = uri.query()?;
+    let now = crate::clock::now_ms();
+    let names = &app.cfg.cookies;
+    let visitor = || {
+        let ticket = cookies::get(headers, &names.ticket)
+            .and_then(|t| app.crypto.verify_ticket(t, now).ok())
+            .map(|t| t.id);
+        ticket.or_else(|| {
+            cookies::get(headers, &names.pass)
+                .and_then(|p| app.crypto.verify_pass(p, now).ok())
+                .map(|p| p.id)
+        })
+    };
+    let visitor = query.contains("return_to=").then(visitor).flatten();
+    match return_path::checked(query, app.crypto.return_keys(), now, visitor) {
+        Ok(path) => path,
+        Err(e) => {
+            tracing::info!(reason = e.reason(), error = %e, "return_to not followed");
+            app.metrics.return_paths_refused.inc();
+            None
+        }
     }
-    path
 }
 
 /// Where an admitted visitor goes: `path` on the origin of `origin_url` (or on this host when

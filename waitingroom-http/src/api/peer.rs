@@ -65,10 +65,14 @@ async fn authenticate(
         return Err(ApiError::peer_busy());
     };
     let (parts, body) = req.into_parts();
-    let (me, incarnation) = app.driver.read(|n| (n.id(), n.contact().incarnation));
+    let (me, incarnation, addr) = app
+        .driver
+        .read(|n| (n.id(), n.contact().incarnation, n.contact().addr.clone()));
+    let address = auth::peer_address(&addr);
     let limits = &app.cfg.limits;
     let expect = Expect {
         me,
+        address: &address,
         incarnation,
         by_address,
         max_body: limits.peer_body as u64,
@@ -76,6 +80,9 @@ async fn authenticate(
     };
     let refused = |e: PeerAuthError| {
         app.metrics.count_auth_failure(e.reason());
+        if matches!(e, PeerAuthError::WrongAddress { .. }) {
+            tracing::warn!(error = %e, "peer request refused: a copy of one meant for another node");
+        }
         if e == PeerAuthError::ReplayCacheFull {
             app.metrics.count_shed("replay_cache_full");
         }

@@ -245,7 +245,7 @@ pub(super) async fn release_pass(
         comes back renewed in `Set-Cookie` (a session renewed by activity). A gate that sends the \
         return-path secret in `X-Waitingroom-Gate-Secret` and the gated request's path in \
         `X-Original-URI` (nginx) or `X-Forwarded-Uri` (Caddy, Traefik) gets, with a 401, the \
-        signed way back in `X-Waitingroom-Return` (`return_to=…&return_sig=…`) to add to the \
+        signed way back in `X-Waitingroom-Return` (`return_to=…&return_sig=…&return_exp=…`) to add to the \
         waiting page's URL.",
     responses(
         (status = 204, description = "Valid; `x-waitingroom-ticket-id` names the visitor"),

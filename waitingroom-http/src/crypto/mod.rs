@@ -189,9 +189,15 @@ impl Crypto {
         &self.return_keys
     }
 
-    /// The signed way back to `path` (`return_to=…&return_sig=…`), under the current key.
+    /// The signed way back to `path` (`return_to=…&return_sig=…&return_exp=…`), under the
+    /// current key, for anyone who comes with it.
     pub fn return_query(&self, path: &str) -> String {
         self.return_keys[0].query(path)
+    }
+
+    /// The signed way back to `path` for the holder of ticket `visitor` (and of its pass) only.
+    pub fn return_query_for(&self, path: &str, visitor: waitingroom_core::TicketId) -> String {
+        self.return_keys[0].query_at(path, crate::clock::now_ms(), Some(visitor))
     }
 
     /// The current return-path secret as `waitingroom-node gate-secret` prints it (base64url),

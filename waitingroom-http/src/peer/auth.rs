@@ -13,7 +13,9 @@
 //! - the destination id and incarnation: a request captured on its way to node A and sent to
 //!   node B, or to a later life of A, is refused (421). Destination 0 means "whoever listens at
 //!   this URL": only protocol messages to a node known by address alone (a join request or a
-//!   ping to a seed) may use it;
+//!   ping to a seed) may use it, and the MAC then covers that URL ([`peer_address`]): a node
+//!   takes such a request only if the URL is the one it advertises, so a copy sent to another
+//!   node is refused (401);
 //! - the timestamp: a request is accepted only within `peer_clock_window_ms` of the receiver's
 //!   clock, so a captured request is good for a few seconds at most;
 //! - the nonce: within those seconds the receiver remembers every nonce it accepted
@@ -45,6 +47,9 @@ pub const HEADER_FROM: &str = "x-waitingroom-from";
 pub const HEADER_TO: &str = "x-waitingroom-to";
 /// Header carrying the destination node's incarnation (0 with destination 0).
 pub const HEADER_TO_INCARNATION: &str = "x-waitingroom-to-incarnation";
+/// Header carrying, for destination 0, the URL the request was sent to ([`peer_address`]);
+/// empty for any other destination.
+pub const HEADER_TO_ADDRESS: &str = "x-waitingroom-to-address";
 /// Header carrying the base64url SHA-256 digest of the body.
 pub const HEADER_DIGEST: &str = "x-waitingroom-body-sha256";
 /// Header carrying the base64url HMAC-SHA256 of a peer request or answer.
@@ -52,13 +57,14 @@ pub const HEADER_SIGNATURE: &str = "x-waitingroom-signature";
 
 /// Every header a peer request's MAC covers (`content-length` included), in the order of
 /// [`RequestHead`]'s fields.
-pub const COVERED_HEADERS: [&str; 9] = [
+pub const COVERED_HEADERS: [&str; 10] = [
     HEADER_KID,
     HEADER_TIMESTAMP,
     HEADER_NONCE,
     HEADER_FROM,
     HEADER_TO,
     HEADER_TO_INCARNATION,
+    HEADER_TO_ADDRESS,
     HEADER_DIGEST,
     HEADER_SIGNATURE,
     "content-length",
@@ -87,6 +93,12 @@ pub enum PeerAuthError {
         /// Destination incarnation as signed.
         incarnation: u64,
     },
+    /// Sent to destination 0 at another node's URL: a copy of a request meant for another node.
+    #[error("peer request to destination 0 was sent to {address}, not to this node's URL")]
+    WrongAddress {
+        /// The URL as signed.
+        address: String,
+    },
     /// This nonce was accepted before, within the window.
     #[error("peer request replayed (nonce seen before)")]
     Replayed,
@@ -109,11 +121,12 @@ pub enum PeerAuthError {
 impl PeerAuthError {
     /// Every [`PeerAuthError::reason`], so a dashboard finds each series before its first
     /// refusal.
-    pub const REASONS: [&'static str; 8] = [
+    pub const REASONS: [&'static str; 9] = [
         "missing",
         "stale",
         "bad_signature",
         "misdirected",
+        "wrong_address",
         "replayed",
         "replay_cache_full",
         "too_large",
@@ -127,6 +140,7 @@ impl PeerAuthError {
             PeerAuthError::Stale { .. } => "stale",
             PeerAuthError::BadSignature(_) => "bad_signature",
             PeerAuthError::Misdirected { .. } => "misdirected",
+            PeerAuthError::WrongAddress { .. } => "wrong_address",
             PeerAuthError::Replayed => "replayed",
             PeerAuthError::ReplayCacheFull => "replay_cache_full",
             PeerAuthError::TooLarge { .. } => "too_large",
@@ -159,6 +173,8 @@ pub struct RequestHead {
     pub to: NodeId,
     /// The destination's incarnation (0 with destination 0).
     pub to_incarnation: u64,
+    /// With destination 0, the URL the request was sent to ([`peer_address`]); else empty.
+    pub to_address: String,
     /// Body length, bytes.
     pub content_length: u64,
     /// SHA-256 of the body.
@@ -179,11 +195,39 @@ pub struct Route<'a> {
     pub to_incarnation: u64,
 }
 
+/// A peer URL as a request to destination 0 names it: scheme, host and port (the default port
+/// left out), then the path without a trailing `/`; so two spellings of one URL sign the same.
+/// Text that is not a URL stays as it is (and matches no node's).
+pub fn peer_address(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => format!(
+            "{}{}",
+            u.origin().ascii_serialization(),
+            u.path().trim_end_matches('/')
+        ),
+        Err(_) => url.to_owned(),
+    }
+}
+
 impl RequestHead {
-    /// Signs a POST of `body` along `route` at `now` with `nonce`: the head and its MAC.
+    /// Signs a POST of `body` along `route` at `now` with `nonce`: the head and its MAC. A
+    /// request to destination 0 is signed for no address: use [`RequestHead::sign_to`].
     pub fn sign(
         crypto: &Crypto,
         route: Route<'_>,
+        now: Time,
+        nonce: u64,
+        body: &[u8],
+    ) -> (RequestHead, [u8; 32]) {
+        Self::sign_to(crypto, route, "", now, nonce, body)
+    }
+
+    /// [`RequestHead::sign`], bound to `address` ([`peer_address`] of the URL it is sent to)
+    /// when the destination is 0.
+    pub fn sign_to(
+        crypto: &Crypto,
+        route: Route<'_>,
+        address: &str,
         now: Time,
         nonce: u64,
         body: &[u8],
@@ -197,6 +241,11 @@ impl RequestHead {
             from: route.from,
             to: route.to,
             to_incarnation: route.to_incarnation,
+            to_address: if route.to.0 == 0 {
+                peer_address(address)
+            } else {
+                String::new()
+            },
             content_length: body.len() as u64,
             body_sha256: body_digest(body),
         };
@@ -208,7 +257,7 @@ impl RequestHead {
     /// or text without line breaks (header values cannot hold one), so no two heads share it.
     fn signed_text(&self) -> String {
         format!(
-            "waitingroom peer request v2\n{}\n{}\n{}\n{}\n{:016x}\n{}\n{}\n{}\n{}\n{}",
+            "waitingroom peer request v3\n{}\n{}\n{}\n{}\n{:016x}\n{}\n{}\n{}\n{}\n{}\n{}",
             self.method,
             self.path,
             self.kid,
@@ -217,6 +266,7 @@ impl RequestHead {
             self.from.0,
             self.to.0,
             self.to_incarnation,
+            self.to_address,
             self.content_length,
             URL_SAFE_NO_PAD.encode(self.body_sha256),
         )
@@ -224,7 +274,7 @@ impl RequestHead {
 
     /// The headers that carry this head and its `mac` (besides `content-length`, which the
     /// HTTP client sets from the body).
-    pub fn headers(&self, mac: &[u8; 32]) -> [(&'static str, String); 8] {
+    pub fn headers(&self, mac: &[u8; 32]) -> [(&'static str, String); 9] {
         [
             (HEADER_KID, self.kid.clone()),
             (HEADER_TIMESTAMP, self.timestamp_ms.to_string()),
@@ -232,6 +282,7 @@ impl RequestHead {
             (HEADER_FROM, self.from.0.to_string()),
             (HEADER_TO, self.to.0.to_string()),
             (HEADER_TO_INCARNATION, self.to_incarnation.to_string()),
+            (HEADER_TO_ADDRESS, self.to_address.clone()),
             (HEADER_DIGEST, URL_SAFE_NO_PAD.encode(self.body_sha256)),
             (HEADER_SIGNATURE, URL_SAFE_NO_PAD.encode(mac)),
         ]
@@ -255,6 +306,7 @@ impl RequestHead {
             from: NodeId(number(headers, HEADER_FROM)?),
             to: NodeId(number(headers, HEADER_TO)?),
             to_incarnation: number(headers, HEADER_TO_INCARNATION)?,
+            to_address: text(headers, HEADER_TO_ADDRESS)?.to_owned(),
             content_length: number(headers, "content-length")?,
             body_sha256: bytes32(headers, HEADER_DIGEST)?,
         };
@@ -264,9 +316,12 @@ impl RequestHead {
 
 /// What a receiving node expects of a peer request.
 #[derive(Debug, Clone, Copy)]
-pub struct Expect {
+pub struct Expect<'a> {
     /// This node's id.
     pub me: NodeId,
+    /// The URL this node advertises ([`peer_address`] of it): the only one a request to
+    /// destination 0 may have been sent to.
+    pub address: &'a str,
     /// This node's incarnation.
     pub incarnation: u64,
     /// Whether destination 0 (address only) is acceptable on this route.
@@ -284,7 +339,7 @@ pub struct Expect {
 /// and checks them with [`check_body`].
 pub fn check_head(
     crypto: &Crypto,
-    expect: &Expect,
+    expect: &Expect<'_>,
     method: &str,
     path: &str,
     headers: &HeaderMap,
@@ -312,6 +367,11 @@ pub fn check_head(
         return Err(PeerAuthError::Misdirected {
             to: head.to.0,
             incarnation: head.to_incarnation,
+        });
+    }
+    if by_address && head.to_address != expect.address {
+        return Err(PeerAuthError::WrongAddress {
+            address: head.to_address,
         });
     }
     match replay.admit(head.nonce, head.timestamp_ms, now) {
@@ -463,9 +523,10 @@ mod tests {
 
     const ME: NodeId = NodeId(7);
 
-    fn expect() -> Expect {
+    fn expect() -> Expect<'static> {
         Expect {
             me: ME,
+            address: "http://10.0.0.7:9090",
             incarnation: 3,
             by_address: false,
             max_body: 1024,
@@ -474,13 +535,23 @@ mod tests {
     }
 
     fn signed(crypto: &Crypto, to: (u64, u64), now: Time, nonce: u64, body: &[u8]) -> HeaderMap {
+        signed_to(crypto, (to, "http://10.0.0.7:9090/"), now, nonce, body)
+    }
+
+    fn signed_to(
+        crypto: &Crypto,
+        (to, address): ((u64, u64), &str),
+        now: Time,
+        nonce: u64,
+        body: &[u8],
+    ) -> HeaderMap {
         let route = Route {
             path: "/peer/messages",
             from: NodeId(2),
             to: NodeId(to.0),
             to_incarnation: to.1,
         };
-        let (head, mac) = RequestHead::sign(crypto, route, now, nonce, body);
+        let (head, mac) = RequestHead::sign_to(crypto, route, address, now, nonce, body);
         let mut h = HeaderMap::new();
         for (name, value) in head.headers(&mac) {
             h.insert(name, HeaderValue::from_str(&value).unwrap());
@@ -528,6 +599,21 @@ mod tests {
         };
         let h = signed(&c, (0, 0), 10_000, 3, b"[]");
         assert!(check(&c, &by_address, &h, 10_000, &r).is_ok());
+        // Destination 0 is bound to the URL it was sent to: a copy sent to another node (whose
+        // URL it is not) is refused, whatever its nonce; so is one signed for no URL.
+        for (nonce, address) in [(30, "http://10.0.0.8:9090"), (31, "")] {
+            let h = signed_to(&c, ((0, 0), address), 10_000, nonce, b"[]");
+            assert_eq!(
+                check(&c, &by_address, &h, 10_000, &r),
+                Err(PeerAuthError::WrongAddress {
+                    address: peer_address(address)
+                }),
+                "{address}"
+            );
+        }
+        // Two spellings of the same URL are the same address.
+        let h = signed_to(&c, ((0, 0), "HTTP://10.0.0.7:9090"), 10_000, 32, b"[]");
+        assert!(check(&c, &by_address, &h, 10_000, &r).is_ok());
         // Too old, too new, another key, too big.
         let h = signed(&c, (7, 3), 10_000, 4, b"[]");
         assert_eq!(
@@ -574,6 +660,7 @@ mod tests {
             (HEADER_TIMESTAMP, "10001"),
             (HEADER_NONCE, "000000000000000a"),
             (HEADER_FROM, "3"),
+            (HEADER_TO_ADDRESS, "http://10.0.0.8:9090"),
             ("content-length", "3"),
             (HEADER_TIMESTAMP, "+10000"),
             (HEADER_NONCE, "000000000000000A"),

@@ -303,7 +303,9 @@ impl Transport {
     ) -> Result<(reqwest::Response, u64), Unreachable> {
         // The OS-seeded generator: a nonce only has to differ from every other one.
         let nonce: u64 = rand::random();
-        let (head, mac) = RequestHead::sign(&self.crypto, route, now_ms(), nonce, &body);
+        // A request to destination 0 is bound to the URL it goes to (`auth::peer_address`).
+        let base = url.strip_suffix(route.path).unwrap_or(url);
+        let (head, mac) = RequestHead::sign_to(&self.crypto, route, base, now_ms(), nonce, &body);
         let mut req = self
             .client
             .post(url)

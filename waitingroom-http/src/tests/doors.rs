@@ -3,6 +3,7 @@
 use super::harness::*;
 use crate::api::{internal_router, public_router};
 use crate::config::{LimitOptions, VisitorOptions};
+use crate::crypto::return_path;
 
 /// On the public listener the internal routes do not exist: 404 JSON `not_found`, also for a
 /// browser (never the waiting page), also for a correctly signed peer request. The internal
@@ -514,12 +515,9 @@ async fn cookies_are_secure_when_the_public_url_is_https() {
     }
 }
 
-/// The visitor lands back on the page they asked for (the origin's gate sends them with
-/// `return_to`): a path on the origin only; another host (`//host`, `/\host`, a URL) is ignored
-/// and the visitor goes to `origin_url`. The no-JavaScript button keeps it.
-#[tokio::test]
-async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_only() {
-    let n = TestNode::start(
+/// A room in front of `https://shop.example/start`, its timer running.
+fn shop_room() -> TestNode {
+    TestNode::start(
         Options {
             visitors: VisitorOptions {
                 origin_url: Some("https://shop.example/start".into()),
@@ -528,19 +526,30 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
             ..options()
         },
         true,
+    )
+}
+
+/// The waiting page asked for by a browser with `query` and the pass cookie `pass`.
+fn page_with_pass(query: &str, pass: &str) -> Request<Body> {
+    let mut req = bodiless(
+        Request::get(format!("/?{query}")),
+        header::ACCEPT,
+        "text/html",
     );
+    let cookie = format!("wr_pass={pass}");
+    req.headers_mut()
+        .insert(header::COOKIE, cookie.parse().expect("header value"));
+    req
+}
+
+/// The visitor lands back on the page they asked for (the origin's gate sends them with
+/// `return_to`): a path on the origin only; another host (`//host`, `/\host`, a URL) is ignored
+/// and the visitor goes to `origin_url`. The no-JavaScript button keeps it.
+#[tokio::test]
+async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_only() {
+    let n = shop_room();
     let (_, pass) = n.ticket_and_pass().await;
-    let page_at = |query: &str| {
-        let mut req = bodiless(
-            Request::get(format!("/?{query}")),
-            header::ACCEPT,
-            "text/html",
-        );
-        let cookie = format!("wr_pass={pass}");
-        req.headers_mut()
-            .insert(header::COOKIE, cookie.parse().expect("header value"));
-        req
-    };
+    let page_at = |query: &str| page_with_pass(query, &pass);
     // Every way back signed as the origin's gate would: only a path on the origin is followed.
     let signed = |path: &str| n.app.crypto.return_query(path);
     for (path, to) in [
@@ -566,15 +575,86 @@ async fn an_admitted_visitor_returns_to_the_page_they_asked_for_on_the_origin_on
         .expect("request");
     let r = n.send(form).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
-    assert_eq!(r.headers[header::LOCATION], format!("/?{back}").as_str());
+    // Signed again, for the ticket the button took: the way back is now that visitor's alone.
+    let location = r.headers[header::LOCATION]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert!(
+        location.starts_with("/?return_to=%2Fshop%2Fcart&return_sig="),
+        "{location}"
+    );
+    let ticket = r.headers[header::SET_COOKIE].to_str().expect("ascii");
+    let ticket = ticket
+        .split(';')
+        .next()
+        .and_then(|c| c.strip_prefix("wr_ticket="))
+        .expect("the ticket cookie")
+        .to_owned();
+    let id = n
+        .app
+        .crypto
+        .verify_ticket(&ticket, now_ms())
+        .expect("ticket")
+        .id;
+    let query = location.trim_start_matches("/?");
+    let keys = n.app.crypto.return_keys();
+    let now = now_ms();
+    assert_eq!(
+        return_path::checked(query, keys, now, Some(id)),
+        Ok(Some("/shop/cart".to_owned()))
+    );
+    assert_eq!(
+        return_path::checked(query, keys, now, Some(TicketId(id.0 ^ 1))),
+        Err(return_path::Refused::Unsigned)
+    );
     let fresh = bodiless(
         Request::get(format!("/?{back}")),
         header::ACCEPT,
         "text/html",
     );
     let html = String::from_utf8_lossy(&n.send(fresh).await.body).into_owned();
-    let action = format!("action=\"/?{}\"", back.replace('&', "&amp;"));
-    assert!(html.contains(&action), "{html}");
+    assert!(
+        html.contains("action=\"/?return_to=%2Fshop%2Fcart&amp;return_sig="),
+        "{html}"
+    );
+}
+
+/// docs/operating.md#origin-gating: a way back expires a day after it was signed, and one the
+/// room signed for a visitor's ticket takes only that visitor back (their ticket or the pass made
+/// from it); anyone else, and anyone after the day, goes to the front page, and the node counts
+/// it.
+#[tokio::test]
+async fn a_way_back_expires_and_is_followed_only_for_its_visitor() {
+    let n = shop_room();
+    let (_, pass) = n.ticket_and_pass().await;
+    let now = now_ms();
+    let me = n.app.crypto.verify_pass(&pass, now).expect("pass").id;
+    let other = TicketId(me.0 ^ 1);
+    let key = &n.app.crypto.return_keys()[0];
+    let page_at = |query: &str| page_with_pass(query, &pass);
+    let (back, front) = ("https://shop.example/cart", "https://shop.example/start");
+    let day = return_path::RETURN_PATH_LIFE_MS;
+    for (query, to) in [
+        (key.query_at("/cart", now, None), back),
+        (key.query_at("/cart", now, Some(me)), back),
+        (key.query_at("/cart", now - day + 60_000, Some(me)), back),
+        (key.query_at("/cart", now, Some(other)), front),
+        (key.query_at("/cart", now - day, None), front),
+        (key.query_at("/cart", now - day, Some(me)), front),
+    ] {
+        let r = n.send(page_at(&query)).await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{query}");
+        assert_eq!(r.headers[header::LOCATION], to, "{query}");
+    }
+    let metrics = n
+        .send(bodiless(Request::get("/metrics"), header::ACCEPT, "*/*"))
+        .await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.contains("waitingroom_return_paths_refused_total 3"),
+        "{text}"
+    );
 }
 
 /// docs/operating.md#cookies: with a name suffix, a domain and `SameSite=Strict`, the room sets its

@@ -223,6 +223,8 @@ pub(super) struct PeerReq<'a> {
     pub(super) path: &'a str,
     pub(super) from: u64,
     pub(super) to: (u64, u64),
+    /// With destination 0, the URL it is signed as sent to (`auth::peer_address`).
+    pub(super) to_address: &'a str,
     pub(super) at: u64,
     pub(super) nonce: u64,
 }
@@ -233,6 +235,7 @@ impl<'a> PeerReq<'a> {
             path,
             from: 2,
             to: (1, 1),
+            to_address: "",
             at: now_ms(),
             nonce: rand::random(),
         }
@@ -246,7 +249,8 @@ impl<'a> PeerReq<'a> {
             to: NodeId(self.to.0),
             to_incarnation: self.to.1,
         };
-        let (head, mac) = RequestHead::sign(crypto, route, self.at, self.nonce, body);
+        let (head, mac) =
+            RequestHead::sign_to(crypto, route, self.to_address, self.at, self.nonce, body);
         let mut h = HeaderMap::new();
         for (name, value) in head.headers(&mac) {
             h.insert(name, value.parse().expect("header value"));

@@ -161,9 +161,11 @@ async fn a_peer_request_meant_for_another_node_is_refused() {
         ((1, 1), json!([envelope(1, update.clone())]), true),
         ((0, 0), json!([envelope(0, ping)]), true),
     ];
+    let address = n.app.driver.read(|n| n.contact().addr.to_string());
     for (to, batch, accepted) in cases {
         let req = PeerReq {
             to,
+            to_address: &address,
             ..PeerReq::new(MESSAGES_PATH)
         };
         let r = n
@@ -176,6 +178,40 @@ async fn a_peer_request_meant_for_another_node_is_refused() {
         }
     }
     assert_eq!(n.auth_failures("misdirected"), 6);
+}
+
+/// A request to destination 0 (a join request or a ping to a node known by its URL alone) is
+/// bound to the URL it was sent to: a copy captured on its way to another node and sent here —
+/// a fresh nonce to this node — is refused with 401, counted and logged; so is one signed for no
+/// URL. The same request signed for this node's URL is taken.
+#[tokio::test]
+async fn a_destination_0_request_sent_to_another_node_is_refused() {
+    let n = TestNode::start(options(), false);
+    let from = json!({"id": 2, "incarnation": 1, "addr": "http://127.0.0.1:9"});
+    let ping = json!([{"from": from, "to": 0, "to_incarnation": 0,
+        "body": {"Ping": {"nonce": 1, "view": {"version": 1, "digest": 0}}}}]);
+    let mine = n.app.driver.read(|n| n.contact().addr.to_string());
+    for address in ["http://127.0.0.1:1", "http://10.9.9.9:9090/", ""] {
+        let req = PeerReq {
+            to: (0, 0),
+            to_address: address,
+            ..PeerReq::new(MESSAGES_PATH)
+        };
+        n.send(req.sign(&n.app.crypto, ping.to_string().into_bytes()))
+            .await
+            .assert_error(StatusCode::UNAUTHORIZED, "unauthorized_peer");
+    }
+    assert_eq!(n.auth_failures("wrong_address"), 3);
+    let mine = format!("{mine}/");
+    let req = PeerReq {
+        to: (0, 0),
+        to_address: &mine,
+        ..PeerReq::new(MESSAGES_PATH)
+    };
+    let r = n
+        .send(req.sign(&n.app.crypto, ping.to_string().into_bytes()))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.json());
 }
 
 /// Only requests made within the clock window (default 5 s) are accepted.

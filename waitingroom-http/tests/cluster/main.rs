@@ -10,11 +10,14 @@
 //! - `settings.rs`: live settings across the cluster;
 //! - `events.rs`: scheduled events and random queueing;
 //! - `records.rs`: round records published and audited;
+//! - `audit.rs`: the audit against a server that means it harm;
 //! - `cli.rs`: the command line without a cluster.
 
 mod harness;
 
 mod adversary;
+
+mod audit;
 mod cli;
 mod events;
 mod failover;

@@ -79,7 +79,7 @@ impl Passes {
                 );
             }
             self.seen.push(c);
-            s.handed(c.created_at, c.expires_at, token);
+            s.handed(c.issued_at, c.expires_at, token);
         }
         show_to_origin(s, token).await;
     }

@@ -28,8 +28,9 @@
 //!   `Retry-After`, doubled, at most 5 s, plus up to a quarter at random). The room keeps the
 //!   visitor's place, so these are not errors (and a leave's retries are not counted against
 //!   its attempts);
-//! - `max_on_site`: the most passes valid at one instant (from each pass's `created_at` and
-//!   `expires_at`): visitors on the site at once, to compare with `target_on_site`;
+//! - `max_on_site`: the most passes valid at one instant (from when each pass was handed out,
+//!   its `issued_at`, to its `expires_at`): visitors on the site at once, to compare with
+//!   `target_on_site` (a pass's `created_at` is its admission, before the pass existed);
 //! - latency per endpoint from sending a request to reading its whole answer;
 //! - `kendall_tau`: the normalised Kendall-Tau distance between the join order (the first
 //!   ticket's join time, then ticket id: the queue's own order) and the order in which these

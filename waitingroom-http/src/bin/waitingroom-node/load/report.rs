@@ -169,7 +169,7 @@ fn endpoint_reports(s: &Shared) -> (BTreeMap<&'static str, EndpointReport>, Vec<
 }
 
 /// The most passes valid at one instant: visitors on the site at once, as the passes say
-/// (issued at `created_at`, valid until `expires_at`, both on the nodes' clocks).
+/// (handed out at `issued_at`, valid until `expires_at`, both on the nodes' clocks).
 fn max_on_site(passes: &[(u64, u64)]) -> u64 {
     // +1 at creation, -1 at expiry; at equal times the expiry goes first (valid until, not at).
     let mut events: Vec<(u64, i64)> = Vec::with_capacity(passes.len() * 2);

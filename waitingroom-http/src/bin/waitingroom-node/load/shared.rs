@@ -256,7 +256,7 @@ pub(super) struct Shared {
     pub(super) counters: Counters,
     /// Failed requests by endpoint, status and error code.
     pub(super) error_reasons: Mutex<BTreeMap<String, u64>>,
-    /// (created_at, expires_at) of every pass handed out.
+    /// (issued_at, expires_at) of every pass handed out.
     pub(super) passes: Mutex<Vec<(u64, u64)>>,
     /// Every pass handed out, as signed, when `--save-passes` asks for them.
     pub(super) pass_tokens: Option<Mutex<Vec<String>>>,
@@ -492,12 +492,12 @@ impl Shared {
         self.start.elapsed().as_millis() as u64
     }
 
-    /// Records a pass handed out (created at `created_at`, valid until `expires_at`).
-    pub(super) fn handed(&self, created_at: u64, expires_at: u64, token: &str) {
+    /// Records a pass handed out (at `issued_at`, valid until `expires_at`).
+    pub(super) fn handed(&self, issued_at: u64, expires_at: u64, token: &str) {
         self.passes
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((created_at, expires_at));
+            .push((issued_at, expires_at));
         if let Some(tokens) = &self.pass_tokens {
             tokens
                 .lock()

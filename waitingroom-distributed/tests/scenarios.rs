@@ -1156,9 +1156,11 @@ fn every_pass_names_a_round_its_node_published() {
     use std::collections::BTreeSet;
     let runs = [AdmissionMode::Range, AdmissionMode::Batched].map(|m| [(m, 1), (m, 6)]);
     for (mode, seed) in runs.into_iter().flatten() {
+        // Passes last no longer than the claim window, so places turn over quickly.
         let settings = Settings {
             target_on_site: 20,
-            pass_expiry_ms: 1_500,
+            ticket_expiry_ms: 2_000,
+            pass_expiry_ms: 2_000,
             eviction_interval_ms: 500,
             ..queued_settings()
         };

@@ -94,7 +94,15 @@ async fn load_then_audit(
 /// every pass covered by the round it names, nothing to list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_publishes_the_same_round_records_and_they_audit_clean() {
-    let extra = ["--target-on-site", "40", "--pass-expiry-ms", "300"];
+    // Passes last the claim window (the ticket expiry) at least: both short, places turn over.
+    let extra = [
+        "--target-on-site",
+        "40",
+        "--ticket-expiry-ms",
+        "2500",
+        "--pass-expiry-ms",
+        "2500",
+    ];
     let cl = Cluster::start("rounds", 3, &extra).await;
     let text = load_then_audit(&cl, (300, Disturb::None), 1).await;
     assert!(
@@ -139,7 +147,15 @@ async fn every_node_publishes_the_same_round_records_and_they_audit_clean() {
 /// node 3 are covered by their rounds (a late pass or a fork is listed, not a violation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_records_audit_clean_when_a_node_dies_mid_run() {
-    let extra = ["--target-on-site", "40", "--pass-expiry-ms", "300"];
+    // Passes last the claim window (the ticket expiry) at least: both short, places turn over.
+    let extra = [
+        "--target-on-site",
+        "40",
+        "--ticket-expiry-ms",
+        "2500",
+        "--pass-expiry-ms",
+        "2500",
+    ];
     let cl = Cluster::start("rounds-kill", 3, &extra).await;
     let text = load_then_audit(&cl, (300, Disturb::Kill(2)), 0).await;
     assert!(text.contains("violations: 0"), "{text}");
@@ -156,8 +172,10 @@ async fn every_pass_names_a_recorded_round_when_rounds_are_lost() {
     let extra = [
         "--target-on-site",
         "40",
+        "--ticket-expiry-ms",
+        "2500",
         "--pass-expiry-ms",
-        "300",
+        "2500",
         "--eviction-interval-ms",
         "500",
     ];

@@ -14,8 +14,11 @@ hash() { "$sim" run "$@" --json | python3 -c 'import json,sys; print(json.load(s
 echo "run A $(hash --users 2500 --target-on-site 20 --churn 5 --seed 7)"
 echo "run B $(hash --users 20000 --nodes 32 --latency pareto:20:1.5:400 --loss-probability 0.02 \
     --target-on-site 200 --admit-straight-through --seed 3)"
+# Run C's tickets are as short as its passes: a pass lasts at least its admission's claim window
+# (the ticket expiry), so shorter passes would not turn places over faster.
 echo "run C $(hash --users 5000 --nodes 12 --restarts 2 --partitions 2 --partition-kind random \
-    --loss-probability 0.03 --pass-expiry-ms 4000 --target-on-site 80 --seed 11)"
+    --loss-probability 0.03 --pass-expiry-ms 4000 --ticket-expiry-ms 4000 --target-on-site 80 \
+    --seed 11)"
 for preset in thesis chaos mixed; do
     rows=$("$sim" sweep --preset "$preset" --seeds 20 --jobs 2 --json 2>/dev/null | python3 -c '
 import hashlib, json, sys

@@ -148,6 +148,7 @@ mod tests {
 
     use super::*;
     use crate::lease::Lease;
+    use crate::live::Change;
     use crate::patch::SettingsPatch;
     use crate::testing;
 
@@ -254,7 +255,7 @@ mod tests {
             ..SettingsPatch::default()
         };
         in_force
-            .change(|l, f| l.patched(&shorter, (NodeId(1), 0, [0; 32]), f))
+            .change(Change::Patch(shorter, (NodeId(1), 0, [0; 32])))
             .unwrap();
         assert_eq!(in_force.settings().pass_expiry_ms, 1_000);
         assert_eq!(counted_for(life, &in_force), before);
@@ -263,7 +264,7 @@ mod tests {
             ..SettingsPatch::default()
         };
         in_force
-            .change(|l, f| l.patched(&longer, (NodeId(1), 0, [0; 32]), f))
+            .change(Change::Patch(longer, (NodeId(1), 0, [0; 32])))
             .unwrap();
         assert!(counted_for(life, &in_force) > before);
     }

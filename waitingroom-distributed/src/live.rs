@@ -10,10 +10,19 @@
 //! file configuration adopts the cluster's with its first result. Nothing is stored outside
 //! the nodes: a cluster restarted as a whole starts from its file configuration again.
 //!
-//! Versions are ordered by number, then by the id of the node that wrote them, so two changes
-//! made at once on two nodes settle on the same one everywhere (the higher id's); the other is
-//! lost, and `GET /admin/settings` shows which won. The file configuration is version 0 and
-//! never travels: until the first change, every node keeps its own.
+//! Versions are ordered by number, then by when they were written (the earlier first), then
+//! by the id of the node that wrote them, so two changes made at once on two nodes settle on
+//! the same version everywhere. The other change is not lost: the node it was made at keeps
+//! its last changes ([`MAX_PENDING`]) and, when it adopts a version that does not include one
+//! (each version says, per node, the newest of its versions it builds on), makes it again on
+//! top of that version. So every change is applied, concurrent ones in the order they were
+//! made, or in the order their versions reached the root, each after the version it lost to.
+//! A change that no longer fits (an event that now overlaps one scheduled at once elsewhere)
+//! is dropped, and the node says so (`Event::SettingsChangeDropped`). The file configuration
+//! is version 0 and never travels: until the first change, every node keeps its own.
+
+use std::cmp::Reverse;
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::lottery::{LotteryRecord, LotterySeed};
@@ -25,6 +34,10 @@ use crate::patch::{Mode, QueueingMethod, SettingsPatch};
 /// The name of the room's own lottery in its record (events are named by their names).
 pub const ROOM_LOTTERY: &str = "random";
 
+/// How many of its own changes a node keeps, to make them again on top of a version that
+/// won over them; an older one is almost surely in every version by then.
+pub const MAX_PENDING: usize = 32;
+
 /// The settings an operator may change while the cluster runs, with their version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveSettings {
@@ -32,6 +45,14 @@ pub struct LiveSettings {
     pub version: u64,
     /// The node that wrote this version (breaks a tie between two changes made at once).
     pub author: NodeId,
+    /// When the change this version carries was made (reference clock): of two versions of
+    /// the same number, the earlier wins, and the later is made again on top of it.
+    #[serde(default)]
+    pub written_at: Time,
+    /// For each node that wrote a version these build on, the newest such version: how the
+    /// node that made a change tells whether a version includes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub written: Vec<(NodeId, u64)>,
     /// Visitors on the site at once; [`Settings::UNLIMITED`] for no limit.
     pub target_on_site: u64,
     /// Most visitors let out per minute, cluster-wide (spread over the rounds); None: no cap.
@@ -72,6 +93,8 @@ impl LiveSettings {
         LiveSettings {
             version: 0,
             author: NodeId(0),
+            written_at: 0,
+            written: Vec::new(),
             target_on_site: s.target_on_site,
             new_users_per_minute,
             mode,
@@ -86,7 +109,37 @@ impl LiveSettings {
 
     /// Whether `other` is a newer version than these (and so to be adopted).
     pub fn is_older_than(&self, other: &LiveSettings) -> bool {
-        (other.version, other.author) > (self.version, self.author)
+        let order = |l: &LiveSettings| (l.version, Reverse(l.written_at), l.author);
+        order(other) > order(self)
+    }
+
+    /// Whether these build on version `version` written by `author` (or on a later one of
+    /// that node's, which builds on it).
+    pub fn includes(&self, author: NodeId, version: u64) -> bool {
+        version == 0
+            || (self.author == author && self.version >= version)
+            || self
+                .written
+                .iter()
+                .any(|&(n, v)| n == author && v >= version)
+    }
+
+    /// The next version's number, author and lineage, written by `author` at `now`; the
+    /// settings still these.
+    fn next(&self, author: NodeId, now: Time) -> LiveSettings {
+        let version = self.version.saturating_add(1);
+        let mut written = self.written.clone();
+        match written.iter_mut().find(|(n, _)| *n == author) {
+            Some(entry) => entry.1 = version,
+            None => written.push((author, version)),
+        }
+        LiveSettings {
+            version,
+            author,
+            written_at: now,
+            written,
+            ..self.clone()
+        }
     }
 
     /// The room settings these make of the file's `file`: passthrough lifts the limit (and
@@ -138,8 +191,6 @@ impl LiveSettings {
         let method = p.queueing_method.unwrap_or(self.queueing_method);
         let lottery_opens = method == QueueingMethod::Random && self.queueing_method != method;
         let next = LiveSettings {
-            version: self.version.saturating_add(1),
-            author,
             target_on_site: p.target_on_site.unwrap_or(self.target_on_site),
             new_users_per_minute: p.new_users_per_minute.unwrap_or(self.new_users_per_minute),
             mode: p.mode.unwrap_or(self.mode),
@@ -156,7 +207,7 @@ impl LiveSettings {
             } else {
                 self.lottery_seed
             },
-            events: self.events.clone(),
+            ..self.next(author, now)
         };
         next.validate(file)?;
         Ok(next)
@@ -202,10 +253,8 @@ impl LiveSettings {
         events.push(event);
         events.sort_by_key(|e| e.start_ms);
         let next = LiveSettings {
-            version: self.version.saturating_add(1),
-            author,
             events,
-            ..self.clone()
+            ..self.next(author, now)
         };
         for e in &next.events {
             next.in_force_at(e.start_ms).validate(file)?;
@@ -213,8 +262,8 @@ impl LiveSettings {
         Ok(next)
     }
 
-    /// The next version without the event `name`, written by `author`.
-    pub fn without_event(&self, name: &str, author: NodeId) -> Option<LiveSettings> {
+    /// The next version without the event `name`, written by `author` at `now`.
+    pub fn without_event(&self, name: &str, author: NodeId, now: Time) -> Option<LiveSettings> {
         let events: Vec<ScheduledEvent> = self
             .events
             .iter()
@@ -222,10 +271,8 @@ impl LiveSettings {
             .cloned()
             .collect();
         (events.len() < self.events.len()).then(|| LiveSettings {
-            version: self.version.saturating_add(1),
-            author,
             events,
-            ..self.clone()
+            ..self.next(author, now)
         })
     }
 
@@ -353,6 +400,46 @@ impl LiveSettings {
     }
 }
 
+/// An operator's change, kept by the node it was made at until every version includes it.
+#[derive(Debug, Clone)]
+pub(crate) enum Change {
+    /// Settings changed, by (author, reference time, lottery seed).
+    Patch(SettingsPatch, (NodeId, Time, LotterySeed)),
+    /// An event scheduled, by (author, reference time, lottery seed).
+    AddEvent(ScheduledEvent, (NodeId, Time, LotterySeed)),
+    /// An event deleted, by (author, reference time).
+    RemoveEvent(String, (NodeId, Time)),
+}
+
+impl Change {
+    /// The node the change was made at.
+    fn author(&self) -> NodeId {
+        match self {
+            Change::Patch(_, (author, ..))
+            | Change::AddEvent(_, (author, ..))
+            | Change::RemoveEvent(_, (author, _)) => *author,
+        }
+    }
+
+    /// The next version after `live` with this change, checked against the file settings.
+    fn apply(&self, live: &LiveSettings, file: &Settings) -> Result<LiveSettings, SettingsError> {
+        match self {
+            Change::Patch(patch, stamp) => live.patched(patch, *stamp, file),
+            Change::AddEvent(event, stamp) => live.with_event(event.clone(), *stamp, file),
+            Change::RemoveEvent(name, (author, now)) => live
+                .without_event(name, *author, *now)
+                .ok_or_else(|| SettingsError::new("name", "no such event")),
+        }
+    }
+}
+
+/// A change made at this node and the version it made, or last made again.
+#[derive(Debug, Clone)]
+struct Pending {
+    change: Change,
+    version: u64,
+}
+
 /// The settings a node goes by: the newest live version it knows, and what of it is in force
 /// at the reference time it last looked (events switch settings on and off by the clock).
 #[derive(Debug, Clone)]
@@ -371,6 +458,10 @@ pub(crate) struct InForce {
     /// The longest pass expiry in force since this node started: passes issued before an
     /// operator shortened it live that long, and departed places are counted for it.
     longest_pass_expiry: Time,
+    /// This node's last changes, oldest first, made again on top of a version that lacks them.
+    pending: VecDeque<Pending>,
+    /// Changes that no longer fit when made again, for the node to report.
+    dropped: Vec<(Change, SettingsError)>,
 }
 
 impl InForce {
@@ -385,6 +476,8 @@ impl InForce {
             settings,
             clock: 0,
             window: (0, Time::MAX),
+            pending: VecDeque::new(),
+            dropped: Vec::new(),
         }
     }
 
@@ -422,30 +515,69 @@ impl InForce {
     }
 
     /// An operator's change made at this node: the next version, in force here at once and
-    /// carried to the others by the next round. `change` makes it from the newest version
-    /// known and the file settings.
-    pub(crate) fn change(
-        &mut self,
-        change: impl FnOnce(&LiveSettings, &Settings) -> Result<LiveSettings, SettingsError>,
-    ) -> Result<LiveSettings, SettingsError> {
-        let next = change(&self.live, &self.file)?;
+    /// carried to the others by the next rounds; kept, to be made again on top of any version
+    /// that wins over it without it (see the module doc).
+    pub(crate) fn change(&mut self, change: Change) -> Result<LiveSettings, SettingsError> {
+        let next = change.apply(&self.live, &self.file)?;
         self.adopt(&next)?;
+        if self.pending.len() == MAX_PENDING {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(Pending {
+            change,
+            version: next.version,
+        });
         Ok(next)
     }
 
-    /// Adopts `other` if it is a newer version than the one known. A version that does not
-    /// fit the file settings (another file configuration) is kept and passed on, but the room
-    /// settings stay as they were; the error says why.
+    /// Adopts `other` if it is a newer version than the one known, with this node's own
+    /// changes that it lacks made again on top. A version that does not fit the file settings
+    /// (another file configuration) is kept and passed on, but the room settings stay as they
+    /// were; the error says why.
     pub(crate) fn adopt(&mut self, other: &LiveSettings) -> Result<(), SettingsError> {
         if !self.live.is_older_than(other) {
             return Ok(());
         }
-        self.live = other.clone();
+        self.live = self.rebased(other);
         self.look(self.clock);
-        let current = other.in_force_at(self.clock);
+        let current = self.live.in_force_at(self.clock);
         current.validate(&self.file)?;
         self.take(current);
         Ok(())
+    }
+
+    /// `other` with this node's changes it does not include made again on top, in the order
+    /// they were made; one that no longer fits is dropped (`take_dropped`).
+    fn rebased(&mut self, other: &LiveSettings) -> LiveSettings {
+        let mut live = other.clone();
+        let lacking: Vec<bool> = self
+            .pending
+            .iter()
+            .map(|p| !other.includes(p.change.author(), p.version))
+            .collect();
+        let mut keep = lacking.iter();
+        self.pending.retain_mut(|p| {
+            if !keep.next().copied().unwrap_or(false) {
+                return true;
+            }
+            match p.change.apply(&live, &self.file) {
+                Ok(next) => {
+                    p.version = next.version;
+                    live = next;
+                    true
+                }
+                Err(e) => {
+                    self.dropped.push((p.change.clone(), e));
+                    false
+                }
+            }
+        });
+        live
+    }
+
+    /// The changes of this node's that no longer fitted when made again, since last asked.
+    pub(crate) fn take_dropped(&mut self) -> Vec<(Change, SettingsError)> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// Looks at the reference clock: whether what is in force changed (an event's edge passed).
@@ -750,9 +882,9 @@ mod tests {
         let zero = live().with_event(zero, (NodeId(2), 0, SEED), &file());
         assert_eq!(zero.unwrap_err().field, "target_on_site");
         // Deleting it makes a newer version without it.
-        let gone = l.without_event("sale", NodeId(1)).unwrap();
+        let gone = l.without_event("sale", NodeId(1), 0).unwrap();
         assert!(gone.events.is_empty() && l.is_older_than(&gone));
-        assert_eq!(l.without_event("other", NodeId(1)), None);
+        assert_eq!(l.without_event("other", NodeId(1), 0), None);
     }
 
     #[test]
@@ -781,5 +913,57 @@ mod tests {
         let mut closed = l.clone();
         closed.mode = Mode::Reject;
         assert_eq!(closed.in_force_at(1_500).mode, Mode::Reject);
+    }
+    /// Two nodes' changes made at once: the earlier wins the tie, the later is made again on
+    /// top of it at the node it was made at, and an event that no longer fits is dropped and
+    /// reported, not lost without a word.
+    #[test]
+    fn a_change_that_loses_a_tie_is_made_again_on_top_of_the_winner() {
+        let mut one = InForce::new(&file(), live());
+        let mut two = InForce::new(&file(), live());
+        let patch = |v: Value| SettingsPatch::from_json(&v).unwrap();
+        let a = one
+            .change(Change::Patch(
+                patch(json!({"mode": "queue_all"})),
+                (NodeId(1), 10, SEED),
+            ))
+            .unwrap();
+        let b = two
+            .change(Change::Patch(
+                patch(json!({"target_on_site": 7})),
+                (NodeId(2), 20, SEED),
+            ))
+            .unwrap();
+        assert_eq!((a.version, b.version), (1, 1));
+        assert!(b.is_older_than(&a), "the earlier change wins the tie");
+        // The root (say node one) adopts node two's version from the count: no change.
+        one.adopt(&b).unwrap();
+        assert_eq!(one.live(), &a);
+        // Node two takes the result: its change is made again on top.
+        two.adopt(&a).unwrap();
+        let merged = two.live().clone();
+        assert_eq!((merged.version, merged.author), (2, NodeId(2)));
+        assert_eq!((merged.mode, merged.target_on_site), (Mode::QueueAll, 7));
+        assert!(merged.includes(NodeId(1), 1) && merged.includes(NodeId(2), b.version));
+        one.adopt(&merged).unwrap();
+        assert_eq!(one.live(), &merged, "node one has nothing to make again");
+        // Two events that overlap, scheduled at once: the later one no longer fits.
+        let sale = |name: &str| {
+            event(
+                json!({"name": name, "prequeue_start_ms": 1_000, "start_ms": 2_000,
+                "end_ms": 3_000, "settings": {}}),
+            )
+        };
+        let x = one
+            .change(Change::AddEvent(sale("x"), (NodeId(1), 30, SEED)))
+            .unwrap();
+        two.change(Change::AddEvent(sale("y"), (NodeId(2), 40, SEED)))
+            .unwrap();
+        two.adopt(&x).unwrap();
+        assert_eq!(two.live(), &x);
+        let dropped = two.take_dropped();
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].1.field, "name");
+        assert!(two.take_dropped().is_empty());
     }
 }

@@ -34,7 +34,7 @@ use crate::departed::DepartedPlaces;
 use crate::events::ScheduledEvent;
 use crate::ignored::Ignored;
 use crate::lease::{Lease, Pause};
-use crate::live::{InForce, LiveSettings};
+use crate::live::{Change, InForce, LiveSettings};
 use crate::local::Local;
 use crate::membership::{Contact, Membership};
 use crate::messages::{Body, ChannelMsg, Envelope, Stamp, Summary, Weight};
@@ -634,9 +634,7 @@ impl Node {
         seed: LotterySeed,
     ) -> Result<LiveSettings, SettingsError> {
         let me = (self.id(), self.reference_time(now), seed);
-        let next = self
-            .in_force
-            .change(|live, file| live.patched(patch, me, file))?;
+        let next = self.in_force.change(Change::Patch(patch.clone(), me))?;
         self.apply_settings();
         Ok(next)
     }
@@ -678,9 +676,7 @@ impl Node {
         seed: LotterySeed,
     ) -> Result<LiveSettings, SettingsError> {
         let me = (self.id(), self.reference_time(now), seed);
-        let next = self
-            .in_force
-            .change(|live, file| live.with_event(event, me, file))?;
+        let next = self.in_force.change(Change::AddEvent(event, me))?;
         self.look_at_clock(now);
         self.apply_settings();
         Ok(next)
@@ -689,13 +685,10 @@ impl Node {
     /// An operator deletes the event `name` at this node: the next version without it; None
     /// when no event has that name.
     pub fn remove_event(&mut self, now: Time, name: &str) -> Option<LiveSettings> {
-        let me = self.id();
+        let me = (self.id(), self.reference_time(now));
         let next = self
             .in_force
-            .change(|live, _| {
-                live.without_event(name, me)
-                    .ok_or_else(|| SettingsError::new("name", "no such event"))
-            })
+            .change(Change::RemoveEvent(name.to_owned(), me))
             .ok()?;
         self.look_at_clock(now);
         self.apply_settings();
@@ -715,12 +708,14 @@ impl Node {
         self.records.resume(round, link);
     }
 
-    /// Whether the latest round's result carried live settings at least as new as `version`:
-    /// the root had them, and so will every member that took that result.
+    /// Whether the latest round's result carried live settings that include `version` (the
+    /// change it carries, or that change made again on top of a concurrent one): the root had
+    /// it, and so will every member that took that result. A version that lost to another
+    /// without being made again is not confirmed.
     pub fn settings_confirmed(&self, version: &LiveSettings) -> bool {
         self.tag
             .summary()
-            .is_some_and(|s| !s.settings.is_older_than(version))
+            .is_some_and(|s| s.settings.includes(version.author, version.version))
     }
 
     /// The voters of the majority rule, as this node last agreed on them.

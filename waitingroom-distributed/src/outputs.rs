@@ -63,6 +63,15 @@ pub enum Event {
     /// New live settings are in force at this node (an operator's change, made here or
     /// carried by a round).
     SettingsChanged(LiveSettings),
+    /// An operator's change made here no longer fitted when it was made again on top of a
+    /// concurrent change that won over it (an event that now overlaps another), and is dropped
+    /// (waitingroom-distributed/README.md#live-settings).
+    SettingsChangeDropped {
+        /// The field at fault.
+        field: String,
+        /// Why the change no longer fits.
+        reason: String,
+    },
     /// A round that let visitors out, as its record's claims: the driver signs them (every
     /// node gets the same bytes), keeps the record and tells the node its link
     /// ([`crate::Node::record_linked`]), which the next record names as `prev`.

@@ -1423,3 +1423,59 @@ fn a_pass_refreshed_anywhere_is_counted_at_one_node() {
         "an old copy extends nothing: {old:?}"
     );
 }
+
+/// waitingroom-distributed/README.md#live-settings: two changes made at two nodes within one
+/// round are both applied, in the order they were made, also when the root dies right after
+/// them; the answer to the change that lost the tie is confirmed only once the version made
+/// again on top of the winner has gone round.
+#[test]
+fn changes_made_at_two_nodes_within_one_round_are_both_applied_in_order() {
+    for (first, second, kill_root) in [(1, 2, false), (2, 1, false), (0, 0, true)] {
+        let mut net = Net::new(4, queued_settings(), AdmissionMode::Range, 7);
+        net.run_for(2_000);
+        let root = net.live().iter().find(|n| n.is_root()).unwrap().id();
+        let others: Vec<u64> = net
+            .ids()
+            .iter()
+            .map(|id| id.0)
+            .filter(|&id| id != root.0)
+            .collect();
+        let (first, second) = if kill_root {
+            (others[2], others[0])
+        } else {
+            (first, second)
+        };
+        let a = change(&mut net, first, serde_json::json!({"mode": "queue_all"}));
+        net.run_for(5);
+        let b = change(
+            &mut net,
+            second,
+            serde_json::json!({"mode": "normal", "target_on_site": 9}),
+        );
+        let c = change(
+            &mut net,
+            first,
+            serde_json::json!({"pass_expiry_ms": 4_000}),
+        );
+        assert_eq!((a.version, b.version), (1, 1), "made at once");
+        if kill_root {
+            net.kill(root);
+        }
+        net.run_for(8_000);
+        let live = net.live();
+        let settled = live[0].live_settings().clone();
+        for n in &live {
+            assert_eq!(n.live_settings(), &settled, "node {}", n.id());
+            assert_eq!(
+                settled.mode,
+                waitingroom_distributed::Mode::Normal,
+                "normal came last: {settled:?}"
+            );
+            let s = n.room().settings();
+            assert_eq!((s.target_on_site, s.pass_expiry_ms), (9, 4_000));
+            for made in [&a, &b, &c] {
+                assert!(n.settings_confirmed(made), "node {} {made:?}", n.id());
+            }
+        }
+    }
+}

@@ -119,6 +119,12 @@ impl Node {
             let _ = self.local.room_mut().set_settings(settings);
             self.emit(Event::SettingsChanged(self.in_force.live().clone()));
         }
+        for (_, why) in self.in_force.take_dropped() {
+            self.emit(Event::SettingsChangeDropped {
+                field: why.field.to_owned(),
+                reason: why.reason,
+            });
+        }
     }
 
     /// An interval boundary: the watchdog rebuilds a tree that has gone quiet; the root counts.

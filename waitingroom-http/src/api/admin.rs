@@ -64,7 +64,7 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 #[utoipa::path(get, path = "/admin/settings", tag = "internal",
     summary = "The live settings (admin API, internal listener)",
     description = "The settings an operator may change while the cluster runs, with their \
-        version; `confirmed`: the last round's result carried this version (so every member \
+        version; `confirmed`: the last round's result included this version (so every member \
         that took it has it).",
     responses((status = 200, description = "The live settings", body = Object),
         (status = 401, description = "`unauthorized`: no or a wrong bearer token", body = crate::wire::errors::ErrorBody)))]
@@ -84,8 +84,9 @@ pub(super) async fn get_settings(State(app): State<Arc<App>>) -> Json<Value> {
         \"unlimited\"), `new_users_per_minute` (number or null), `mode` (normal, queue_all, \
         passthrough, reject), `queueing_method` (fifo, random), `pass_expiry_ms`, \
         `session_duration_ms`. In force here at once and on every member after the next \
-        round; the answer waits up to three eviction intervals for a round to carry it \
-        (`confirmed`) and is the whole settings object.",
+        round; the answer waits up to three eviction intervals for a round's result to include \
+        it (`confirmed`; a change made at another node at the same time is applied too, the \
+        later last) and is the whole settings object.",
     request_body(content = Object, content_type = "application/json"),
     responses((status = 200, description = "The live settings after the change", body = Object),
         (status = 400, description = "`invalid_setting`: the message names the field", body = crate::wire::errors::ErrorBody),

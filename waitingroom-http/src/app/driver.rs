@@ -268,6 +268,11 @@ impl Driver {
                 session_duration_ms = l.session_duration_ms,
                 "live settings changed"
             ),
+            Event::SettingsChangeDropped { field, reason } => tracing::warn!(
+                field,
+                reason,
+                "an operator's change made here no longer fits on top of a concurrent one: dropped"
+            ),
         }
     }
 }

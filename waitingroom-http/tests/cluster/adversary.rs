@@ -13,15 +13,7 @@ async fn post_retry(
     body: Value,
 ) -> (StatusCode, Value, Option<String>) {
     let r = c.post(url).json(&body).send().await.unwrap();
-    let retry_after = r
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (
-        r.status(),
-        r.json().await.unwrap_or(Value::Null),
-        retry_after,
-    )
+    with_retry_after(r).await
 }
 
 /// A visitor waiting at `node` in the background, checking in until admitted: their last ticket.

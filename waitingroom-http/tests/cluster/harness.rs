@@ -529,3 +529,16 @@ pub(crate) fn make_ca(dir: &std::path::Path, name: &str) -> TlsFiles {
     std::fs::write(&files.ca, ca.pem()).unwrap();
     files
 }
+
+/// An answer's status, JSON body (`null` if none) and `Retry-After` header.
+pub(crate) async fn with_retry_after(r: reqwest::Response) -> (StatusCode, Value, Option<String>) {
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        r.status(),
+        r.json().await.unwrap_or(Value::Null),
+        retry_after,
+    )
+}

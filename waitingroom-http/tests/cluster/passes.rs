@@ -37,16 +37,7 @@ async fn leave_with(
     if let Some(key) = key {
         req = req.header("idempotency-key", key);
     }
-    let r = req.send().await.unwrap();
-    let retry_after = r
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (
-        r.status(),
-        r.json().await.unwrap_or(Value::Null),
-        retry_after,
-    )
+    with_retry_after(req.send().await.unwrap()).await
 }
 
 /// Stops `node` (SIGSTOP) and waits until every thread of it has stopped: `kill` returns before

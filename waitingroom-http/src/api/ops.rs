@@ -8,8 +8,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use waitingroom_core::NodeId;
-
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::wire::errors::{ApiError, ErrorBody};
@@ -22,49 +20,16 @@ pub(super) async fn livez() -> &'static str {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "operations",
-    summary = "Readiness: a member of a cluster, not stopping, clocks in step with the members",
+    summary = "Readiness: a working member of its cluster (docs/operating.md#readiness)",
     responses(
         (status = 200, description = "`ready`", content_type = "text/plain"),
-        (status = 503, description = "`not_ready` (joining), `stopping`, `clock_skew` (a member's clock further off than --max-clock-offset-ms)", body = ErrorBody),
+        (status = 503, description = "`not_ready` (joining), `stopping`, `refused_by_peers` (peers refuse its signatures and it hears no valid peer traffic), `voters_file` (cannot be written), `alone` (the only member, with other voters), `no_majority` (its root hears from no majority of the voters), `clock_skew` (its own clock is off most members' by more than --max-clock-offset-ms)", body = ErrorBody),
     ))]
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Result<&'static str, ApiError> {
-    if app.is_stopping() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "stopping",
-            "shutting down",
-        ));
-    }
-    let (member, offsets) = app.driver.read(|n| (n.is_member(), n.clock_offsets()));
-    if !member {
-        return Err(ApiError::not_ready());
-    }
-    clocks_in_step(&offsets, app.cfg.limits.max_clock_offset_ms)?;
+    app.readiness().map_err(|why| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.reason(), why.message())
+    })?;
     Ok("ready\n")
-}
-
-/// Fails when a member's clock is certainly further than `limit` ms from ours (0: no check).
-fn clocks_in_step(offsets: &[(NodeId, i64, u64)], limit: u64) -> Result<(), ApiError> {
-    match offsets.iter().max_by_key(|c| skew(c)) {
-        Some(c) if limit > 0 && skew(c) > limit => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "clock_skew",
-            format!(
-                "node {}'s clock is {} ms off this node's (measured within {} ms; limit {limit} \
-                 ms): fix time sync (NTP) on one of them",
-                c.0,
-                c.1,
-                c.2 / 2
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// How far a measured clock offset `(peer, offset, round trip)` certainly is: the offset less
-/// the measurement's error (half the round trip).
-fn skew(&(_, offset, rtt): &(NodeId, i64, u64)) -> u64 {
-    offset.unsigned_abs().saturating_sub(rtt / 2)
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "internal",
@@ -161,26 +126,4 @@ pub(super) async fn rounds(
     }
     let records = app.driver.rounds().after(after, limit.min(ROUNDS_PAGE_MAX));
     Ok(Json(serde_json::json!({ "rounds": records })))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// waitingroom-http/README.md#clocks: a node whose clock is off a member's by more than the
-    /// limit (beyond the measurement's error) is not ready; within the error, or with the check
-    /// off, it is.
-    #[test]
-    fn readiness_fails_on_a_clock_certainly_too_far_off() {
-        let off = |ms: i64, rtt: u64| [(NodeId(2), 5, 2), (NodeId(3), ms, rtt)];
-        assert!(clocks_in_step(&off(1_900, 10), 2_000).is_ok());
-        assert!(
-            clocks_in_step(&off(2_100, 400), 2_000).is_ok(),
-            "within the error"
-        );
-        let err = clocks_in_step(&off(-2_100, 10), 2_000).unwrap_err();
-        assert_eq!(err.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(err.code, "clock_skew");
-        assert!(clocks_in_step(&off(-9_000, 10), 0).is_ok(), "check off");
-    }
 }

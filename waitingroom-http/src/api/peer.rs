@@ -106,6 +106,7 @@ async fn authenticate(
         .await
         .map_err(|_| refused(PeerAuthError::BodyMismatch))?;
     auth::check_body(&head, &body).map_err(refused)?;
+    app.transport.standing().heard(now_ms());
     Ok(Authenticated {
         head,
         body,

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use waitingroom_core::Time;
-use waitingroom_distributed::voters::Voters;
 use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
 
 use super::state_dir::StateDir;
+use super::voters_file::Keeper;
 use crate::clock::now_ms;
 use crate::metrics::{FileLabels, Metrics};
 use crate::peer::Transport;
@@ -35,8 +35,8 @@ pub struct Driver {
     metrics: Arc<Metrics>,
     /// The admission rounds' records (`crate::round_log`).
     rounds: RoundLog,
-    /// Where the agreed voters are kept (`super::voters_file`), and the ones last written.
-    voters_file: Option<(PathBuf, Mutex<Option<Voters>>)>,
+    /// Where the agreed voters are kept (`super::voters_file`).
+    voters_file: Option<Keeper>,
     /// The state directory (`super::state_dir`), and when the releases were last written:
     /// the node's change count then, and the time.
     state: Option<(StateDir, Mutex<(u64, Time)>)>,
@@ -109,35 +109,34 @@ impl Driver {
         }
     }
 
-    /// Keeps the agreed voters in `path` from now on (`--voters-file`).
+    /// Keeps the agreed voters in `path` from now on (`--voters-file`); the node was given back
+    /// those the file holds.
     pub fn keep_voters_in(mut self, path: PathBuf) -> Self {
-        self.voters_file = Some((path, Mutex::new(None)));
+        let saved = self.lock().agreed_voters().cloned();
+        self.voters_file = Some(Keeper::new(path, saved));
         self
+    }
+
+    /// Whether the voters file could not be written at the last try.
+    pub fn voters_file_failing(&self) -> bool {
+        self.voters_file.as_ref().is_some_and(Keeper::is_failing)
     }
 
     /// Writes the agreed voters to the voters file if they changed since last written. Called
     /// after each timer (results, which move them, come in between): a few ms late at most.
     fn save_voters(&self) {
-        let Some((path, saved)) = &self.voters_file else {
+        let Some(keeper) = &self.voters_file else {
             return;
         };
-        let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
         // Compared in place: a copy only when they changed (rarely), not on every timer.
         let (me, now) = {
             let node = self.lock();
             match node.agreed_voters() {
-                Some(v) if saved.as_ref() != Some(v) => (node.id(), v.clone()),
+                Some(v) if keeper.needs(v) => (node.id(), v.clone()),
                 _ => return,
             }
         };
-        match super::voters_file::write(path, me, &now) {
-            Ok(()) => {
-                tracing::info!(epoch = now.epoch, voters = ?now.set, "voters kept on disk");
-                *saved = Some(now);
-            }
-            Err(e) => tracing::error!(error = %e, path = %path.display(),
-                "voters file: cannot write it; a restart will forget the voters"),
-        }
+        keeper.save(me, now, &self.metrics);
     }
 
     /// The admission rounds' records this node keeps.

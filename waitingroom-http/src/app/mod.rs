@@ -8,12 +8,14 @@
 //! - `leaves.rs`: passes kept a minute so a leave whose answer was lost can be repeated;
 //! - `rate_limit.rs`: the per-client join limit;
 //! - `voters_file.rs`: the majority rule's voters, kept on disk across restarts;
+//! - `readiness.rs`: whether a balancer should send visitors here (`/readyz`), and why not;
 //! - `state_dir.rs`: `--state-dir`, what a restart must not forget (the passes given back).
 
 pub(crate) mod driver;
 pub(crate) mod leaves;
 pub(crate) mod operations;
 pub(crate) mod rate_limit;
+pub(crate) mod readiness;
 pub(crate) mod state_dir;
 pub(crate) mod voters_file;
 
@@ -64,6 +66,8 @@ pub struct App {
     pub(crate) peer_slots: Arc<tokio::sync::Semaphore>,
     /// Requests in progress on the public routes (`max_pending_requests`).
     pub(crate) pending: AtomicUsize,
+    /// The last readiness answer (`readiness`).
+    readiness: readiness::Readiness,
     stopping: AtomicBool,
 }
 
@@ -95,13 +99,16 @@ impl App {
             transport,
             metrics,
             cfg,
+            readiness: readiness::Readiness::default(),
             stopping: AtomicBool::new(false),
         }
     }
 
     /// Builds the whole state of one node around `node` (a protocol node, started or not):
     /// metrics, the peer transport (sending with `client`) and the driver. Spawns nothing: the
-    /// caller runs `Driver::run_timer` and serves [`crate::api::router`].
+    /// caller runs `Driver::run_timer` and serves [`crate::api::router`]. The caller gave the
+    /// node back what its files keep (`voters_file::restore`, the state directory's releases):
+    /// a file that cannot be read back stops the start there.
     pub fn assemble(
         cfg: Arc<ServerConfig>,
         crypto: Arc<Crypto>,
@@ -111,6 +118,7 @@ impl App {
         let metrics = Arc::new(Metrics::new());
         Metrics::declare(&metrics.peer_auth_failures, &PeerAuthError::REASONS);
         Metrics::declare(&metrics.shed, &SHED_REASONS);
+        metrics.set_readiness(&readiness::REASONS, Some("not_ready"));
         let transport = Arc::new(Transport::new(
             client,
             crypto.clone(),
@@ -128,17 +136,6 @@ impl App {
             None => RoundLog::new(crypto.clone(), kept),
         };
         let mut node = node;
-        if let Some(path) = &cfg.voters_file {
-            match voters_file::read(path, node.id()) {
-                Ok(Some(voters)) => {
-                    tracing::info!(epoch = voters.epoch, voters = ?voters.set,
-                        "voters file: this node needs a majority of the voters it knew");
-                    node.remember_voters(&voters);
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "voters file: ignored"),
-            }
-        }
         if let Some((round, link)) = rounds.last() {
             // After a restart, a record this node decides as root follows the last one logged.
             node.resume_records(round, link);

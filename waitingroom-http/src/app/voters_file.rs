@@ -5,13 +5,27 @@
 //! them and could, with another restarted node cut off with it, make itself part of a cluster
 //! of its own. The driver writes them here whenever they change (a whole new file renamed over
 //! the old one, so a crash never leaves half a file) and the server gives them back to the node
-//! at start. The file names the node it belongs to: a file of another node id is ignored.
+//! at start. The file names the node it belongs to.
+//!
+//! Files fail loudly: a file that cannot be read back, is not a voters file or belongs to
+//! another node stops the start ([`restore`]), as a node that silently forgot its voters could
+//! make a cluster of its own. The voters' epoch moves on every completed round while the set
+//! rarely does, so [`Keeper`] writes only when the set (or the one before it) changed: a
+//! restarted node needs a majority of the set, and takes a newer epoch from any peer it meets.
+//! A write that fails is logged once when it starts failing and once when it works again,
+//! counted in `waitingroom_state_write_failures_total{file="voters"}`, and makes `/readyz` fail
+//! (`voters_file`, docs/operating.md#readiness).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use waitingroom_core::NodeId;
+use waitingroom_distributed::Node;
 use waitingroom_distributed::voters::Voters;
+
+use crate::metrics::{FileLabels, Metrics};
 
 /// What the file holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -49,6 +63,90 @@ pub fn write(path: &Path, me: NodeId, voters: &Voters) -> std::io::Result<()> {
     };
     let text = serde_json::to_vec(&kept).map_err(std::io::Error::other)?;
     super::state_dir::write_atomically(path, &text)
+}
+
+/// Gives `node` the voters its file at `path` keeps, before it starts or joins: Ok when there
+/// is no file yet; an error naming the file when it cannot be read, is not a voters file, or
+/// belongs to another node (the start stops there).
+pub fn restore(path: &Path, node: &mut Node) -> Result<(), String> {
+    if let Some(voters) = read(path, node.id())? {
+        tracing::info!(epoch = voters.epoch, voters = ?voters.set, path = %path.display(),
+            "voters file: this node needs a majority of the voters it knew");
+        node.remember_voters(&voters);
+    }
+    Ok(())
+}
+
+/// Keeps one node's agreed voters in its file: writes them when they changed, and says
+/// whether the last write failed.
+#[derive(Debug)]
+pub struct Keeper {
+    path: PathBuf,
+    /// The voters on disk (None: none written yet).
+    saved: Mutex<Option<Voters>>,
+    /// Whether the latest write failed (and the voters on disk are older than the node's).
+    failing: AtomicBool,
+}
+
+impl Keeper {
+    /// Keeps voters in `path`, which holds `saved` already (those given back at start).
+    pub fn new(path: PathBuf, saved: Option<Voters>) -> Self {
+        Keeper {
+            path,
+            saved: Mutex::new(saved),
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the latest write failed.
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
+    }
+
+    /// Whether `now` should be written: their set (or the one before) differs from the
+    /// file's. Cheap, so the driver asks it with the node locked and copies the voters only
+    /// when it says yes.
+    pub fn needs(&self, now: &Voters) -> bool {
+        let saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        if same_sets(saved.as_ref(), now) {
+            if self.failing.swap(false, Ordering::AcqRel) {
+                tracing::info!(path = %self.path.display(), "voters file: up to date again");
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Writes node `me`'s agreed voters `now`. A failure is counted each time and logged when
+    /// the writes start failing; the next round tries again ([`Keeper::needs`] still says yes).
+    pub fn save(&self, me: NodeId, now: Voters, metrics: &Metrics) {
+        let mut saved = self.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        match write(&self.path, me, &now) {
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::AcqRel) {
+                    tracing::info!(path = %self.path.display(), "voters file: written again");
+                }
+                tracing::info!(epoch = now.epoch, voters = ?now.set, "voters kept on disk");
+                *saved = Some(now);
+            }
+            Err(e) => {
+                metrics
+                    .state_write_failures
+                    .get_or_create(&FileLabels { file: "voters" })
+                    .inc();
+                if !self.failing.swap(true, Ordering::AcqRel) {
+                    tracing::error!(error = %e, path = %self.path.display(),
+                        "voters file: cannot write it (tried again every round, not ready \
+                         until it works); a restart would forget the voters");
+                }
+            }
+        }
+    }
+}
+
+/// Whether `saved` holds the same voters and voters before them as `now` (whatever the epoch).
+fn same_sets(saved: Option<&Voters>, now: &Voters) -> bool {
+    saved.is_some_and(|s| s.set == now.set && s.prev == now.prev)
 }
 
 #[cfg(test)]

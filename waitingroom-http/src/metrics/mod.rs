@@ -144,6 +144,8 @@ pub struct Metrics {
     grant_places: Gauge,
     grant_expires: Gauge<f64, AtomicU64>,
     paused: Family<ReasonLabels, Gauge>,
+    ready: Gauge,
+    unready: Family<ReasonLabels, Gauge>,
     clock_offset: Family<PeerLabels, Gauge<f64, AtomicU64>>,
     limits: Limits,
 }
@@ -225,6 +227,8 @@ impl Metrics {
             grant_places: Gauge::default(),
             grant_expires: Gauge::default(),
             paused: Family::default(),
+            ready: Gauge::default(),
+            unready: Family::default(),
             clock_offset: Family::default(),
             limits: Limits::default(),
             registry: Registry::with_prefix("waitingroom"),
@@ -533,6 +537,17 @@ impl Metrics {
             "1 when this node lets nobody out, by reason (no_grant, no_majority, lost_round)",
             self.paused.clone(),
         );
+        r.register(
+            "ready",
+            "1 when /readyz answers ready (docs/operating.md#readiness)",
+            self.ready.clone(),
+        );
+        r.register(
+            "unready_reason",
+            "1 for the reason /readyz fails, if it does (not_ready, stopping, refused_by_peers, \
+             voters_file, alone, no_majority, clock_skew)",
+            self.unready.clone(),
+        );
     }
 
     /// Records an admission, at `at`, of a visitor who joined at `join_time`.
@@ -574,6 +589,18 @@ impl Metrics {
     pub fn declare(family: &Family<ReasonLabels, Counter>, reasons: &[&'static str]) {
         for &reason in reasons {
             let _ = family.get_or_create(&ReasonLabels { reason });
+        }
+    }
+
+    /// Sets the readiness gauges: ready, or not for `reason` (one of `reasons`, all of which
+    /// are shown, at 0 but that one).
+    pub fn set_readiness(&self, reasons: &[&'static str], reason: Option<&'static str>) {
+        self.ready.set(i64::from(reason.is_none()));
+        for &r in reasons {
+            let on = Some(r) == reason;
+            self.unready
+                .get_or_create(&ReasonLabels { reason: r })
+                .set(i64::from(on));
         }
     }
 

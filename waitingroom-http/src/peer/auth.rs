@@ -515,6 +515,41 @@ fn bytes32(headers: &HeaderMap, name: &'static str) -> Result<[u8; 32], PeerAuth
     }
 }
 
+/// How this node's signatures fare with its peers: when a peer last refused one of its signed
+/// requests (401: not the cluster's key, or a timestamp outside the peer's window), and when it
+/// last heard valid peer traffic (a request that passed [`check_head`], or a peer that took one
+/// of its requests). A node whose requests are refused and who hears nothing valid is not part
+/// of the cluster, whatever its own membership says: `/readyz` fails
+/// (docs/operating.md#readiness). Times are this node's clock, ms (0: never).
+#[derive(Debug, Default)]
+pub struct Standing {
+    refused_at: std::sync::atomic::AtomicU64,
+    heard_at: std::sync::atomic::AtomicU64,
+}
+
+impl Standing {
+    /// A peer refused this node's signature at `now`.
+    pub fn refused(&self, now: Time) {
+        self.refused_at
+            .fetch_max(now, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Valid peer traffic at `now`.
+    pub fn heard(&self, now: Time) {
+        self.heard_at
+            .fetch_max(now, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether, at `now`, a peer refused this node since it last heard valid traffic, and that
+    /// was `grace` ms ago or more: one peer that refuses it (one started with another key) is
+    /// not enough while others talk to it.
+    pub fn is_refused(&self, now: Time, grace: Time) -> bool {
+        let refused = self.refused_at.load(std::sync::atomic::Ordering::Acquire);
+        let heard = self.heard_at.load(std::sync::atomic::Ordering::Acquire);
+        refused > 0 && refused >= heard && now.saturating_sub(heard) >= grace
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;

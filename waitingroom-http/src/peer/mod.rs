@@ -36,7 +36,7 @@ use crate::clock::now_ms;
 use crate::config::Limits;
 use crate::crypto::Crypto;
 use crate::metrics::Metrics;
-use auth::{ReplyHead, RequestHead, Route};
+use auth::{ReplyHead, RequestHead, Route, Standing};
 use outbox::{Outbox, Outboxes};
 
 /// The logical path of batched protocol messages (what signatures cover, whatever URL prefix
@@ -133,6 +133,8 @@ pub struct Transport {
     /// Peers a request failed to reach since the node last heard of it; the driver tells the
     /// node, which probes them first.
     unreachable: Mutex<Vec<String>>,
+    /// Whether peers take this node's signatures.
+    standing: Standing,
 }
 
 /// A forwarded request got no usable answer.
@@ -158,7 +160,14 @@ impl Transport {
             peers: Outboxes::default(),
             forwards: Outboxes::default(),
             unreachable: Mutex::new(Vec::new()),
+            standing: Standing::default(),
         }
+    }
+
+    /// Whether peers take this node's signatures: what they answered its requests, and the
+    /// valid requests it heard (the peer routes note those).
+    pub fn standing(&self) -> &Standing {
+        &self.standing
     }
 
     /// The shared HTTP client, configured for peers (keep-alive, no proxy), closing idle
@@ -279,11 +288,13 @@ impl Transport {
             .signed_post(url, route, body, self.limits.peer_timeout_ms)
             .await?;
         if resp.status().is_success() {
+            self.standing.heard(now_ms());
             Ok(())
         } else {
             let status = resp.status();
             let text = read_limited(resp, 4096).await.unwrap_or_default();
             if status == StatusCode::UNAUTHORIZED {
+                self.standing.refused(now_ms());
                 tracing::warn!(%url, "peer refused our signature: do all nodes use the same cluster key, and agree on the time?");
             }
             Err(Unreachable(format!(
@@ -488,9 +499,13 @@ impl Transport {
             .signed_post(url, route, body, self.limits.forward_timeout_ms)
             .await?;
         let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED {
+            self.standing.refused(now_ms());
+        }
         if !status.is_success() {
             return Err(Unreachable(format!("status {status}")));
         }
+        self.standing.heard(now_ms());
         let headers = resp.headers().clone();
         let bytes = read_limited(resp, self.limits.peer_body).await?;
         ReplyHead::check(

@@ -48,6 +48,9 @@ pub enum ServerError {
     /// The state directory holds a file that cannot be read back.
     #[error("--state-dir: {0}")]
     State(String),
+    /// The voters file cannot be read back, or is another node's.
+    #[error("--voters-file: {0}")]
+    Voters(String),
     /// The resolver for `--peers-dns` could not be set up.
     #[error("--peers-dns: cannot set up the DNS resolver: {0}")]
     Dns(#[from] hickory_resolver::ResolveError),
@@ -207,6 +210,9 @@ fn start_node(
         );
         node.restore_releases(now_ms(), &releases);
     }
+    if let Some(path) = &cfg.voters_file {
+        crate::app::voters_file::restore(path, &mut node).map_err(ServerError::Voters)?;
+    }
     seeds.retain(|p| *p != advertise);
     seeds.dedup();
     // Peers close idle connections after their header read timeout: close ours well before.
@@ -232,6 +238,7 @@ fn start_node(
         }
     });
     tokio::spawn(app.driver.clone().run_timer());
+    tokio::spawn(app.clone().watch_readiness());
     Ok(app)
 }
 

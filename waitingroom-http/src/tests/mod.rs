@@ -7,7 +7,8 @@
 //! - `peer.rs`: attacks on the peer routes;
 //! - `doors.rs`: which routes each listener serves, slow request heads, shedding, cookies;
 //! - `admin.rs`: the admin API;
-//! - `deploy.rs`: what the files in `deploy/` rely on a node to answer.
+//! - `deploy.rs`: what the files in `deploy/` rely on a node to answer;
+//! - `readiness.rs`: `/readyz` when peers refuse the node, the voters file.
 
 mod admin;
 mod deploy;
@@ -15,4 +16,5 @@ mod doors;
 mod harness;
 mod limits;
 mod peer;
+mod readiness;
 mod tokens;

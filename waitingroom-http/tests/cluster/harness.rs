@@ -198,8 +198,19 @@ impl Cluster {
     /// Starts node `i` (its settings with `{node}` replaced by `i + 1`), joining through
     /// `peer` if given.
     pub(crate) fn spawn(&self, i: usize, peer: Option<&str>) -> NodeProc {
+        self.spawn_with_env(i, peer, &[])
+    }
+
+    /// As [`Cluster::spawn`], with `env` added to the process's environment.
+    pub(crate) fn spawn_with_env(
+        &self,
+        i: usize,
+        peer: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> NodeProc {
         let log = self.dir.join(format!("node{}.log", i + 1));
         let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().copied());
         let settings = self
             .settings
             .iter()

@@ -4,6 +4,7 @@
 //!
 //! - `visitors.rs`: a visitor's flow across nodes, bad input;
 //! - `failover.rs`: nodes killed, added, stopped and restarted while visitors wait;
+//! - `readiness.rs`: `/readyz` of a node with another key, or a clock off the others';
 //! - `passes.rs`: one admission, one pass, whatever happens to the node that gave it;
 //! - `adversary.rs`: visitors who bank an admission, replay a pass at every node, replay a leave;
 //! - `security.rs`: forged peer messages and passes, the internal listener, mutual TLS;
@@ -22,6 +23,7 @@ mod cli;
 mod events;
 mod failover;
 mod passes;
+mod readiness;
 mod records;
 mod security;
 mod settings;

@@ -87,7 +87,7 @@ impl Voters {
     }
 
     /// Whether `members` hold a majority of the voters and of the voters before them.
-    pub(crate) fn is_majority(&self, members: &BTreeSet<NodeId>) -> bool {
+    pub fn is_majority(&self, members: &BTreeSet<NodeId>) -> bool {
         majority(&self.set, members) && (self.prev.is_empty() || majority(&self.prev, members))
     }
 

@@ -18,6 +18,7 @@
 //! at all, so it makes that member unready, never the room. With two members the median is the
 //! nearer of the two (nobody is a majority), so neither is judged off.
 
+use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 
 use waitingroom_core::{NodeId, Time};
@@ -126,13 +127,23 @@ pub struct View {
 impl View {
     /// Reads `node` at `now`.
     pub fn of(node: &Node, now: Time) -> View {
-        let me = node.id();
         View {
             member: node.is_member(),
-            alone: node.membership().members.len() <= 1 && node.voters() != [me],
+            alone: node.membership().members.len() <= 1 && !votes_alone(node),
             pause: node.pause(now),
             offsets: node.clock_offsets(),
         }
+    }
+}
+
+/// Whether `node` alone holds a majority of the voters it knows: a founder that never had
+/// company, or the lowest voter of two (an even split goes to the lowest id). A node that
+/// started alone after its seeds did not answer knows no voters, and holds no majority.
+fn votes_alone(node: &Node) -> bool {
+    let me = node.id();
+    match node.agreed_voters() {
+        Some(voters) => voters.is_majority(&BTreeSet::from([me])),
+        None => node.voters() == [me],
     }
 }
 
@@ -350,8 +361,8 @@ mod tests {
         }
     }
 
-    /// A lone founder is not alone in this sense; a lone node that knows other voters, or none,
-    /// is.
+    /// A lone founder is not alone in this sense, nor the lower of two voters; a lone node
+    /// that needs others for a majority is.
     #[test]
     fn a_lone_founder_is_ready() {
         let cfg = waitingroom_distributed::NodeConfig::new(
@@ -360,14 +371,22 @@ mod tests {
             "http://127.0.0.1:1",
             waitingroom_core::Settings::default(),
         );
-        let mut node = Node::new(cfg).unwrap();
+        let mut node = Node::new(cfg.clone()).unwrap();
         node.start_cluster(0);
         assert!(!View::of(&node, 0).alone);
-        node.remember_voters(&waitingroom_distributed::voters::Voters {
-            epoch: 3,
-            set: [NodeId(1), NodeId(2), NodeId(3)].into(),
+        let voters = |epoch, set: &[u64]| waitingroom_distributed::voters::Voters {
+            epoch,
+            set: set.iter().map(|&i| NodeId(i)).collect(),
             prev: Default::default(),
-        });
+        };
+        // The lower of two voters goes on alone; the higher, or one of three, does not.
+        node.remember_voters(&voters(3, &[1, 2]));
+        assert!(!View::of(&node, 0).alone);
+        node.remember_voters(&voters(4, &[0, 1]));
+        assert!(View::of(&node, 0).alone);
+        let mut node = Node::new(cfg.clone()).unwrap();
+        node.start_cluster(0);
+        node.remember_voters(&voters(3, &[1, 2, 3]));
         assert!(View::of(&node, 0).alone);
     }
 }

@@ -65,6 +65,10 @@ fn bad_config_is_refused_naming_the_setting() {
     std::fs::write(&key, Crypto::generate().to_pkcs8_pem()).unwrap();
     let toml = dir.join("bad.toml");
     std::fs::write(&toml, "listen = \"127.0.0.1:0\"\ntarget_onsite = 3\n").unwrap();
+    // A voters file that is not one stops the start, naming it (docs/operating.md#readiness).
+    let voters = dir.join("voters.json");
+    std::fs::write(&voters, "{\"node\": 1, \"voters\": ").unwrap();
+    let voters = voters.to_str().unwrap();
     let key = key.to_str().unwrap();
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
@@ -109,6 +113,19 @@ fn bad_config_is_refused_naming_the_setting() {
             ],
             vec![],
             "/nonexistent/key.pem",
+        ),
+        (
+            vec![
+                "run",
+                "--key-file",
+                key,
+                "--listen",
+                "127.0.0.1:0",
+                "--voters-file",
+                voters,
+            ],
+            vec![],
+            voters,
         ),
     ];
     for (args, env, needle) in cases {

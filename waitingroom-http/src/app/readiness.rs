@@ -103,9 +103,10 @@ impl Unready {
                 error_ms,
                 limit_ms,
             } => format!(
-                "this node's clock is {} ms off most members' (the median offset, measured \
+                "this node's clock is {} ms {} most members' (the median offset, measured \
                  within {error_ms} ms; limit {limit_ms} ms): fix its time sync (NTP)",
-                -median_ms
+                median_ms.unsigned_abs(),
+                if *median_ms < 0 { "ahead of" } else { "behind" }
             ),
         }
     }
@@ -302,7 +303,11 @@ mod tests {
                 ..
             }
         ));
-        assert!(off.message().contains("3000 ms off"), "{}", off.message());
+        assert!(
+            off.message().contains("3000 ms ahead of"),
+            "{}",
+            off.message()
+        );
         assert_eq!(judge(&view(&[3_000, 5]), false, false, 2_000), Ok(()));
         assert_eq!(judge(&view(&[-5, 3_000]), false, false, 2_000), Ok(()));
         // Five nodes, two off in opposite directions: only they are.

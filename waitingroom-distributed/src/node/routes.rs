@@ -278,13 +278,16 @@ impl Node {
 
     /// Merges decided ranges, learning the records they carry first (a result this node missed
     /// may let its visitors out now, under a round whose record it must publish and name on their
-    /// passes), then lets out this node's part of them.
+    /// passes), then lets out this node's part of them: their passes name the round of the range
+    /// kept for their boundary (`RecordChain::let_out_by`).
     fn merge_ranges(&mut self, now: Time, mut ranges: Vec<AdmitRange>) {
         ranges.sort_by_key(|r| r.decided_at);
         for record in ranges.iter().filter_map(|r| r.record.as_ref()) {
             self.learn_record(record);
         }
-        self.tag.merge_ranges(ranges);
+        for (decided_at, round) in self.tag.merge_ranges(ranges) {
+            self.records.let_out_by(decided_at, round);
+        }
         self.admit_decided(now);
     }
 

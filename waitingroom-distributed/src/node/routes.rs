@@ -227,12 +227,19 @@ impl Node {
         for ticket in self.released.learn(now, &decision.summary.released) {
             self.local.room_mut().uncount_pass(ticket);
         }
+        let record = decision.summary.record.clone();
         let mut result = self.tag.result(decision.summary, decision.range);
         result.releases = self.released.digest();
         self.on_count_result(now, self.id(), result);
         let Some(batch) = decision.batch else {
             return;
         };
+        // The batch is let out under this round's record, published here even when a newer
+        // result reached this node first (another root's, in the same round slot) and so kept
+        // this one from being taken.
+        if let Some(record) = &record {
+            self.learn_record(record);
+        }
         // This node applied the batch's version: QPID takes it (a one-at-a-time deleteMin at a
         // node still settling is dropped: the next count lets that visitor out).
         if self.cfg.admission == AdmissionMode::Sequential {

@@ -152,6 +152,9 @@ pub fn link(jws: &str) -> String {
 pub struct AdmittedPass {
     /// The round the pass names.
     pub round: u64,
+    /// When that round was decided (the pass's `eviction_time`): with the number it names one
+    /// record, also where two roots gave their rounds the same number (a [`Finding::Fork`]).
+    pub decided_at: Time,
     /// The visitor's queue key.
     pub key: QueueKey,
 }
@@ -197,7 +200,8 @@ pub enum Finding {
         /// The first round listed.
         round: u64,
     },
-    /// A pass names a round the list does not hold.
+    /// A pass names a round the list does not hold (no record of that number decided when the
+    /// pass says).
     UnknownRound {
         /// The pass.
         pass: AdmittedPass,
@@ -264,15 +268,16 @@ pub fn audit(records: &[String], keys: &VerifyingKeySet, passes: &[AdmittedPass]
     report
 }
 
-/// The valid records by round (the first of a fork kept), checking the chain on the way.
+/// The valid records by round and decision time (both sides of a fork kept: each names its own
+/// passes), checking the chain on the way.
 fn check_chain(
     records: &[String],
     keys: &VerifyingKeySet,
     findings: &mut Vec<Finding>,
-) -> BTreeMap<u64, RoundRecord> {
+) -> BTreeMap<(u64, Time), RoundRecord> {
     // Each valid record's link → its record, and whether something already follows it.
     let mut seen: BTreeMap<String, (RoundRecord, bool)> = BTreeMap::new();
-    let mut by_round: BTreeMap<u64, RoundRecord> = BTreeMap::new();
+    let mut by_round: BTreeMap<(u64, Time), RoundRecord> = BTreeMap::new();
     for (index, jws) in records.iter().enumerate() {
         let r = match verify_record(keys, jws) {
             Ok(r) => r,
@@ -303,15 +308,15 @@ fn check_chain(
             }
             None => findings.push(Finding::BrokenChain { round: r.round }),
         }
-        by_round.entry(r.round).or_insert_with(|| r.clone());
+        (by_round.entry((r.round, r.decided_at_ms))).or_insert_with(|| r.clone());
         seen.insert(link(jws), (r, false));
     }
     by_round
 }
 
 /// A pass's key must be covered by its round and by no earlier one.
-fn check_pass(chain: &BTreeMap<u64, RoundRecord>, pass: &AdmittedPass) -> Option<Finding> {
-    let Some(own) = chain.get(&pass.round) else {
+fn check_pass(chain: &BTreeMap<(u64, Time), RoundRecord>, pass: &AdmittedPass) -> Option<Finding> {
+    let Some(own) = chain.get(&(pass.round, pass.decided_at)) else {
         return Some(Finding::UnknownRound { pass: *pass });
     };
     if !own.cutoff.covers(&pass.key) {
@@ -320,9 +325,9 @@ fn check_pass(chain: &BTreeMap<u64, RoundRecord>, pass: &AdmittedPass) -> Option
     // Cutoffs never go back along the chain, so the first round covering the key is found by
     // a scan of the earlier ones (a binary search would trust what the audit checks).
     chain
-        .range(..pass.round)
+        .range(..(pass.round, 0))
         .find(|(_, r)| r.cutoff.covers(&pass.key))
-        .map(|(&round, _)| Finding::Late {
+        .map(|(&(round, _), _)| Finding::Late {
             pass: *pass,
             covered_by: round,
         })
@@ -384,14 +389,17 @@ mod tests {
         let passes = [
             AdmittedPass {
                 round: 0,
+                decided_at: 1000,
                 key: k(10, 1),
             },
             AdmittedPass {
                 round: 1,
+                decided_at: 2000,
                 key: k(1500, 2),
             },
             AdmittedPass {
                 round: 2,
+                decided_at: 3000,
                 key: k(2999, 3),
             },
         ];
@@ -468,6 +476,7 @@ mod tests {
         // A pass of that round was covered by the round before: late, not early.
         let pass = AdmittedPass {
             round: 1,
+            decided_at: 3000,
             key: k(2000, 1),
         };
         let first = sign_record(&key(), &record(0, "", 5000));
@@ -487,14 +496,17 @@ mod tests {
         let records = chain(3);
         let early = AdmittedPass {
             round: 0,
+            decided_at: 1000,
             key: k(2500, 9),
         };
         let late = AdmittedPass {
             round: 2,
+            decided_at: 3000,
             key: k(500, 8),
         };
         let unknown = AdmittedPass {
             round: 7,
+            decided_at: 8000,
             key: k(1, 1),
         };
         let a = audit(&records, &keys(), &[early, late, unknown]);
@@ -521,6 +533,21 @@ mod tests {
         forked.push(other);
         let a = audit(&forked, &keys(), &[]);
         assert_eq!(a.findings, [Finding::Fork { round: 1 }]);
+        // Each side of the fork names its own passes: a key the new root's round 1 let out,
+        // which the first round 1 does not cover, is checked against the round that let it out.
+        let pass = |decided_at| AdmittedPass {
+            round: 1,
+            decided_at,
+            key: k(2200, 4),
+        };
+        let a = audit(&forked, &keys(), &[pass(2500), pass(2000)]);
+        assert_eq!(
+            a.findings,
+            [
+                Finding::Fork { round: 1 },
+                Finding::Inversion { pass: pass(2000) }
+            ]
+        );
         let a = audit(&records[1..], &keys(), &[]);
         assert_eq!(a.findings, [Finding::StartsAt { round: 1 }]);
     }

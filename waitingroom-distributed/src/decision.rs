@@ -365,7 +365,7 @@ mod tests {
 
     use super::*;
     use crate::lease::Pause;
-    use crate::messages::NodeCounts;
+    use crate::messages::{ChannelMsg, CountResult, NodeCounts};
     use crate::node::Node;
     use crate::testing::{self, count_reply as reply, counts_of, member, said, settle, tree};
 
@@ -435,6 +435,62 @@ mod tests {
         let env = peers.channel(2, &node, reply(stamp, Some(counts)));
         assert_eq!(node.handle_message(4_000, env), Ok(()));
         assert_eq!(node.summary().expect("decided").lost, []);
+    }
+
+    /// waitingroom-distributed/README.md#fairness-records: in batched deleteMin a root lets its
+    /// batch out under its round's record, which it publishes even when another root's newer
+    /// result of the same round slot reached it first (so its own result is not taken).
+    #[test]
+    fn a_batch_let_out_is_on_the_record_though_a_newer_result_came_first() {
+        let m = tree(2, &[1, 2], &[(1, 2)]);
+        let mut cfg = testing::config(1, 1, testing::queued_settings());
+        cfg.admission = AdmissionMode::Batched;
+        (cfg.probe_interval_ms, cfg.probe_timeout_ms) = (1 << 40, 1 << 39);
+        let mut node = member(cfg, &m);
+        let mut peers = settle(&mut node);
+        let mut round = |node: &mut Node, at: Time, first: Option<CountResult>| {
+            node.handle_timeout(at);
+            said(node);
+            if let Some(r) = first {
+                let env = peers.channel(2, node, ChannelMsg::CountResult(Box::new(r)));
+                assert_eq!(node.handle_message(at, env), Ok(()));
+            }
+            let stamp = Stamp {
+                time: at,
+                origin: NodeId(1),
+            };
+            let env = peers.channel(2, node, reply(stamp, Some(counts_of(2, 0))));
+            assert_eq!(node.handle_message(at, env), Ok(()));
+            said(node);
+        };
+        round(&mut node, 1_000, None);
+        let joined = node.join(1_500).expect("joined");
+        // Node 2's own round of the 2-s slot, letting nobody out, reaches node 1 first.
+        let mut newer = node.summary().expect("a first round").clone();
+        newer.stamp = Stamp {
+            time: 2_000,
+            origin: NodeId(2),
+        };
+        let newer = CountResult {
+            summary: newer,
+            admit: None,
+            earlier: Vec::new(),
+            releases: Default::default(),
+        };
+        testing::events(&mut node);
+        round(&mut node, 2_000, Some(newer));
+        let recorded: Vec<(u64, Time)> = (testing::events(&mut node).into_iter())
+            .filter_map(|e| match e {
+                Event::RoundRecorded(r) => Some((r.round, r.decided_at_ms)),
+                _ => None,
+            })
+            .collect();
+        let pass = node
+            .leave(2_001, &joined.ticket)
+            .expect("let out by the batch");
+        assert_eq!(pass.eviction_time, 2_000);
+        assert_eq!(recorded, [(0, 2_000)], "the batch's round is published");
+        assert_eq!(pass.round, Some(0));
     }
 
     fn per_node(node: u64, on_site: u64, eligible: u64) -> NodeCounts {

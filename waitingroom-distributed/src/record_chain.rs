@@ -11,7 +11,9 @@
 //! and lets visitors out under that round's range from a later message learns the record with
 //! it, publishes it, and names it on their passes. So every round that lets anyone out is
 //! published by every node that lets anyone out under it. A node remembers which round let out
-//! the visitors of each recent boundary, to name it on their passes.
+//! the visitors of each recent boundary, to name it on their passes: two roots can decide a round
+//! at the same time (a takeover), and a node keeps one range per boundary, so it names the
+//! round of the range it let its visitors out under, not just any record of that time.
 
 use std::collections::VecDeque;
 
@@ -35,6 +37,9 @@ pub(crate) struct RecordChain {
     /// The latest records learned, by their boundary (`decided_at`), round and root: to name
     /// the round on passes, and to publish each record once.
     recorded: VecDeque<(Time, u64, NodeId)>,
+    /// The latest boundaries this node let visitors out at, with the round whose range it let
+    /// them out under: named on their passes before any other record of that time.
+    let_out: VecDeque<(Time, u64)>,
 }
 
 impl RecordChain {
@@ -94,14 +99,24 @@ impl RecordChain {
         (ranges.iter().filter_map(|r| r.record.as_ref())).any(|r| r.round >= self.chain.0)
     }
 
+    /// Visitors at boundary `decided_at` are let out here under the range of round `round`.
+    pub(crate) fn let_out_by(&mut self, decided_at: Time, round: u64) {
+        if self.let_out.len() >= RECORDED_KEPT {
+            self.let_out.pop_front();
+        }
+        self.let_out.push_back((decided_at, round));
+    }
+
     /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
-    /// pass's `eviction_time`), if this node knows it.
+    /// pass's `eviction_time`), if this node knows it: the one whose range it let them out
+    /// under, else the latest record of that time (deleteMin admission has no ranges).
     pub(crate) fn round_decided_at(&self, decided_at: Time) -> Option<u64> {
-        self.recorded
-            .iter()
-            .rev()
-            .find(|(t, _, _)| *t == decided_at)
-            .map(|&(_, round, _)| round)
+        let under = self.let_out.iter().rev().find(|(t, _)| *t == decided_at);
+        under.map(|&(_, round)| round).or_else(|| {
+            (self.recorded.iter().rev())
+                .find(|(t, _, _)| *t == decided_at)
+                .map(|&(_, round, _)| round)
+        })
     }
 
     /// Goes on from record `round` (with `link`) kept before a restart, if it is later than
@@ -169,6 +184,22 @@ mod tests {
             chain.next_record(&stamp(4_000), (1, None), 2, false).round,
             8
         );
+    }
+
+    /// Two roots decided a round at the same time: the round named is the one whose range the
+    /// node let its visitors out under, whichever record of that time it learned last.
+    #[test]
+    fn the_round_named_is_the_one_let_out_under() {
+        let mut chain = RecordChain::default();
+        let mut other = record(6, 7_000);
+        other.root = NodeId(2);
+        assert!(chain.learn(&record(5, 7_000)));
+        chain.let_out_by(7_000, 5);
+        assert!(chain.learn(&other));
+        assert_eq!(chain.round_decided_at(7_000), Some(5));
+        // Without a range (deleteMin admission), the latest record of the time.
+        assert!(chain.learn(&record(8, 9_000)));
+        assert_eq!(chain.round_decided_at(9_000), Some(8));
     }
 
     /// A root that a count tells of a record it has not reached must not number its own yet;

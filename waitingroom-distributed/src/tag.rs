@@ -467,16 +467,26 @@ impl Tag {
     }
 
     /// Adds decided ranges this node had not seen (the node then lets out what falls in them,
-    /// [`Tag::admit_decided`]).
-    pub(crate) fn merge_ranges(&mut self, ranges: impl IntoIterator<Item = AdmitRange>) {
+    /// [`Tag::admit_decided`]). Returns the round and boundary of each range added: one range
+    /// is kept per boundary, and two roots can decide a round at the same time, so the visitors
+    /// let out at a boundary here were let out by the round of the range kept for it.
+    pub(crate) fn merge_ranges(
+        &mut self,
+        ranges: impl IntoIterator<Item = AdmitRange>,
+    ) -> Vec<(Time, u64)> {
+        let mut kept = Vec::new();
         for range in ranges {
             if !self.ranges.iter().any(|k| k.decided_at == range.decided_at) {
+                if let Some(record) = &range.record {
+                    kept.push((range.decided_at, record.round));
+                }
                 self.ranges.push(range);
             }
         }
         self.ranges.sort_by_key(|r| r.decided_at);
         let excess = self.ranges.len().saturating_sub(RANGES_KEPT);
         self.ranges.drain(..excess);
+        kept
     }
 
     /// The join time to re-queue a visitor under whose `key` a round decided to let out (their
@@ -666,6 +676,49 @@ mod tests {
             said(&mut node),
             [Said::Channel(NodeId(1), reply(r.stamp, Some(total)))]
         );
+    }
+
+    /// Two roots decided a round at the same boundary (a takeover): a node keeps one range per
+    /// boundary and lets its visitors out under it, so their passes name that range's round,
+    /// not another record of the same time it learned with it.
+    #[test]
+    fn a_pass_names_the_round_of_the_range_that_let_its_holder_out() {
+        let (mut node, mut peers) = settled(2, &line());
+        let joined = node.join(500).expect("joined");
+        let range = |round, root, cutoff: Time| AdmitRange {
+            cutoff,
+            max_key: None,
+            version: 2,
+            decided_at: 1_000,
+            record: Some(RoundRecord {
+                round,
+                decided_at_ms: 1_000,
+                cutoff: Cutoff {
+                    join_time: cutoff - 1,
+                    id: TicketId(u64::MAX),
+                    node: NodeId(u64::MAX),
+                },
+                admitted: 1,
+                root: NodeId(root),
+                version: 2,
+                prev: String::new(),
+                lottery: false,
+            }),
+        };
+        let mut r = request(1_000);
+        r.ranges = vec![range(5, 1, 1_000), range(6, 3, 400)];
+        let env = peers.channel(1, &node, ChannelMsg::CountRequest(r));
+        assert_eq!(node.handle_message(1_000, env), Ok(()));
+        let published: Vec<u64> = (testing::events(&mut node).into_iter())
+            .filter_map(|e| match e {
+                Event::RoundRecorded(r) => Some(r.round),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(published, [5, 6], "both records are published");
+        let pass = node.leave(1_001, &joined.ticket).expect("let out");
+        assert_eq!(pass.eviction_time, 1_000);
+        assert_eq!(pass.round, Some(5));
     }
 
     /// §5.2: a newer round supersedes an older one: a request for the older round is refused,

@@ -17,6 +17,10 @@ use waitingroom_core::{NodeId, Pass, QueueKey, Settings, Time};
 /// Violation descriptions kept.
 const SAMPLES: usize = 6;
 
+/// A round as a pass names it: its number and when it was decided (the pass's
+/// `eviction_time`).
+type NamedRound = (u64, Time);
+
 /// What the promises checks found and what they need to remember.
 #[derive(Default)]
 pub struct Promises {
@@ -28,11 +32,13 @@ pub struct Promises {
     passes: HashMap<u32, (u64, Time)>,
     /// Visitors let straight through (their pass names no round).
     straight: HashSet<u32>,
-    /// Rounds recorded: their cutoffs.
-    records: BTreeMap<u64, Cutoff>,
-    /// (visitor, round named, queue key as the audit reads it off the pass) of every pass
-    /// handed out by a leave.
-    named: Vec<(u32, Option<u64>, QueueKey)>,
+    /// Rounds recorded, by number and decision time: their cutoffs. Two roots may give their
+    /// rounds one number (a fork the audit lists): a pass names its round by both, as the audit
+    /// reads it (`waitingroom_core::round_records::AdmittedPass`).
+    records: BTreeMap<(u64, Time), Cutoff>,
+    /// (visitor, round named and when it was decided, queue key as the audit reads it off the
+    /// pass) of every pass handed out by a leave.
+    named: Vec<(u32, Option<NamedRound>, QueueKey)>,
     /// Failures by check.
     pub failed: BTreeMap<String, u64>,
     /// The first few, with their simulated time.
@@ -96,9 +102,9 @@ impl Promises {
         self.passes.remove(&v);
     }
 
-    /// A round's record.
-    pub fn recorded(&mut self, round: u64, cutoff: Cutoff) {
-        self.records.entry(round).or_insert(cutoff);
+    /// The record of round `round`, decided at `decided_at`.
+    pub fn recorded(&mut self, round: u64, decided_at: Time, cutoff: Cutoff) {
+        self.records.entry((round, decided_at)).or_insert(cutoff);
     }
 
     /// Visitor `v` was handed `pass` by a leave (`fresh`) or a refresh: one admission, one
@@ -124,7 +130,8 @@ impl Promises {
                 ticket: pass.id,
                 node: NodeId(0),
             };
-            self.named.push((v, pass.round, key));
+            let round = pass.round.map(|r| (r, pass.eviction_time));
+            self.named.push((v, round, key));
         }
     }
 
@@ -137,13 +144,13 @@ impl Promises {
                 None => self.fail(now, "pass-without-round", || {
                     format!("visitor {v}'s pass names no round")
                 }),
-                Some(r) => match self.records.get(&r) {
+                Some((r, at)) => match self.records.get(&(r, at)) {
                     Some(cutoff) if cutoff.covers(&key) => {}
                     Some(_) => self.fail(now, "pass-not-covered", || {
                         format!("visitor {v}'s round {r} does not cover their key")
                     }),
                     None => self.fail(now, "round-unrecorded", || {
-                        format!("visitor {v}'s round {r} has no record")
+                        format!("visitor {v}'s round {r} decided at {at} has no record")
                     }),
                 },
             }
@@ -164,7 +171,7 @@ mod tests {
             created_at,
             issued_at: created_at,
             expires_at: created_at + 1_000,
-            eviction_time: 0,
+            eviction_time: round.map_or(0, |r| r * 1_000),
             round,
             draw: None,
         }
@@ -191,13 +198,23 @@ mod tests {
             id: TicketId(u64::MAX),
             node: NodeId(u64::MAX),
         };
-        p.recorded(0, cutoff(100));
-        p.recorded(1, cutoff(50));
+        p.recorded(0, 0, cutoff(100));
+        p.recorded(1, 1_000, cutoff(50));
+        // Another root's round 1 (a fork), decided later: its passes are checked against it.
+        p.recorded(1, 3_000, cutoff(100));
+        let mut forked = pass(4, 9, Some(1));
+        forked.eviction_time = 3_000;
+        p.pass_handed(9, 10, &forked, true);
+        // A pass naming a round decided when no record says.
+        let mut unrecorded = pass(5, 9, Some(0));
+        unrecorded.eviction_time = 2_000;
+        p.pass_handed(9, 11, &unrecorded, true);
         p.finish(10);
         assert_eq!(p.failed.get("pass-without-round"), Some(&1));
-        // Round 1's cutoff is below the key; round 0's covers it; no record of round 2.
+        // Round 1's cutoff is below the key; round 0's covers it, and so does the fork's
+        // round 1 the third pass names.
         assert_eq!(p.failed.get("pass-not-covered"), Some(&1));
-        assert_eq!(p.failed.get("round-unrecorded"), None);
+        assert_eq!(p.failed.get("round-unrecorded"), Some(&1));
     }
 
     #[test]

@@ -227,12 +227,19 @@ impl Node {
         for ticket in self.released.learn(now, &decision.summary.released) {
             self.local.room_mut().uncount_pass(ticket);
         }
+        let record = decision.summary.record.clone();
         let mut result = self.tag.result(decision.summary, decision.range);
         result.releases = self.released.digest();
         self.on_count_result(now, self.id(), result);
         let Some(batch) = decision.batch else {
             return;
         };
+        // The batch is let out under this round's record, published here even when a newer
+        // result reached this node first (another root's, in the same round slot) and so kept
+        // this one from being taken.
+        if let Some(record) = &record {
+            self.learn_record(record);
+        }
         // This node applied the batch's version: QPID takes it (a one-at-a-time deleteMin at a
         // node still settling is dropped: the next count lets that visitor out).
         if self.cfg.admission == AdmissionMode::Sequential {
@@ -278,13 +285,16 @@ impl Node {
 
     /// Merges decided ranges, learning the records they carry first (a result this node missed
     /// may let its visitors out now, under a round whose record it must publish and name on their
-    /// passes), then lets out this node's part of them.
+    /// passes), then lets out this node's part of them: their passes name the round of the range
+    /// kept for their boundary (`RecordChain::let_out_by`).
     fn merge_ranges(&mut self, now: Time, mut ranges: Vec<AdmitRange>) {
         ranges.sort_by_key(|r| r.decided_at);
         for record in ranges.iter().filter_map(|r| r.record.as_ref()) {
             self.learn_record(record);
         }
-        self.tag.merge_ranges(ranges);
+        for (decided_at, round) in self.tag.merge_ranges(ranges) {
+            self.records.let_out_by(decided_at, round);
+        }
         self.admit_decided(now);
     }
 

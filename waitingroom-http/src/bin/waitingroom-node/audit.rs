@@ -267,7 +267,11 @@ fn read_passes(path: &PathBuf, keys: &VerifyingKeySet) -> anyhow::Result<Passes>
             passes.drawn.push(DrawnPass { id: pass.id, draw });
         }
         match pass.round {
-            Some(round) => passes.in_rounds.push(AdmittedPass { round, key }),
+            Some(round) => passes.in_rounds.push(AdmittedPass {
+                round,
+                decided_at: pass.eviction_time,
+                key,
+            }),
             None => passes.without_round += 1,
         }
     }

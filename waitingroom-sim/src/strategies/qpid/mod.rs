@@ -161,7 +161,7 @@ fn on_event(
         Event::CountCompleted(_) => {}
         other => {
             if let (Event::RoundRecorded(r), Some(p)) = (&other, ctx.promises.as_mut()) {
-                p.recorded(r.round, r.cutoff);
+                p.recorded(r.round, r.decided_at_ms, r.cutoff);
             }
             let (name, about) = match &other {
                 Event::Joined { version } => ("joined", *version),

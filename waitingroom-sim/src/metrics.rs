@@ -61,6 +61,10 @@ pub struct Ledger {
     pub double_admissions: u64,
     /// Admitted again after the node that first admitted them died (expected: they re-queued).
     pub readmissions: u64,
+    /// The same admission reported again by another node: the visitor could not reach the node
+    /// that let them out and checked in elsewhere, which carried the round's decision over
+    /// (same decision time, so the same pass: `WaitingRoom::leave` derives the pass from it).
+    pub moved_admissions: u64,
     /// Visitors told "admitted" without the waiting room reporting the admission as an event
     /// (straight-through admission does that).
     pub silent_admissions: u64,
@@ -86,6 +90,7 @@ impl Ledger {
             admitted: 0,
             double_admissions: 0,
             readmissions: 0,
+            moved_admissions: 0,
             silent_admissions: 0,
             on_site: 0,
             max_on_site: 0,
@@ -144,6 +149,13 @@ impl Ledger {
                 // Let out again after their admission lapsed: a new admission, a new place.
                 self.place_retaken(a.v);
                 self.readmissions += 1;
+                return false;
+            }
+            if a.decided_at == self.decided_at[i] && a.by != self.by[i] {
+                // Not a second admission: the round that let them out once, carried over by the
+                // node they could reach. Its pass is the first one's (it dates from the round),
+                // so one admission still gives one pass; `Promises::pass_handed` checks that.
+                self.moved_admissions += 1;
                 return false;
             }
             if alive(self.by[i]) {
@@ -384,6 +396,10 @@ pub struct RunReport {
     pub double_admissions: u64,
     /// Tickets admitted again after the node that first admitted them died.
     pub readmissions: u64,
+    /// Admissions carried over by another node under the round that first let them out
+    /// ([`Ledger::moved_admissions`]).
+    #[serde(default)]
+    pub moved_admissions: u64,
     /// Simulated time from the opening of the arrival window until the last visitor got in.
     pub sim_time_ms: Time,
     /// Mean wait from joining to admission, over admitted visitors.
@@ -611,6 +627,27 @@ mod tests {
         assert!(!l.admit(admission(0, 3, (0, 0), 8), |_| true));
         assert_eq!(l.double_admissions, 1);
         assert_eq!(l.admitted, 1);
+    }
+
+    #[test]
+    fn the_same_round_admission_carried_over_by_another_node_is_not_a_second_one() {
+        let mut l = Ledger::new(1);
+        let decided = |at, by| Admission {
+            decided_at: 1_000,
+            ..admission(0, at, (0, 0), by)
+        };
+        assert!(l.admit(decided(1_100, 7), |_| true));
+        // Node 7 still runs (frozen, say); node 8 carries the round's decision over.
+        assert!(!l.admit(decided(4_000, 8), |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (0, 1));
+        // The same node reporting it again, or another round letting them out, is double.
+        assert!(!l.admit(decided(4_100, 7), |_| true));
+        let later = Admission {
+            decided_at: 2_000,
+            ..admission(0, 4_200, (0, 0), 9)
+        };
+        assert!(!l.admit(later, |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (2, 1));
     }
 
     #[test]

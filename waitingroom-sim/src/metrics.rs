@@ -61,9 +61,10 @@ pub struct Ledger {
     pub double_admissions: u64,
     /// Admitted again after the node that first admitted them died (expected: they re-queued).
     pub readmissions: u64,
-    /// The same admission reported again by another node: the visitor could not reach the node
-    /// that let them out and checked in elsewhere, which carried the round's decision over
-    /// (same decision time, so the same pass: `WaitingRoom::leave` derives the pass from it).
+    /// Admitted again by another node after they moved: the same round's admission carried
+    /// over (same decision time, so the same pass: `WaitingRoom::leave` derives the pass from
+    /// it), or, after their node could not be reached, a round of the node they moved to
+    /// (that node tells theirs to forget them: a pass from both is `second-pass`).
     pub moved_admissions: u64,
     /// Visitors told "admitted" without the waiting room reporting the admission as an event
     /// (straight-through admission does that).
@@ -75,6 +76,9 @@ pub struct Ledger {
     /// Visitors whose admission lapsed: its claim window closed while they kept their ticket
     /// (banked admissions); their place is free again.
     lapsed: HashSet<u32>,
+    /// (visitor, node process) for each node process a visitor moved away from: they checked
+    /// in at another node because it could not be reached, and were queued there.
+    moved_from: HashSet<(u32, u32)>,
 }
 
 impl Ledger {
@@ -95,6 +99,7 @@ impl Ledger {
             on_site: 0,
             max_on_site: 0,
             lapsed: HashSet::new(),
+            moved_from: HashSet::new(),
         }
     }
 
@@ -117,6 +122,12 @@ impl Ledger {
             self.on_site += 1;
             self.max_on_site = self.max_on_site.max(self.on_site);
         }
+    }
+
+    /// Visitor `v` checked in at another node because theirs, node process `process`, could not
+    /// be reached.
+    pub fn moved_from(&mut self, v: u32, process: u32) {
+        self.moved_from.insert((v, process));
     }
 
     /// Visitor `v` joined at `join_time` with ticket id `ticket`.
@@ -151,10 +162,15 @@ impl Ledger {
                 self.readmissions += 1;
                 return false;
             }
-            if a.decided_at == self.decided_at[i] && a.by != self.by[i] {
-                // Not a second admission: the round that let them out once, carried over by the
-                // node they could reach. Its pass is the first one's (it dates from the round),
-                // so one admission still gives one pass; `Promises::pass_handed` checks that.
+            let left = |by| self.moved_from.contains(&(a.v, by));
+            let moved = left(self.by[i]) || left(a.by);
+            if a.by != self.by[i] && (a.decided_at == self.decided_at[i] || moved) {
+                // Not a second admission: the round that let them out, carried over by the node
+                // they could reach (its pass is the first one's: it dates from the round); or
+                // one of the two nodes is one they moved away from, which could not be reached
+                // (it is told to forget them; it let them out before that, or before it heard),
+                // as after that node's death. Two passes for them is `Promises::pass_handed`'s
+                // failure, a place too many `over-target`.
                 self.moved_admissions += 1;
                 return false;
             }
@@ -396,7 +412,7 @@ pub struct RunReport {
     pub double_admissions: u64,
     /// Tickets admitted again after the node that first admitted them died.
     pub readmissions: u64,
-    /// Admissions carried over by another node under the round that first let them out
+    /// Visitors let out again by another node after they moved, their node unreachable
     /// ([`Ledger::moved_admissions`]).
     #[serde(default)]
     pub moved_admissions: u64,
@@ -630,7 +646,7 @@ mod tests {
     }
 
     #[test]
-    fn the_same_round_admission_carried_over_by_another_node_is_not_a_second_one() {
+    fn an_admission_again_by_a_node_they_moved_to_or_from_is_not_a_second_one() {
         let mut l = Ledger::new(1);
         let decided = |at, by| Admission {
             decided_at: 1_000,
@@ -648,6 +664,14 @@ mod tests {
         };
         assert!(!l.admit(later, |_| true));
         assert_eq!((l.double_admissions, l.moved_admissions), (2, 1));
+        // They could not reach node 7 and checked in at node 10, whose round let them out.
+        l.moved_from(0, 7);
+        let requeued = Admission {
+            decided_at: 6_000,
+            ..admission(0, 6_100, (0, 0), 10)
+        };
+        assert!(!l.admit(requeued, |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (2, 2));
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn outcome_fields(r: &RunReport) -> Vec<(&'static str, String)> {
         ("double_admissions", r.double_admissions.to_string()),
         ("readmissions (first node died)", r.readmissions.to_string()),
         (
-            "moved_admissions (same round, another node)",
+            "moved_admissions (their node unreachable)",
             r.moved_admissions.to_string(),
         ),
         (

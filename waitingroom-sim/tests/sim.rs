@@ -278,6 +278,25 @@ fn an_admission_carried_over_from_a_frozen_node_is_the_same_admission() {
 }
 
 #[test]
+fn a_visitor_let_out_again_after_their_frozen_node_lost_them_is_not_admitted_twice() {
+    // Swarm seed 479: node 2 freezes after a round let some of its visitors out; they never
+    // hear of it, check in at node 1, are queued there, and one of its rounds lets them out.
+    // Node 2 is told to forget them, as if it had died: no second pass, no place too many.
+    let line = "--seed 479 --nodes 2 --users 32 --arrival flash --window-ms 18258 \
+        --latency 50-150 --duplicate-probability 0.02999337112582917 --churn 0 \
+        --restart-delay-ms 1006 --partitions 2 --partition-kind split --partition-ms 2000 \
+        --script freeze@10673 --freeze-ms 2759 --clock-step-ms 1710 --target-on-site 10 \
+        --refresh-interval-ms 928 --ticket-expiry-ms 7346 --pass-expiry-ms 6394 \
+        --admit-straight-through --operator mode=queue_all@5126 --operator mode=normal@9073 \
+        --strict";
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert_eq!(r.double_admissions, 0, "{r:#?}");
+    assert!(r.moved_admissions >= 1, "{r:#?}");
+    assert!(r.broken_promises.is_empty(), "{r:#?}");
+    assert_eq!(r.lost, 0, "{r:#?}");
+}
+
+#[test]
 fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
     let r = run(&small(
         5,

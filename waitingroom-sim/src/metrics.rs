@@ -57,7 +57,8 @@ pub struct Ledger {
     by: Vec<u32>,
     /// Visitors admitted at least once.
     pub admitted: u64,
-    /// Admitted again while the node process that first admitted them was still alive.
+    /// Admitted again while the node process that first admitted them was still alive, and not
+    /// moved ([`Ledger::moved_admissions`]).
     pub double_admissions: u64,
     /// Admitted again after the node that first admitted them died (expected: they re-queued).
     pub readmissions: u64,
@@ -408,7 +409,7 @@ pub struct RunReport {
     pub abandoned: u64,
     /// Visitors the waiting room refused (counted in `lost` too).
     pub refused: u64,
-    /// Tickets admitted again while the node that first admitted them was alive.
+    /// Tickets admitted again while the node that first admitted them was alive, and not moved.
     pub double_admissions: u64,
     /// Tickets admitted again after the node that first admitted them died.
     pub readmissions: u64,

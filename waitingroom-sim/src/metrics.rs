@@ -57,10 +57,16 @@ pub struct Ledger {
     by: Vec<u32>,
     /// Visitors admitted at least once.
     pub admitted: u64,
-    /// Admitted again while the node process that first admitted them was still alive.
+    /// Admitted again while the node process that first admitted them was still alive, and not
+    /// moved ([`Ledger::moved_admissions`]).
     pub double_admissions: u64,
     /// Admitted again after the node that first admitted them died (expected: they re-queued).
     pub readmissions: u64,
+    /// Admitted again by another node after they moved: the same round's admission carried
+    /// over (same decision time, so the same pass: `WaitingRoom::leave` derives the pass from
+    /// it), or, after their node could not be reached, a round of the node they moved to
+    /// (that node tells theirs to forget them: a pass from both is `second-pass`).
+    pub moved_admissions: u64,
     /// Visitors told "admitted" without the waiting room reporting the admission as an event
     /// (straight-through admission does that).
     pub silent_admissions: u64,
@@ -71,6 +77,9 @@ pub struct Ledger {
     /// Visitors whose admission lapsed: its claim window closed while they kept their ticket
     /// (banked admissions); their place is free again.
     lapsed: HashSet<u32>,
+    /// (visitor, node process) for each node process a visitor moved away from: they checked
+    /// in at another node because it could not be reached, and were queued there.
+    moved_from: HashSet<(u32, u32)>,
 }
 
 impl Ledger {
@@ -86,10 +95,12 @@ impl Ledger {
             admitted: 0,
             double_admissions: 0,
             readmissions: 0,
+            moved_admissions: 0,
             silent_admissions: 0,
             on_site: 0,
             max_on_site: 0,
             lapsed: HashSet::new(),
+            moved_from: HashSet::new(),
         }
     }
 
@@ -112,6 +123,12 @@ impl Ledger {
             self.on_site += 1;
             self.max_on_site = self.max_on_site.max(self.on_site);
         }
+    }
+
+    /// Visitor `v` checked in at another node because theirs, node process `process`, could not
+    /// be reached.
+    pub fn moved_from(&mut self, v: u32, process: u32) {
+        self.moved_from.insert((v, process));
     }
 
     /// Visitor `v` joined at `join_time` with ticket id `ticket`.
@@ -144,6 +161,18 @@ impl Ledger {
                 // Let out again after their admission lapsed: a new admission, a new place.
                 self.place_retaken(a.v);
                 self.readmissions += 1;
+                return false;
+            }
+            let left = |by| self.moved_from.contains(&(a.v, by));
+            let moved = left(self.by[i]) || left(a.by);
+            if a.by != self.by[i] && (a.decided_at == self.decided_at[i] || moved) {
+                // Not a second admission: the round that let them out, carried over by the node
+                // they could reach (its pass is the first one's: it dates from the round); or
+                // one of the two nodes is one they moved away from, which could not be reached
+                // (it is told to forget them; it let them out before that, or before it heard),
+                // as after that node's death. Two passes for them is `Promises::pass_handed`'s
+                // failure, a place too many `over-target`.
+                self.moved_admissions += 1;
                 return false;
             }
             if alive(self.by[i]) {
@@ -380,10 +409,14 @@ pub struct RunReport {
     pub abandoned: u64,
     /// Visitors the waiting room refused (counted in `lost` too).
     pub refused: u64,
-    /// Tickets admitted again while the node that first admitted them was alive.
+    /// Tickets admitted again while the node that first admitted them was alive, and not moved.
     pub double_admissions: u64,
     /// Tickets admitted again after the node that first admitted them died.
     pub readmissions: u64,
+    /// Visitors let out again by another node after they moved, their node unreachable
+    /// ([`Ledger::moved_admissions`]).
+    #[serde(default)]
+    pub moved_admissions: u64,
     /// Simulated time from the opening of the arrival window until the last visitor got in.
     pub sim_time_ms: Time,
     /// Mean wait from joining to admission, over admitted visitors.
@@ -611,6 +644,35 @@ mod tests {
         assert!(!l.admit(admission(0, 3, (0, 0), 8), |_| true));
         assert_eq!(l.double_admissions, 1);
         assert_eq!(l.admitted, 1);
+    }
+
+    #[test]
+    fn an_admission_again_by_a_node_they_moved_to_or_from_is_not_a_second_one() {
+        let mut l = Ledger::new(1);
+        let decided = |at, by| Admission {
+            decided_at: 1_000,
+            ..admission(0, at, (0, 0), by)
+        };
+        assert!(l.admit(decided(1_100, 7), |_| true));
+        // Node 7 still runs (frozen, say); node 8 carries the round's decision over.
+        assert!(!l.admit(decided(4_000, 8), |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (0, 1));
+        // The same node reporting it again, or another round letting them out, is double.
+        assert!(!l.admit(decided(4_100, 7), |_| true));
+        let later = Admission {
+            decided_at: 2_000,
+            ..admission(0, 4_200, (0, 0), 9)
+        };
+        assert!(!l.admit(later, |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (2, 1));
+        // They could not reach node 7 and checked in at node 10, whose round let them out.
+        l.moved_from(0, 7);
+        let requeued = Admission {
+            decided_at: 6_000,
+            ..admission(0, 6_100, (0, 0), 10)
+        };
+        assert!(!l.admit(requeued, |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (2, 2));
     }
 
     #[test]

@@ -73,6 +73,10 @@ fn outcome_fields(r: &RunReport) -> Vec<(&'static str, String)> {
         ("double_admissions", r.double_admissions.to_string()),
         ("readmissions (first node died)", r.readmissions.to_string()),
         (
+            "moved_admissions (their node unreachable)",
+            r.moved_admissions.to_string(),
+        ),
+        (
             "wait_ms mean / max",
             format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
         ),

@@ -156,6 +156,7 @@ impl Ctx {
         report.admitted = ledger.admitted;
         report.double_admissions = ledger.double_admissions;
         report.readmissions = ledger.readmissions;
+        report.moved_admissions = ledger.moved_admissions;
         report.max_on_site = ledger.max_on_site;
         let target = self.cfg.protocol.target_on_site.on_site();
         report.max_overshoot = ledger.max_on_site.saturating_sub(target);

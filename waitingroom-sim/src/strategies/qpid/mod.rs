@@ -648,7 +648,9 @@ impl Room for QpidRoom {
                 // reached, the visitor is queued here under their original join time.
                 // Peer requests reach any live process, member or not (a node rejoining the
                 // cluster still serves the visitors it holds).
-                let o = slot_of_addr(&owner.addr, self.nodes.slots.len()).filter(|&o| {
+                let owner_slot = slot_of_addr(&owner.addr, self.nodes.slots.len());
+                let left = owner_slot.map(|o| self.nodes.slots[o].process);
+                let o = owner_slot.filter(|&o| {
                     self.nodes.slots[o].node.is_some()
                         && self.wire.net.connected(s, o)
                         && !self.nodes.frozen(o, now)
@@ -669,6 +671,9 @@ impl Room for QpidRoom {
                     _ => {
                         ctx.trace
                             .note(now, "check-in-at", &[u64::from(v), s as u64 + 1, 2]);
+                        if let Some(left) = left {
+                            ctx.ledger.moved_from(v, left);
+                        }
                         let r = self.nodes.node(s).check_in_here(clock, &ticket);
                         self.drain(ctx, s);
                         r

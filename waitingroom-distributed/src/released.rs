@@ -3,7 +3,8 @@
 //! once instead of holding it until their pass expires. A release is also the only way to revoke
 //! a bypass pass, so it must hold on every node for as long as the pass could be valid.
 //!
-//! The node that takes the release refuses the pass from then on. The release travels with the
+//! The node that takes the release refuses the pass from then on, and sends it at once to every
+//! other member (`node/released.rs`), so that it outlives that node. It also travels with the
 //! rounds, as the live settings do: each count carries the releases its subtree took in the
 //! last few intervals (so a round that fails to finish loses none), the root's result carries
 //! them down, and every node then refuses the pass too, and the node that counts it stops

@@ -1144,6 +1144,30 @@ fn a_node_that_joins_after_a_release_refuses_it_from_the_start() {
     assert_eq!(refresh, Err(VisitorError::Released));
 }
 
+/// waitingroom-distributed/README.md#passes-given-back: the node that takes a release sends it
+/// to every member at once, so it reaches them before the next round, and outlives that node
+/// when it dies before its next count (it was the only one that knew).
+#[test]
+fn a_release_reaches_every_member_at_once_and_outlives_the_node_that_took_it() {
+    let (mut net, mut crowd, pass) = one_pass(3, 44);
+    crowd.run(&mut net, 2_000);
+    // Just after a round, so that the next one is far.
+    let boundary = net.now.next_multiple_of(1_000);
+    net.run_for(boundary - net.now + 50);
+    net.with(NodeId(2), |n, now| n.release_pass(now, &pass))
+        .expect("a valid pass is given back");
+    net.run_for(100);
+    assert!(net.now < boundary + 1_000, "before the next round");
+    refused_everywhere(&mut net, &pass);
+    net.kill(NodeId(2));
+    net.run_for(15_000);
+    for id in [1, 3] {
+        let node = net.node(NodeId(id));
+        assert!(!node.membership().contains(NodeId(2)), "node 2 is gone");
+        assert!(node.is_released(pass.id), "node {id}");
+    }
+}
+
 /// waitingroom-distributed/README.md#fairness-records: every round that lets anyone out is on
 /// the record, also when its result is lost. 500-ms rounds, 3% loss and jitter, and the first
 /// node cut off from the others for 1.2 s every few seconds: it is removed, rejoins, and lets

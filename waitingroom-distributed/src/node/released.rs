@@ -32,6 +32,29 @@ impl Node {
         }
     }
 
+    /// A release this node just took: refused here from now on, and sent at once to every
+    /// other member on the reliable channel (retransmitted until acknowledged), so that it
+    /// outlives this node and reaches every member without waiting for a round: a round may be
+    /// seconds away when the root or a node on the way has just died. Each member that takes
+    /// it carries it up with its next counts too, so one copy that arrives is enough.
+    pub(super) fn take_release(&mut self, now: Time, release: Release) {
+        if !self.released.release(now, release) {
+            return;
+        }
+        let me = self.id();
+        let others: Vec<Contact> = (self.cluster.membership().members.iter())
+            .filter(|(id, _)| **id != me)
+            .map(|(_, contact)| contact.clone())
+            .collect();
+        let page = Page {
+            buckets: Vec::new(),
+            list: vec![release],
+        };
+        for contact in others {
+            self.send(now, &contact, ChannelMsg::Releases(page.clone()));
+        }
+    }
+
     /// A result of round `at` carried the digest of the root's set: if this node's set
     /// differs, it asks `from` (its parent, which passed the result on) for the buckets that
     /// differ. Both sets left out what expired by the round's time.
@@ -65,13 +88,19 @@ impl Node {
         Ok(())
     }
 
-    /// A page of a peer's releases (an answer, or the set sent at join): the new ones are
-    /// refused from now on, and uncounted if this node counts them.
+    /// A page of a peer's releases (a release just taken, an answer, or the set sent at join):
+    /// the new ones are refused from now on, and uncounted if this node counts them.
     pub(super) fn on_releases(&mut self, now: Time, page: &Page) -> Result<(), Ignored> {
         if page.list.len() > RELEASED_SENT || page.buckets.len() > BUCKETS {
             return Err(Ignored::Malformed);
         }
-        let learned: Vec<TicketId> = self.released.take_page(now, page);
+        // A page that covers no bucket is a release sent by the member that took it (or a
+        // bucket too large for one page): what is new goes up with this node's next counts.
+        let learned: Vec<TicketId> = if page.buckets.is_empty() {
+            self.released.learn(now, &page.list)
+        } else {
+            self.released.take_page(now, page)
+        };
         for ticket in learned {
             self.local.room_mut().uncount_pass(ticket);
         }

@@ -272,8 +272,8 @@ impl Node {
 
     /// A visitor gives their place back early
     /// (waitingroom-distributed/README.md#passes-given-back): the pass is refused here from now on
-    /// and on every node once the next round has carried the release; its place is free here at
-    /// once if this node counts it, else at the node that does when that round reaches it. Giving
+    /// and on every member as soon as the release sent to it arrives; its place is free here at
+    /// once if this node counts it, else at the node that does when the release reaches it. Giving
     /// it back twice is no error. Until when to refuse it: the longest the pass could still be
     /// refreshed to (its session), at most a day.
     pub fn release_pass(&mut self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
@@ -289,7 +289,7 @@ impl Node {
             until,
         };
         self.local.room_mut().uncount_pass(release.ticket);
-        self.released.release(now, release);
+        self.take_release(now, release);
         Ok(())
     }
 

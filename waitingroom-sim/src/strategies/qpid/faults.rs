@@ -8,6 +8,7 @@ use waitingroom_core::{NodeId, Pass, Settings, TicketId, Time};
 use waitingroom_distributed::{Mode, QueueingMethod, ScheduledEvent, SettingsPatch};
 
 use super::nodes::addr;
+use super::plays::Apart;
 use super::{Action, QpidRoom, bump};
 use crate::config::OperatorAction;
 use crate::room::Ctx;
@@ -233,6 +234,6 @@ impl QpidRoom {
         self.released.push(pass.id);
         let at = ctx.now + self.release_grace();
         let i = self.released.len() - 1;
-        self.plan_at(ctx, at, Action::CheckReleased(i));
+        self.plan_at(ctx, at, Action::CheckReleased(i, Apart::default()));
     }
 }

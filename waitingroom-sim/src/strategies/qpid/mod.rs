@@ -45,8 +45,9 @@ enum Action {
     Stop(usize, u32),
     /// The operator's action (index into `--operator`).
     Operate(usize),
-    /// Every node must refuse the given-back pass (index into `released`).
-    CheckReleased(usize),
+    /// Every node must refuse the given-back pass (index into `released`), the cluster seen
+    /// apart so far.
+    CheckReleased(usize, plays::Apart),
 }
 
 /// What the load balancer remembers of each visitor, as a client and a sticky balancer would.
@@ -798,10 +799,7 @@ impl Room for QpidRoom {
                     }
                 }
                 Action::Operate(i) => self.operate(ctx, i),
-                Action::CheckReleased(i) => {
-                    let id = self.released[i];
-                    self.check_refused(ctx, id);
-                }
+                Action::CheckReleased(i, apart) => self.check_refused(ctx, i, apart),
             },
             Ev::Arrive(_) | Ev::Visitor(_) | Ev::Tick => {}
         }

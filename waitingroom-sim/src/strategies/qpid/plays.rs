@@ -3,12 +3,25 @@
 //! given-back pass.
 
 use rand::RngExt;
-use waitingroom_core::{TicketId, Time};
-use waitingroom_distributed::VisitorError;
+use waitingroom_core::Time;
+use waitingroom_distributed::{Node, VisitorError, invariants};
 
 use super::nodes::slot_of_id;
 use super::{Action, QpidRoom};
 use crate::room::Ctx;
+
+/// How many times a check of a given-back pass waits for the live nodes to be one cluster, or
+/// for nodes just started or unfrozen to have had the grace.
+const APART_WAITS: u32 = 20;
+
+/// What a check of a given-back pass saw of the cluster so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Apart {
+    /// Checks put off so far.
+    waits: u32,
+    /// The live nodes were not one cluster at the last check: this one comes a grace after.
+    was: bool,
+}
 
 impl QpidRoom {
     /// A random serving node that is not frozen.
@@ -78,7 +91,8 @@ impl QpidRoom {
     }
 
     /// Visitor `v` tries their given-back pass at a random node, and every node is asked
-    /// whether it refuses it.
+    /// whether it refuses it. A refresh counts against the promise only at a node the release
+    /// had time to reach (`check_refused` says which).
     pub(super) fn try_given_back(&mut self, ctx: &mut Ctx, v: u32) {
         let Some(pass) = self.visits.passes.get(v as usize).cloned().flatten() else {
             return;
@@ -87,7 +101,9 @@ impl QpidRoom {
             let clock = self.nodes.clock(s, ctx.now);
             let r = self.nodes.node(s).refresh_pass(clock, &pass);
             self.drain(ctx, s);
+            let reached = self.settled(ctx.now) && self.one_cluster() && self.reached(s, ctx.now);
             if r.is_ok()
+                && reached
                 && let Some(p) = ctx.promises.as_mut()
             {
                 p.fail(ctx.now, "released-pass-refreshed", || {
@@ -95,36 +111,70 @@ impl QpidRoom {
                 });
             }
         }
-        self.check_refused(ctx, pass.id);
+        if let Some(i) = self.released.iter().position(|&r| r == pass.id) {
+            self.check_refused(ctx, i, Apart::default());
+        }
     }
 
-    /// Every running member must refuse the given-back pass `id`, once the rounds had time to
-    /// reach it: the check waits while a partition cuts the cluster and for the grace after it
-    /// heals, and leaves out the nodes frozen or started within the grace.
-    pub(super) fn check_refused(&mut self, ctx: &mut Ctx, id: TicketId) {
+    /// Whether the network is whole and has been for the grace.
+    fn settled(&self, now: Time) -> bool {
+        !self.wire.net.partitioned() && now >= self.healed_at + self.release_grace()
+    }
+
+    /// Whether the live nodes are one cluster: a node in a cluster of its own (formed apart,
+    /// or left behind by a restart) hears of a release taken in the other only once they
+    /// merge, and must refuse it within the grace after that.
+    fn one_cluster(&self) -> bool {
+        let live: Vec<&Node> = (self.nodes.slots.iter())
+            .filter_map(|slot| slot.node.as_ref())
+            .collect();
+        invariants::converged(&live)
+    }
+
+    /// Whether the node in `slot` ran, unfrozen, for the whole grace before `now`.
+    fn reached(&self, slot: usize, now: Time) -> bool {
+        let recent = now.saturating_sub(self.release_grace());
+        let slot = &self.nodes.slots[slot];
+        slot.frozen_until <= recent && slot.since <= recent
+    }
+
+    /// Every running member must refuse the given-back pass `released[i]`, once the rounds had
+    /// time to reach it: the check waits while a partition cuts the cluster and for the grace
+    /// after it heals, looks again at the nodes frozen or started within the grace once they
+    /// had it, and while the live nodes are not one cluster waits for them to be one and for
+    /// the grace after that (at most [`APART_WAITS`] times: a cluster that stays apart breaks
+    /// the promise too).
+    pub(super) fn check_refused(&mut self, ctx: &mut Ctx, i: usize, apart: Apart) {
         let grace = self.release_grace();
         let settled = self.healed_at + grace;
-        if self.wire.net.partitioned() || ctx.now < settled {
-            let i = self.released.iter().position(|&r| r == id).unwrap_or(0);
+        if !self.settled(ctx.now) {
             let at = ctx.now.max(settled) + grace;
-            self.plan_at(ctx, at, Action::CheckReleased(i));
+            self.plan_at(ctx, at, Action::CheckReleased(i, apart));
             return;
         }
-        let recent = ctx.now.saturating_sub(grace);
+        let id = self.released[i];
         let now = ctx.now;
-        let accepting: Vec<u64> = (self.nodes.slots.iter().enumerate())
-            .filter(|(_, slot)| {
-                slot.node
-                    .as_ref()
+        let (accepting, fresh): (Vec<usize>, Vec<usize>) = (0..self.nodes.slots.len())
+            .filter(|&s| {
+                (self.nodes.slots[s].node.as_ref())
                     .is_some_and(|n| n.is_member() && !n.is_released(id))
-                    && slot.frozen_until <= recent
-                    && slot.since <= recent
             })
-            .map(|(s, _)| s as u64 + 1)
-            .collect();
-        if !accepting.is_empty()
-            && let Some(p) = ctx.promises.as_mut()
-        {
+            .partition(|&s| self.reached(s, now));
+        let one = self.one_cluster();
+        let wait = !accepting.is_empty() && (!one || apart.was) || !fresh.is_empty();
+        if wait && apart.waits < APART_WAITS {
+            let next = Apart {
+                waits: apart.waits + 1,
+                was: !one,
+            };
+            self.plan_at(ctx, now + grace, Action::CheckReleased(i, next));
+            return;
+        }
+        if accepting.is_empty() {
+            return;
+        }
+        let accepting: Vec<u64> = accepting.iter().map(|&s| s as u64 + 1).collect();
+        if let Some(p) = ctx.promises.as_mut() {
             p.fail(now, "released-pass-accepted", || {
                 format!(
                     "pass {} given back, still taken by nodes {accepting:?}",

@@ -4,8 +4,11 @@
 //! Departs from the thesis, which assumes links never lose a message and so needs neither: when
 //! a ping goes unanswered, `k` other members are asked to probe the target too (SWIM's indirect
 //! probes), and a member is declared dead only after `1 + suspect_rounds` probe periods in a row
-//! without an answer, so one lost packet does not remove a node. The node owns the membership;
-//! this part is given the members for each call and says whom to declare dead.
+//! without an answer, so one lost packet does not remove a node. A probe whose period ended far
+//! later than planned (the prober itself was paused: a stopped process, a stalled host) is no
+//! evidence against its target and counts no strike: the target had no chance to answer while
+//! the prober could not listen. The node owns the membership; this part is given the members for
+//! each call and says whom to declare dead.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +36,9 @@ pub(crate) struct Swim {
     suspect_rounds: u32,
     /// Members asked to probe a target that did not answer.
     indirect_probes: usize,
+    /// A probe period that ends more than this after its ping went out was stretched by a pause
+    /// of this node, not by its target: no strike.
+    late_after: Time,
     order: Vec<NodeId>,
     next: usize,
     probe: Option<Probe>,
@@ -53,6 +59,8 @@ struct Probe {
     target: Contact,
     nonce: u64,
     acked: bool,
+    /// When the ping went out (this node's clock).
+    sent: Time,
 }
 
 /// What a probe period led to.
@@ -67,12 +75,18 @@ pub(crate) enum Tick {
 }
 
 impl Swim {
-    /// A detector drawing its random choices from `seed`.
-    pub(crate) fn new(seed: u64, suspect_rounds: u32, indirect_probes: usize) -> Swim {
+    /// A detector drawing its random choices from `seed`, probing every `probe_interval`.
+    pub(crate) fn new(
+        seed: u64,
+        (suspect_rounds, indirect_probes): (u32, usize),
+        probe_interval: Time,
+    ) -> Swim {
         Swim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             suspect_rounds,
             indirect_probes,
+            // One period late is a busy node; two is a pause no target can be blamed for.
+            late_after: probe_interval.saturating_mul(3),
             order: Vec::new(),
             next: 0,
             probe: None,
@@ -147,7 +161,8 @@ impl Swim {
     }
 
     /// A probe period begins: judge the last probe (answered, or one more strike against its
-    /// target), then ping the next member (the last target again if it has strikes left).
+    /// target, unless this node was paused while it was out), then ping the next member (the
+    /// last target again if it has strikes left, or if the pause left it unjudged).
     pub(crate) fn tick(
         &mut self,
         now: Time,
@@ -163,6 +178,9 @@ impl Swim {
                 .is_some_and(|c| c.incarnation == p.target.incarnation);
             if p.acked || !still_member {
                 self.strikes.remove(&p.target.id);
+            } else if now > p.sent.saturating_add(self.late_after) {
+                // This node was paused while the ping was out: ask again, blaming no one.
+                retry = Some(p.target);
             } else {
                 let strikes = self.strikes.entry(p.target.id).or_insert(0);
                 *strikes += 1;
@@ -187,6 +205,7 @@ impl Swim {
             target,
             nonce,
             acked: false,
+            sent: now,
         });
         Tick::Pinged(nonce)
     }
@@ -537,5 +556,28 @@ mod tests {
         let removed = Event::MemberRemoved(testing::contact(target.0));
         assert_eq!(testing::events(&mut node), [failed, removed]);
         assert_eq!(node.membership(), &without);
+    }
+
+    /// waitingroom-distributed/README.md#swim: a probe that was out while this node was paused
+    /// (its next period came 20 s late) is no evidence against its target: the target gets
+    /// its two silent periods counted from the pause's end, so one more silent period after the
+    /// pause does not remove it; a second one does.
+    #[test]
+    fn a_probe_out_across_a_pause_of_the_prober_counts_no_strike() {
+        let mut node = hub();
+        let (target, _) = first_probe(&mut node);
+        node.handle_timeout(20_000);
+        said(&mut node);
+        node.handle_timeout(20_500);
+        said(&mut node);
+        let failed = |node: &mut Node| {
+            testing::events(node)
+                .iter()
+                .any(|e| matches!(e, Event::MemberFailed(c) if c.id == target))
+        };
+        assert!(!failed(&mut node), "removed for a probe out across a pause");
+        assert!(node.membership().contains(target));
+        node.handle_timeout(21_000);
+        assert!(failed(&mut node), "two silent periods after the pause");
     }
 }

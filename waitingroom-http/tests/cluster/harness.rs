@@ -198,6 +198,11 @@ impl Cluster {
     /// Starts node `i` (its settings with `{node}` replaced by `i + 1`), joining through
     /// `peer` if given.
     pub(crate) fn spawn(&self, i: usize, peer: Option<&str>) -> NodeProc {
+        self.spawn_at(i, peer, "127.0.0.1:0")
+    }
+
+    /// As [`Cluster::spawn`], listening on `listen` (a restart at the node's old address).
+    pub(crate) fn spawn_at(&self, i: usize, peer: Option<&str>, listen: &str) -> NodeProc {
         let log = self.dir.join(format!("node{}.log", i + 1));
         let mut cmd = Command::new(BIN);
         let settings = self
@@ -205,7 +210,7 @@ impl Cluster {
             .iter()
             .map(|s| s.replace("{node}", &(i + 1).to_string()));
         // A setting given in `extra` replaces FAST's (a flag may be given once).
-        cmd.args(["run", "--listen", "127.0.0.1:0", "--key-file"])
+        cmd.args(["run", "--listen", listen, "--key-file"])
             .arg(&self.key)
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
             .args(fast_unless_set(&self.settings))

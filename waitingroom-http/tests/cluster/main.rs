@@ -5,6 +5,8 @@
 //! - `visitors.rs`: a visitor's flow across nodes, bad input;
 //! - `failover.rs`: nodes killed, added, stopped and restarted while visitors wait;
 //! - `passes.rs`: one admission, one pass, whatever happens to the node that gave it;
+//! - `restarts.rs`: rolling restarts with the README's command lines, the root stopped and
+//!   thawed;
 //! - `adversary.rs`: visitors who bank an admission, replay a pass at every node, replay a leave;
 //! - `security.rs`: forged peer messages and passes, the internal listener, mutual TLS;
 //! - `settings.rs`: live settings across the cluster;
@@ -23,6 +25,7 @@ mod events;
 mod failover;
 mod passes;
 mod records;
+mod restarts;
 mod security;
 mod settings;
 mod visitors;

@@ -6,6 +6,13 @@
 #   scripts/cluster.sh add [-- NODE_ARGS...]    start one more node, join it, add it to the balancer
 #   scripts/cluster.sh kill I [SIGNAL]          send node I a signal (default KILL); it stays in
 #                                               the balancer, whose health check takes it out
+#   scripts/cluster.sh restart I [SIGNAL]       stop node I (default TERM: it leaves the cluster
+#                                               cleanly; KILL: a crash) and start it again with the
+#                                               same key, address and flags (node 1 without
+#                                               --peers, as at `up`), waiting until it is ready
+#                                               and back in one cluster with the others
+#   scripts/cluster.sh rolling-restart [SIGNAL] restart every node in turn, 1 to N, each once the
+#                                               one before is back in the cluster
 #   scripts/cluster.sh link I down|up           (netns mode) cut or restore node I's link
 #   scripts/cluster.sh status                   what runs, and each node's view of the cluster
 #   scripts/cluster.sh url I                    node I's public base URL (visitors)
@@ -162,8 +169,13 @@ start_node() {
     iport=$((INTERNAL_BASE_PORT + i - 1))
     host=127.0.0.1
     if [[ -f "$CLUSTER_DIR/netns-mode" ]]; then
-        host="$(netns_setup_node "$i")"
         ns="$(ns_name "$i")"
+        if [[ -f "$CLUSTER_DIR/node-$i.url" ]] && grep -qx "$ns" "$CLUSTER_DIR/netns" 2>/dev/null; then
+            # A restart: the node's namespace and address are still there.
+            host="$(sed -e 's#^http://##' -e 's#:[0-9]*$##' "$CLUSTER_DIR/node-$i.url")"
+        else
+            host="$(netns_setup_node "$i")"
+        fi
     elif port_busy "$port" || port_busy "$iport"; then
         die "port $port or $iport is in use (set FRONT_PORT/BASE_PORT/INTERNAL_BASE_PORT)"
     fi
@@ -496,6 +508,52 @@ cmd_kill() {
     echo "node $i (PID $pid): sent SIG$sig"
 }
 
+# How many members node $1 sees (0 when it does not answer).
+members_seen() {
+    curl -fsS -m 2 "$(cat "$CLUSTER_DIR/node-$1.internal")/api/cluster" 2>/dev/null |
+        grep -o '"members":\[[^]]*\]' | grep -o '"id"' | wc -l
+}
+
+# Waits until every node runs, is ready and sees all N as members (one cluster again).
+wait_one_cluster() {
+    local n i deadline=$((SECONDS + READY_TIMEOUT_S))
+    n="$(node_count)"
+    for ((i = 1; i <= n; i++)); do
+        until [[ "$(members_seen "$i")" == "$n" ]] &&
+            curl -fsS -m 2 -o /dev/null "$(cat "$CLUSTER_DIR/node-$i.url")/readyz" 2>/dev/null; do
+            ((SECONDS < deadline)) || die "node $i does not see all $n nodes as one cluster"
+            sleep 0.2
+        done
+    done
+}
+
+# Stops node $1 with signal $2 and starts it again with the command line `up` gave it.
+cmd_restart() {
+    local i="${1:-}" sig="${2:-TERM}" pid t0
+    [[ "$i" =~ ^[1-9][0-9]*$ && -f "$CLUSTER_DIR/node-$i.pid" ]] || die "no node '${i}' (usage: cluster.sh restart I [SIGNAL])"
+    pid="$(cat "$CLUSTER_DIR/node-$i.pid")"
+    t0=$SECONDS
+    if [[ "$sig" == TERM ]]; then
+        stop_pid "$pid" "$(node_name)" 5
+    elif is_ours "$pid" "$(node_name)"; then
+        kill -s "$sig" "$pid"
+        while is_ours "$pid" "$(node_name)"; do sleep 0.1; done
+    fi
+    start_node "$i"
+    wait_node "$i"
+    wait_one_cluster
+    echo "node $i: restarted (SIG$sig, PID $(cat "$CLUSTER_DIR/node-$i.pid")), one cluster of $(node_count) again after $((SECONDS - t0)) s"
+}
+
+cmd_rolling_restart() {
+    [[ -f "$CLUSTER_DIR/count" ]] || die "no cluster is up"
+    local i n
+    n="$(node_count)"
+    for ((i = 1; i <= n; i++)); do
+        cmd_restart "$i" "${1:-TERM}"
+    done
+}
+
 cmd_link() {
     local i="${1:-}" state="${2:-}"
     [[ -f "$CLUSTER_DIR/netns-mode" ]] || die "link needs a cluster started with --netns"
@@ -593,6 +651,8 @@ case "$cmd" in
 up) cmd_up "$@" ;;
 add) cmd_add "$@" ;;
 kill) cmd_kill "$@" ;;
+restart) cmd_restart "$@" ;;
+rolling-restart) cmd_rolling_restart "$@" ;;
 link) cmd_link "$@" ;;
 down) cmd_down ;;
 status) cmd_status ;;

@@ -73,6 +73,27 @@ pub(crate) struct Cluster {
     seed_addrs: Vec<String>,
 }
 
+/// How a cluster stands against another one met after a partition or a restart; the smaller
+/// wins and the other's nodes join it: the bigger cluster (so a node alone, restarted or cut
+/// off, joins the others rather than the others it), then the higher membership version (the
+/// one that moved on further), then the one holding the smaller node id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Standing {
+    neg_size: i64,
+    version: std::cmp::Reverse<u64>,
+    min_id: NodeId,
+}
+
+impl Standing {
+    fn of(rank: ClusterRank, version: u64) -> Standing {
+        Standing {
+            neg_size: rank.neg_size,
+            version: std::cmp::Reverse(version),
+            min_id: rank.min_id,
+        }
+    }
+}
+
 /// What asking to join led to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asking {
@@ -323,12 +344,14 @@ impl Cluster {
             .is_some_and(|c| c.incarnation == self.me.incarnation)
     }
 
-    /// A tree from member `from` (§4.7.2): a joining node it lets in becomes a member; a newer
+    /// A tree from `from` (§4.7.2): a joining node it lets in becomes a member; a newer
     /// one is applied, one of the same version with other content is merged (§4.7.4), and an
-    /// older one's sender is shown ours.
+    /// older one's sender is shown ours. A tree no newer than ours from a life our membership
+    /// removed is the stale view of a node that missed its own removal (it was paused, or cut
+    /// off): never merged back (it would remove whomever that node removed in the meantime).
     pub(crate) fn on_tree(
         &mut self,
-        from: NodeId,
+        from: &Contact,
         m: Membership,
         out: &mut Outbox,
     ) -> Result<Change, Ignored> {
@@ -338,6 +361,14 @@ impl Cluster {
                 self.phase = Phase::Member;
                 out.emit(Event::Joined { version: m.version });
                 Ok(Change::Apply(m))
+            }
+            Phase::Member
+                if m.version <= self.membership.version
+                    && self.membership.is_gone(from.id, from.incarnation) =>
+            {
+                // Answered with nothing: any probe between us shows it our membership, which
+                // removed it, and that makes it rejoin; an answer here could bounce for ever.
+                Err(Ignored::SenderNotMember)
             }
             Phase::Member if includes_me => {
                 let ours = &self.membership;
@@ -349,21 +380,24 @@ impl Cluster {
                     return Ok(Change::Commit(ours.merged(&m, self.max_degree)));
                 }
                 if m.version < ours.version
-                    && let Some(c) = ours.members.get(&from)
+                    && let Some(c) = ours.members.get(&from.id)
                 {
                     out.raw(c.clone(), Body::tree(ours.clone()));
                 }
                 Err(Ignored::StaleVersion)
             }
             Phase::Member => {
-                // A membership without us: either our cluster removed us (a newer version that
-                // says so), or it is another cluster (after a partition), which the partition
-                // merge handles, not this.
+                // A membership without us: either our cluster removed us (a cluster mate says
+                // so, at whatever version: a life once removed never comes back), or it is
+                // another cluster that removed us (after a partition), which wins only if it
+                // ranks higher, as the partition merge decides.
                 if !m.is_gone(self.me.id, self.me.incarnation) {
                     return Err(Ignored::NotIncluded);
                 }
-                if m.version <= self.membership.version {
-                    return Err(Ignored::StaleVersion);
+                let from_a_mate = self.membership.contains(from.id);
+                let ours = Standing::of(self.membership.rank(), self.membership.version);
+                if !from_a_mate && Standing::of(m.rank(), m.version) >= ours {
+                    return Err(Ignored::LowerRank);
                 }
                 Ok(Change::Apply(m))
             }
@@ -479,7 +513,9 @@ impl Cluster {
     /// `from` says we are not in its cluster. Returns the seeds to rejoin with: when a cluster
     /// mate moved on without us (we were declared dead), or when the other side of a healed
     /// partition ranks higher (then our cluster is told we leave it first). None after showing
-    /// a cluster mate that is behind our membership.
+    /// a cluster mate that is behind our membership. When ours ranks higher, the sender is told
+    /// it is not in ours: that is how a node that started a cluster of its own (restarted
+    /// without seeds, or after none answered) hears that it should join ours.
     pub(crate) fn on_not_member(
         &self,
         from: &Contact,
@@ -500,8 +536,13 @@ impl Cluster {
             out.raw(from.clone(), Body::tree(ours.clone()));
             return Ok(None);
         }
-        let theirs = (std::cmp::Reverse(version), cluster);
-        if theirs >= (std::cmp::Reverse(ours.version), ours.rank()) {
+        let theirs = Standing::of(cluster, version);
+        let mine = Standing::of(ours.rank(), ours.version);
+        if theirs > mine {
+            // Strictly: two clusters that rank the same would tell each other for ever.
+            out.raw(from.clone(), self.not_member());
+        }
+        if theirs >= mine {
             return Err(Ignored::LowerRank);
         }
         // A partition healed and the other side ranks higher: leave ours and join theirs.
@@ -688,5 +729,115 @@ mod tests {
         assert_eq!(probed.len(), 1);
         assert_eq!((probed[0].id, probed[0].incarnation), (NodeId(3), 0));
         assert_eq!(&*probed[0].addr, "n3");
+    }
+
+    /// Node 1 of the line missed its own removal (it was paused) and, from its stale view,
+    /// removed node 2 at the same version the others removed it at.
+    fn removed_by_each_other() -> (Membership, Membership) {
+        let without_1 = line().with_removed(NodeId(1), 1, 4).expect("a member");
+        let stale = line().with_removed(NodeId(2), 1, 4).expect("a member");
+        assert_eq!(without_1.version, stale.version);
+        (without_1, stale)
+    }
+
+    /// waitingroom-distributed/README.md#swim: a tree from a life our membership removed, of
+    /// the same version as ours, is that node's stale view: merging it would remove a healthy
+    /// member too. It is not merged.
+    #[test]
+    fn a_tree_from_a_removed_life_is_not_merged_back() {
+        let (without_1, stale) = removed_by_each_other();
+        let mut node = settled(3, &without_1);
+        let env = Peer::new(1).raw(&node, Body::tree(stale));
+        assert_eq!(node.handle_message(1, env), Err(Ignored::SenderNotMember));
+        assert_eq!(node.membership(), &without_1);
+        assert_eq!(said(&mut node), []);
+    }
+
+    /// The paused node, shown by a member of its own (stale) membership a tree that removed it,
+    /// rejoins even though that tree is no newer than its own: a life once removed never comes
+    /// back.
+    #[test]
+    fn a_cluster_mates_tree_that_removed_us_makes_us_rejoin_at_any_version() {
+        let (without_1, stale) = removed_by_each_other();
+        let mut node = settled(1, &stale);
+        let env = Peer::new(3).raw(&node, Body::tree(without_1));
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        assert!(
+            matches!(node.phase(), Phase::Joining { .. }),
+            "{:?}",
+            node.phase()
+        );
+        assert!(testing::events(&mut node).contains(&Event::Rejoining));
+    }
+
+    /// waitingroom-distributed/README.md#partitions: a node that started a cluster of its own
+    /// (restarted without seeds) says our node is not in its cluster; ours ranks higher, so it
+    /// is told it is not in ours: the invitation to join.
+    #[test]
+    fn a_lone_cluster_is_invited_into_a_bigger_one() {
+        let without_1 = line().with_removed(NodeId(1), 1, 4).expect("a member");
+        let mut node = settled(2, &without_1);
+        let alone = Membership::single(testing::contact(1));
+        let says = Body::NotMember {
+            cluster: alone.rank(),
+            version: alone.version,
+        };
+        let env = Peer::new(1).raw(&node, says);
+        assert_eq!(node.handle_message(1, env), Err(Ignored::LowerRank));
+        let invite = Body::NotMember {
+            cluster: without_1.rank(),
+            version: without_1.version,
+        };
+        assert_eq!(said(&mut node), [Said::Raw("n1".into(), invite)]);
+    }
+
+    /// waitingroom-distributed/README.md#partitions: the bigger cluster wins whatever the
+    /// versions: a node alone whose membership moved on further (it outlived its cluster mates)
+    /// joins a cluster of two rather than making both rejoin it.
+    #[test]
+    fn a_node_alone_joins_a_bigger_cluster_of_a_lower_version() {
+        let mut alone = Membership::single(testing::contact(1));
+        alone.version = 9;
+        let mut node = settled(1, &alone);
+        let pair = tree(3, &[2, 3], &[(2, 3)]);
+        let says = Body::NotMember {
+            cluster: pair.rank(),
+            version: pair.version,
+        };
+        let env = Peer::new(2).raw(&node, says);
+        assert_eq!(node.handle_message(1, env), Ok(()));
+        assert!(
+            matches!(node.phase(), Phase::Joining { .. }),
+            "{:?}",
+            node.phase()
+        );
+    }
+
+    /// A ping from a later life of a member (it restarted before the cluster noticed) is
+    /// answered, and its sender told it is not a member, so that it joins again at once.
+    #[test]
+    fn a_members_later_life_is_told_it_is_not_a_member() {
+        let mut node = settled(2, &line());
+        let view = node.membership().view();
+        let ping = Envelope {
+            from: Contact {
+                incarnation: 7,
+                ..testing::contact(1)
+            },
+            to: NodeId(2),
+            to_incarnation: 1,
+            body: Body::Ping {
+                nonce: 3,
+                view,
+                time: 0,
+            },
+        };
+        assert_eq!(node.handle_message(1, ping), Ok(()));
+        let not_member = Body::NotMember {
+            cluster: line().rank(),
+            version: 2,
+        };
+        let not_member = Said::Raw("n1".into(), not_member);
+        assert!(said(&mut node).contains(&not_member));
     }
 }

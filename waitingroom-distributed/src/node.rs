@@ -138,7 +138,11 @@ impl Node {
             records: RecordChain::default(),
             released: Released::default(),
             in_force,
-            swim: Swim::new(cfg.seed, cfg.suspect_rounds, cfg.indirect_probes),
+            swim: Swim::new(
+                cfg.seed,
+                (cfg.suspect_rounds, cfg.indirect_probes),
+                cfg.probe_interval_ms,
+            ),
             channels: Channels::default(),
             forgets: BTreeMap::new(),
             future: Vec::new(),
@@ -319,7 +323,7 @@ impl Node {
             } => self.on_ping_ack(now, &from, (nonce, target), (view, clock)),
             Body::Tree(m, voters) => {
                 self.voters.adopt(&voters);
-                self.on_tree(now, from.id, Arc::unwrap_or_clone(m))
+                self.on_tree(now, &from, Arc::unwrap_or_clone(m))
             }
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),

@@ -4,8 +4,11 @@
 //! Departs from the thesis, which assumes links never lose a message and so needs neither: when
 //! a ping goes unanswered, `k` other members are asked to probe the target too (SWIM's indirect
 //! probes), and a member is declared dead only after `1 + suspect_rounds` probe periods in a row
-//! without an answer, so one lost packet does not remove a node. The node owns the membership;
-//! this part is given the members for each call and says whom to declare dead.
+//! without an answer, so one lost packet does not remove a node. A probe period that began far
+//! later than planned shows that the prober itself was paused (a stopped process, a stalled
+//! host): the probe it had out, and those of the next few periods while it catches up with what
+//! piled up meanwhile, are no evidence against their targets and count no strike. The node owns the membership; this part is given the members for
+//! each call and says whom to declare dead.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +36,14 @@ pub(crate) struct Swim {
     suspect_rounds: u32,
     /// Members asked to probe a target that did not answer.
     indirect_probes: usize,
+    /// A probe period that begins more than this after the one before was stretched by a pause
+    /// of this node, not by its target: no strike.
+    late_after: Time,
+    /// When the last probe period began.
+    last_tick: Option<Time>,
+    /// Until when, after a pause, this node counts no strikes: it is still catching up with
+    /// what piled up while it stood still (answers to its pings among it).
+    catching_up_until: Time,
     order: Vec<NodeId>,
     next: usize,
     probe: Option<Probe>,
@@ -67,12 +78,20 @@ pub(crate) enum Tick {
 }
 
 impl Swim {
-    /// A detector drawing its random choices from `seed`.
-    pub(crate) fn new(seed: u64, suspect_rounds: u32, indirect_probes: usize) -> Swim {
+    /// A detector drawing its random choices from `seed`, probing every `probe_interval`.
+    pub(crate) fn new(
+        seed: u64,
+        (suspect_rounds, indirect_probes): (u32, usize),
+        probe_interval: Time,
+    ) -> Swim {
         Swim {
             rng: ChaCha8Rng::seed_from_u64(seed),
             suspect_rounds,
             indirect_probes,
+            // One period late is a busy node; two is a pause no target can be blamed for.
+            late_after: probe_interval.saturating_mul(3),
+            last_tick: None,
+            catching_up_until: 0,
             order: Vec::new(),
             next: 0,
             probe: None,
@@ -147,7 +166,9 @@ impl Swim {
     }
 
     /// A probe period begins: judge the last probe (answered, or one more strike against its
-    /// target), then ping the next member (the last target again if it has strikes left).
+    /// target, unless this node was paused while it was out or is catching up after a pause),
+    /// then ping the next member (the last target again if it has strikes left, or if the pause
+    /// left it unjudged).
     pub(crate) fn tick(
         &mut self,
         now: Time,
@@ -157,12 +178,23 @@ impl Swim {
         out: &mut Outbox,
     ) -> Tick {
         let mut retry = None;
+        if self
+            .last_tick
+            .is_some_and(|t| now > t.saturating_add(self.late_after))
+        {
+            self.catching_up_until = now.saturating_add(self.late_after.saturating_mul(2));
+        }
+        self.last_tick = Some(now);
         if let Some(p) = self.probe.take() {
             let still_member = members
                 .get(&p.target.id)
                 .is_some_and(|c| c.incarnation == p.target.incarnation);
             if p.acked || !still_member {
                 self.strikes.remove(&p.target.id);
+            } else if now < self.catching_up_until {
+                // This node was paused while the ping was out, or has just been: ask again,
+                // blaming no one.
+                retry = Some(p.target);
             } else {
                 let strikes = self.strikes.entry(p.target.id).or_insert(0);
                 *strikes += 1;
@@ -537,5 +569,32 @@ mod tests {
         let removed = Event::MemberRemoved(testing::contact(target.0));
         assert_eq!(testing::events(&mut node), [failed, removed]);
         assert_eq!(node.membership(), &without);
+    }
+
+    /// waitingroom-distributed/README.md#swim: a probe that was out while this node was paused
+    /// (its next period came 20 s late) is no evidence against its target, nor are those of the
+    /// next six periods, while the node catches up with what piled up; after them, two silent
+    /// periods remove the target again.
+    #[test]
+    fn a_probe_out_across_a_pause_of_the_prober_counts_no_strike() {
+        let mut node = hub();
+        let (target, _) = first_probe(&mut node);
+        let failed = |node: &mut Node| {
+            testing::events(node)
+                .iter()
+                .any(|e| matches!(e, Event::MemberFailed(c) if c.id == target))
+        };
+        for now in (20_000..=22_500).step_by(500) {
+            node.handle_timeout(now);
+            said(&mut node);
+            assert!(
+                !failed(&mut node),
+                "removed at {now} for a pause of its prober"
+            );
+        }
+        assert!(node.membership().contains(target));
+        node.handle_timeout(23_000);
+        node.handle_timeout(23_500);
+        assert!(failed(&mut node), "two silent periods after the catch-up");
     }
 }

@@ -148,6 +148,28 @@ impl Net {
     /// As [`Net::add_node`], the node remembering `voters` from an earlier life (what a driver
     /// keeps on disk: [`Node::remember_voters`]).
     pub fn add_node_remembering(&mut self, id: u64, seed: u64, voters: Option<&Voters>) {
+        self.start_node(id, seed, voters, false);
+    }
+
+    /// Node `id` again, in a new life that starts a cluster of its own whoever runs: a node
+    /// restarted with the command line that started the first cluster (no seeds), remembering
+    /// `voters` as [`Net::add_node_remembering`] does.
+    pub fn restart_alone(&mut self, id: u64, seed: u64, voters: Option<&Voters>) {
+        self.start_node(id, seed, voters, true);
+    }
+
+    /// Stops node `id` running without ending its life (SIGSTOP): messages to it are lost and
+    /// its timers wait, until [`Net::thaw`].
+    pub fn freeze(&mut self, id: NodeId) {
+        self.dead.insert(id);
+    }
+
+    /// Node `id` runs again where it stopped: its timers fire, late.
+    pub fn thaw(&mut self, id: NodeId) {
+        self.dead.remove(&id);
+    }
+
+    fn start_node(&mut self, id: u64, seed: u64, voters: Option<&Voters>, alone: bool) {
         let inc = self.incarnations.get(&NodeId(id)).map_or(1, |i| i + 1);
         self.incarnations.insert(NodeId(id), inc);
         self.dead.remove(&NodeId(id));
@@ -158,7 +180,7 @@ impl Net {
         if let Some(v) = voters {
             node.remember_voters(v);
         }
-        if self.nodes.is_empty() {
+        if self.nodes.is_empty() || alone {
             node.start_cluster(self.now);
         } else {
             let seeds = self

@@ -1503,3 +1503,135 @@ fn changes_made_at_two_nodes_within_one_round_are_both_applied_in_order() {
         }
     }
 }
+
+/// Runs `crowd` on `net` until its live nodes are one cluster again (at most `limit_ms`),
+/// checking that the site never holds more than `target`; returns how long it took.
+fn converge_within_target(net: &mut Net, crowd: &mut Crowd, target: u64, limit_ms: u64) -> u64 {
+    let start = net.now;
+    while !invariants::converged(&net.live()) {
+        assert!(
+            net.now < start + limit_ms,
+            "not one cluster again: {:#?}",
+            net.live()
+                .iter()
+                .map(|n| (n.id(), n.membership().members.keys().collect::<Vec<_>>()))
+                .collect::<Vec<_>>()
+        );
+        crowd.run(net, 50);
+        assert!(granted_and_held(net) <= target, "t={}", net.now);
+    }
+    net.now - start
+}
+
+/// waitingroom-distributed/README.md#partitions: a rolling restart with the README's command
+/// lines (node 1 starts a cluster of its own every time, the others join through the live
+/// nodes; each remembers the voters, as with the server's `--voters-file`): the cluster that
+/// lost node 1 hears from it at its old address and invites it back, so every restart ends in
+/// one cluster within a few probe periods, within the target all along.
+#[test]
+fn a_rolling_restart_with_node_1_started_alone_converges() {
+    let target = 6;
+    let settings = Settings {
+        target_on_site: target,
+        pass_expiry_ms: 2_000,
+        ticket_expiry_ms: 2_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 41);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for order in [[1, 2, 3], [3, 2, 1]] {
+        for id in order {
+            for i in 0..6 {
+                let ids = net.ids();
+                crowd.join(&mut net, ids[i % ids.len()]);
+                net.run_for(20);
+            }
+            let voters = net.node(NodeId(id)).agreed_voters().cloned();
+            // Stopped as an operator stops it (SIGTERM): it leaves, then exits.
+            net.with(NodeId(id), |n, now| n.shutdown(now));
+            net.run_for(100);
+            net.kill(NodeId(id));
+            crowd.run(&mut net, 1_500);
+            if id == 1 {
+                net.restart_alone(id, 41, voters.as_ref());
+            } else {
+                net.add_node_remembering(id, 41, voters.as_ref());
+            }
+            let took = converge_within_target(&mut net, &mut crowd, target, 10_000);
+            // The probe period is 500 ms: a few of them.
+            assert!(took <= 5_000, "node {id} back after {took} ms");
+        }
+    }
+    assert_eq!(net.node(NodeId(1)).membership().members.len(), 3);
+}
+
+/// waitingroom-distributed/README.md#partitions: two nodes of three restarted alone (each
+/// starts a cluster of one, remembering the voters), the third gone: each is one voter of
+/// three and lets nobody out. Once one of them learns where the other is (DNS, say), the two
+/// clusters of one merge, the one with the higher id joining the other, and the pair, a
+/// majority of the voters, lets everyone in, the site never over its target.
+#[test]
+fn two_nodes_restarted_alone_merge() {
+    let target = 4;
+    let settings = Settings {
+        target_on_site: target,
+        pass_expiry_ms: 2_000,
+        ticket_expiry_ms: 2_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 42);
+    net.run_for(3_000);
+    let voters = net.node(NodeId(1)).agreed_voters().cloned();
+    assert_eq!(voters.as_ref().map(|v| v.ids().count()), Some(3));
+    for id in 1..=3 {
+        net.kill(NodeId(id));
+    }
+    net.restart_alone(1, 42, voters.as_ref());
+    net.restart_alone(2, 42, voters.as_ref());
+    let mut crowd = Crowd::default();
+    for i in 0..8 {
+        crowd.join(&mut net, NodeId(1 + i % 2));
+        net.run_for(20);
+    }
+    crowd.run(&mut net, 3_000);
+    assert!(
+        crowd.admitted.iter().all(|a| !a),
+        "one voter of three lets nobody out"
+    );
+    net.with(NodeId(2), |n, _| n.discovered(&["n1".to_string()]));
+    let took = converge_within_target(&mut net, &mut crowd, target, 10_000);
+    assert!(took <= 5_000, "merged after {took} ms");
+    assert_eq!(net.node(NodeId(1)).membership().members.len(), 2);
+    for _ in 0..300 {
+        crowd.run(&mut net, 50);
+        assert!(granted_and_held(&net) <= target, "t={}", net.now);
+    }
+    assert!(crowd.all_admitted(), "everyone got in after the merge");
+}
+
+/// waitingroom-distributed/README.md#swim: the root stopped for 20 s (SIGSTOP) is removed by
+/// the others; thawed, it does not blame the healthy for the probe it had out across its own
+/// pause, its stale view is not merged back, and it rejoins: no healthy node is ever removed.
+#[test]
+fn a_thawed_root_evicts_no_healthy_node() {
+    let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 43);
+    net.run_for(3_000);
+    let root = NodeId(1);
+    assert!(net.node(root).is_root());
+    net.freeze(root);
+    net.run_for(20_000);
+    net.thaw(root);
+    let thawed_at = net.events.len();
+    net.run_for(10_000);
+    let healthy_removed: Vec<_> = net.events[thawed_at..]
+        .iter()
+        .filter(
+            |(_, e)| matches!(e, Event::MemberRemoved(c) | Event::MemberFailed(c) if c.id != root),
+        )
+        .collect();
+    assert!(healthy_removed.is_empty(), "{healthy_removed:?}");
+    let live = net.live();
+    assert!(invariants::converged(&live));
+    assert_eq!(live[0].membership().members.len(), 3);
+}

@@ -366,7 +366,10 @@ impl Node {
             self.cluster.learn_seed(&from.addr);
         }
         self.cluster.compare_views(from, view, &mut out);
-        if self.is_member() && !self.cluster.membership().contains(from.id) {
+        // A stranger, or a member's later life (it restarted before we noticed): either way
+        // not in our cluster, and told so, so that it joins (or, ranking higher, we join it).
+        let listed = self.cluster.membership().members.get(&from.id);
+        if self.is_member() && listed.is_none_or(|c| c.incarnation < from.incarnation) {
             out.raw(from.clone(), self.cluster.not_member());
         }
         self.send_outbox(now, out);
@@ -461,7 +464,7 @@ impl Node {
     pub(super) fn on_tree(
         &mut self,
         now: Time,
-        from: NodeId,
+        from: &Contact,
         m: Membership,
     ) -> Result<(), Ignored> {
         let mut out = Outbox::default();

@@ -198,14 +198,16 @@ impl Cluster {
     /// Starts node `i` (its settings with `{node}` replaced by `i + 1`), joining through
     /// `peer` if given.
     pub(crate) fn spawn(&self, i: usize, peer: Option<&str>) -> NodeProc {
-        self.spawn_with_env(i, peer, &[])
+        self.spawn_with(i, peer, "127.0.0.1:0", &[])
     }
 
-    /// As [`Cluster::spawn`], with `env` added to the process's environment.
-    pub(crate) fn spawn_with_env(
+    /// As [`Cluster::spawn`], listening on `listen` (a restart at the node's old address) and
+    /// with `env` added to the process's environment.
+    pub(crate) fn spawn_with(
         &self,
         i: usize,
         peer: Option<&str>,
+        listen: &str,
         env: &[(&str, &str)],
     ) -> NodeProc {
         let log = self.dir.join(format!("node{}.log", i + 1));
@@ -216,7 +218,7 @@ impl Cluster {
             .iter()
             .map(|s| s.replace("{node}", &(i + 1).to_string()));
         // A setting given in `extra` replaces FAST's (a flag may be given once).
-        cmd.args(["run", "--listen", "127.0.0.1:0", "--key-file"])
+        cmd.args(["run", "--listen", listen, "--key-file"])
             .arg(&self.key)
             .args(["--origin-url", "http://127.0.0.1:9/origin"])
             .args(fast_unless_set(&self.settings))

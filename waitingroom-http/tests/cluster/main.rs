@@ -6,6 +6,8 @@
 //! - `failover.rs`: nodes killed, added, stopped and restarted while visitors wait;
 //! - `readiness.rs`: `/readyz` of a node with another key, or a clock off the others';
 //! - `passes.rs`: one admission, one pass, whatever happens to the node that gave it;
+//! - `restarts.rs`: rolling restarts with the README's command lines, the root stopped and
+//!   thawed;
 //! - `adversary.rs`: visitors who bank an admission, replay a pass at every node, replay a leave;
 //! - `security.rs`: forged peer messages and passes, the internal listener, mutual TLS;
 //! - `settings.rs`: live settings across the cluster;
@@ -25,6 +27,7 @@ mod failover;
 mod passes;
 mod readiness;
 mod records;
+mod restarts;
 mod security;
 mod settings;
 mod visitors;

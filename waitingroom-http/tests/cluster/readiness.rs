@@ -101,9 +101,10 @@ async fn one_clock_off_makes_one_node_unready() {
     let lib = libfaketime();
     let mut cl = Cluster::start("ready-skew", 2, &[]).await;
     let first = cl.nodes[0].internal_url().to_owned();
-    let skewed = cl.spawn_with_env(
+    let skewed = cl.spawn_with(
         2,
         Some(&first),
+        "127.0.0.1:0",
         &[("LD_PRELOAD", &lib), ("FAKETIME", "+3s")],
     );
     cl.nodes.push(skewed);

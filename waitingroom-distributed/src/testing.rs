@@ -148,6 +148,17 @@ impl Net {
     /// As [`Net::add_node`], the node remembering `voters` from an earlier life (what a driver
     /// keeps on disk: [`Node::remember_voters`]).
     pub fn add_node_remembering(&mut self, id: u64, seed: u64, voters: Option<&Voters>) {
+        self.add_node_with(id, seed, |node, _| {
+            if let Some(v) = voters {
+                node.remember_voters(v);
+            }
+        });
+    }
+
+    /// As [`Net::add_node`], the new life given first what its driver kept (`past` is called
+    /// with the node and the time, before it starts or joins: [`Node::restore`],
+    /// [`Node::assume_forgotten_past`], [`Node::remember_voters`]).
+    pub fn add_node_with(&mut self, id: u64, seed: u64, past: impl FnOnce(&mut Node, Time)) {
         let inc = self.incarnations.get(&NodeId(id)).map_or(1, |i| i + 1);
         self.incarnations.insert(NodeId(id), inc);
         self.dead.remove(&NodeId(id));
@@ -155,9 +166,7 @@ impl Net {
         cfg.admission = self.mode;
         cfg.seed = seed * 1000 + id;
         let mut node = Node::new(cfg).expect("a valid configuration");
-        if let Some(v) = voters {
-            node.remember_voters(v);
-        }
+        past(&mut node, self.now);
         if self.nodes.is_empty() {
             node.start_cluster(self.now);
         } else {
@@ -288,7 +297,11 @@ impl Net {
                 .min();
             let next = match (next_msg, next_timer) {
                 (Some(a), Some(b)) => a.min(b),
-                (a, b) => a.or(b).unwrap_or(end),
+                // Nothing left to happen (every node down): time just passes.
+                (a, b) => match a.or(b) {
+                    Some(t) => t,
+                    None => break,
+                },
             };
             if next > end {
                 break;

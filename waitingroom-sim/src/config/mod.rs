@@ -206,6 +206,11 @@ pub struct FaultOptions {
     /// How long a restarted node stays down.
     #[arg(long, default_value_t = 2_000)]
     pub restart_delay_ms: Time,
+    /// Restarted nodes come back without the state their earlier life kept (nodes without
+    /// `--state-dir`); by default each comes back from its own last kept state.
+    #[arg(long)]
+    #[serde(default)]
+    pub cold_restarts: bool,
     /// Partitions at random times in the arrival window, each healing after --partition-ms.
     #[arg(long, default_value_t = 0)]
     pub partitions: u32,

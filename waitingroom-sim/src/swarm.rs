@@ -212,13 +212,7 @@ fn draw_faults(cfg: &mut RunConfig, rng: &mut ChaCha8Rng) {
             }
         }
     }
-    // A quarter of the seeds restart nodes without their state (no `--state-dir`); decided
-    // from the seed alone, so the other draws stay what they were.
-    cfg.faults.cold_restarts = seeds::mix(cfg.seed ^ COLD_RESTARTS) % 4 == 0;
 }
-
-/// Mixed into the seed to decide `--cold-restarts`.
-const COLD_RESTARTS: u64 = 0xc01d_5747_e000_0000;
 
 fn draw_behaviours(cfg: &mut RunConfig, rng: &mut ChaCha8Rng) {
     let share = |rng: &mut ChaCha8Rng| {
@@ -387,9 +381,8 @@ fn simpler(cfg: &RunConfig) -> Vec<RunConfig> {
         out.push(c);
     }
     let default = RunConfig::default();
-    let knobs: [fn(&mut RunConfig, &RunConfig); 19] = [
+    let knobs: [fn(&mut RunConfig, &RunConfig); 18] = [
         |c, d| c.faults.churn = d.faults.churn,
-        |c, d| c.faults.cold_restarts = d.faults.cold_restarts,
         |c, d| c.faults.restarts = d.faults.restarts,
         |c, d| c.faults.partitions = d.faults.partitions,
         |c, d| c.faults.clock_skew_ms = d.faults.clock_skew_ms,

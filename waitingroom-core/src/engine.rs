@@ -32,6 +32,9 @@ use crate::settings::Settings;
 use crate::types::{NodeId, Pass, QueueKey, Ticket, TicketId, Time};
 use crate::visitor_table::VisitorTable;
 
+mod kept;
+pub use kept::KeptVisitor;
+
 /// Where a visitor stands after joining or checking in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckInStatus {
@@ -105,6 +108,8 @@ pub struct WaitingRoom {
     deadlines: Deadlines,
     on_site: u64,
     rate: AdmissionRate,
+    /// Bumped at every change a restart must not forget (`kept.rs`).
+    kept_changes: u64,
 }
 
 impl WaitingRoom {
@@ -120,6 +125,7 @@ impl WaitingRoom {
             deadlines: Deadlines::default(),
             on_site: 0,
             rate: AdmissionRate::default(),
+            kept_changes: 0,
         })
     }
 
@@ -437,6 +443,7 @@ impl WaitingRoom {
             Visitor::Left { counted, .. } if *counted => {
                 *counted = false;
                 self.on_site -= 1;
+                self.kept_changes += 1;
                 true
             }
             _ => false,
@@ -591,6 +598,7 @@ impl WaitingRoom {
             },
         );
         self.on_site += 1;
+        self.kept_changes += 1;
     }
 
     fn set_left(&mut self, id: TicketId, now: Time, pass_expires: Time) {
@@ -605,6 +613,7 @@ impl WaitingRoom {
             _ => {}
         }
         let forget_at = now.saturating_add(self.settings.ticket_expiry_ms);
+        self.kept_changes += 1;
         self.set_state(
             id,
             Visitor::Left {

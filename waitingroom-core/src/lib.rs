@@ -36,7 +36,7 @@ pub mod types;
 pub mod verified;
 mod visitor_table;
 
-pub use engine::{CheckIn, CheckInStatus, WaitingRoom};
+pub use engine::{CheckIn, CheckInStatus, KeptVisitor, WaitingRoom};
 pub use error::{EngineError, SettingsError};
 pub use jose::TokenKind;
 pub use kendall::{Ties, count_inversions, kendall_tau, kendall_tau_permutation};

@@ -94,6 +94,12 @@ impl<V> VisitorTable<V> {
         }
     }
 
+    /// Every record, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (TicketId, &V)> {
+        let ring = self.ring.iter().flatten().map(|(id, v)| (*id, v));
+        ring.chain(self.others.iter().map(|(id, v)| (*id, v)))
+    }
+
     pub(crate) fn contains(&self, id: TicketId) -> bool {
         self.get(id).is_some()
     }

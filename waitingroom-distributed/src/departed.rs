@@ -23,7 +23,8 @@
 //! departure and since: its departure holds nothing any more and is dropped at once
 //! ([`DepartedPlaces::settle`]). A restarted process (a new life, with a higher first
 //! incarnation) has forgotten its visitors, so its predecessor's departure stays counted until
-//! it expires. Incarnations only grow from one life of a node to the next, so no restarted
+//! it expires; one restored from its predecessor's state counts them and claims that life's
+//! first incarnation (`node/durable.rs`). Incarnations only grow from one life of a node to the next, so no restarted
 //! process can claim an earlier life's incarnation.
 
 use waitingroom_core::{NodeId, Time};
@@ -39,9 +40,16 @@ const DEPARTED_KEPT: usize = 256;
 pub(crate) struct DepartedPlaces {
     /// Places departed members' visitors may still hold, counted until their passes expire.
     departed: Vec<Departed>,
+    /// Bumped whenever the list changes but by expiry (a restart keeps it: `node/durable.rs`).
+    changes: u64,
 }
 
 impl DepartedPlaces {
+    /// Moves whenever the list changed but by expiry.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
+    }
+
     /// The departures known, for a count or a result to carry.
     pub(crate) fn list(&self) -> &[Departed] {
         &self.departed
@@ -66,7 +74,11 @@ impl DepartedPlaces {
                         if first <= i && i <= now)
             })
         });
-        before - self.departed.len()
+        let dropped = before - self.departed.len();
+        if dropped > 0 {
+            self.changes += 1;
+        }
+        dropped
     }
 
     /// Visitors on the site at `now`, `on_site` of them counted, plus the places departed
@@ -102,20 +114,29 @@ impl DepartedPlaces {
     /// Records a departure once, whoever reports it (every member notes it, and results spread
     /// the root's list, so a new root still counts it).
     fn note_departed(&mut self, d: Departed) {
-        match self
+        let before = self.departed.len();
+        let changed = match self
             .departed
             .iter_mut()
             .find(|k| k.node == d.node && k.version == d.version)
         {
             Some(k) => {
+                let was = *k;
                 k.until = k.until.max(d.until);
                 k.places = k.places.max(d.places);
                 // Reports that disagree on the life: none is sure, so it waits to expire.
                 if k.incarnation != d.incarnation {
                     k.incarnation = None;
                 }
+                was != *k
             }
-            None => self.departed.push(d),
+            None => {
+                self.departed.push(d);
+                true
+            }
+        };
+        if changed || self.departed.len() != before {
+            self.changes += 1;
         }
         if self.departed.len() > DEPARTED_KEPT {
             // Keep the ones that hold places longest.

@@ -14,6 +14,7 @@
 //! it needs for one call, sends what the part put in its outbox, and routes what one part's
 //! call means for the others (`node/routes.rs`).
 
+mod durable;
 mod released;
 mod routes;
 pub(crate) mod visitor;
@@ -47,6 +48,8 @@ use crate::swim::Swim;
 use crate::tag::Tag;
 use crate::timer::{Timer, TimerTable};
 use crate::voters::{Electorate, Voters};
+pub use durable::Durable;
+use durable::Past;
 
 /// One node of the waiting room cluster.
 #[derive(Debug, Clone)]
@@ -85,6 +88,8 @@ pub struct Node {
     pause: Option<Pause>,
     /// The reference clock's offset as last derived (`Node::reference_time`).
     reference: ReferenceOffset,
+    /// What this process knows of the node's earlier lives (`node/durable.rs`).
+    past: Past,
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
 }
@@ -149,6 +154,7 @@ impl Node {
             timers: TimerTable::default(),
             pause,
             reference: ReferenceOffset::default(),
+            past: Past::new(cfg.incarnation),
             out: VecDeque::new(),
             events: VecDeque::new(),
             cfg,
@@ -704,6 +710,7 @@ impl Node {
     /// (waitingroom-distributed/README.md#fairness-records).
     pub fn record_linked(&mut self, round: u64, link: String) {
         self.records.linked(round, link);
+        self.past.changed();
     }
 
     /// The last round record this node kept before it restarted (`--rounds-log`): a record it
@@ -750,6 +757,7 @@ impl Node {
                 expires_in_ms: expires.saturating_sub(now),
             },
             paused: self.pause(now),
+            forgotten_past_hold_ms: self.forgotten_past_hold_ms(now),
             voters: self.voters(),
             clock_offsets: self
                 .clock_offsets()
@@ -797,6 +805,10 @@ pub struct NodeStatus {
     pub grant: GrantStatus,
     /// Why it lets nobody out, if it does not: `no_grant`, `no_majority` or `lost_round`.
     pub paused: Option<Pause>,
+    /// How long the cluster still holds the whole target because a node that founded it
+    /// started without the state of its earlier life (waitingroom-distributed/README.md#durable-state).
+    #[serde(default)]
+    pub forgotten_past_hold_ms: u64,
     /// The voters of the majority rule, as this node last agreed on them.
     pub voters: Vec<NodeId>,
     /// Each member's clock offset from this node's, as measured on the probes.

@@ -127,6 +127,32 @@ impl RecordChain {
         }
     }
 
+    /// The number the next record takes, and the last one's link (empty until signed): what a
+    /// restart keeps (`node/durable.rs`).
+    pub(crate) fn head(&self) -> (u64, &str) {
+        (self.chain.0, &self.chain.1)
+    }
+
+    /// The latest records learned, by boundary, round and root: a restart keeps them, so the
+    /// passes of visitors let out before it still name their round (`node/durable.rs`).
+    pub(crate) fn recent(&self) -> Vec<(Time, u64, NodeId)> {
+        self.recorded.iter().copied().collect()
+    }
+
+    /// Records an earlier life of this node learned ([`RecordChain::recent`]): known, so not
+    /// published again, and named on passes.
+    pub(crate) fn restore_recent(&mut self, recent: &[(Time, u64, NodeId)]) {
+        for &key in recent.iter().rev().take(RECORDED_KEPT).rev() {
+            if self.recorded.contains(&key) {
+                continue;
+            }
+            if self.recorded.len() >= RECORDED_KEPT {
+                self.recorded.pop_front();
+            }
+            self.recorded.push_back(key);
+        }
+    }
+
     /// The driver signed round `round`'s record: its `link`, for the next record's `prev`.
     pub(crate) fn linked(&mut self, round: u64, link: String) {
         if self.chain.0 == round + 1 {

@@ -148,14 +148,14 @@ impl Net {
     /// As [`Net::add_node`], the node remembering `voters` from an earlier life (what a driver
     /// keeps on disk: [`Node::remember_voters`]).
     pub fn add_node_remembering(&mut self, id: u64, seed: u64, voters: Option<&Voters>) {
-        self.start_node(id, seed, voters, false);
+        self.start_node(id, seed, false, remembering(voters));
     }
 
     /// Node `id` again, in a new life that starts a cluster of its own whoever runs: a node
     /// restarted with the command line that started the first cluster (no seeds), remembering
     /// `voters` as [`Net::add_node_remembering`] does.
     pub fn restart_alone(&mut self, id: u64, seed: u64, voters: Option<&Voters>) {
-        self.start_node(id, seed, voters, true);
+        self.start_node(id, seed, true, remembering(voters));
     }
 
     /// Stops node `id` running without ending its life (SIGSTOP): messages to it are lost and
@@ -169,7 +169,14 @@ impl Net {
         self.dead.remove(&id);
     }
 
-    fn start_node(&mut self, id: u64, seed: u64, voters: Option<&Voters>, alone: bool) {
+    /// As [`Net::add_node`], the new life given first what its driver kept (`past` is called
+    /// with the node and the time, before it starts or joins: [`Node::restore`],
+    /// [`Node::assume_forgotten_past`], [`Node::remember_voters`]).
+    pub fn add_node_with(&mut self, id: u64, seed: u64, past: impl FnOnce(&mut Node, Time)) {
+        self.start_node(id, seed, false, past);
+    }
+
+    fn start_node(&mut self, id: u64, seed: u64, alone: bool, past: impl FnOnce(&mut Node, Time)) {
         let inc = self.incarnations.get(&NodeId(id)).map_or(1, |i| i + 1);
         self.incarnations.insert(NodeId(id), inc);
         self.dead.remove(&NodeId(id));
@@ -177,9 +184,7 @@ impl Net {
         cfg.admission = self.mode;
         cfg.seed = seed * 1000 + id;
         let mut node = Node::new(cfg).expect("a valid configuration");
-        if let Some(v) = voters {
-            node.remember_voters(v);
-        }
+        past(&mut node, self.now);
         if self.nodes.is_empty() || alone {
             node.start_cluster(self.now);
         } else {
@@ -310,7 +315,11 @@ impl Net {
                 .min();
             let next = match (next_msg, next_timer) {
                 (Some(a), Some(b)) => a.min(b),
-                (a, b) => a.or(b).unwrap_or(end),
+                // Nothing left to happen (every node down): time just passes.
+                (a, b) => match a.or(b) {
+                    Some(t) => t,
+                    None => break,
+                },
             };
             if next > end {
                 break;
@@ -713,4 +722,13 @@ fn acknowledge(node: &mut Node) {
     }
     said(node);
     events(node);
+}
+
+/// What a driver that kept `voters` gives a new life of its node.
+fn remembering(voters: Option<&Voters>) -> impl FnOnce(&mut Node, Time) + '_ {
+    move |node, _| {
+        if let Some(v) = voters {
+            node.remember_voters(v);
+        }
+    }
 }

@@ -1,10 +1,10 @@
 //! Hand-written protocol scenarios, driven deterministically by the test rig (`testing::Net`).
 
-use waitingroom_core::{CheckInStatus, EngineError, NodeId, Pass, Settings, Ticket};
+use waitingroom_core::{CheckInStatus, EngineError, NodeId, Pass, Settings, Ticket, Time};
 use waitingroom_distributed::testing::{Crowd, Faults, Net, queued_settings};
 use waitingroom_distributed::{
-    AdmissionMode, Event, LiveSettings, Pause, ScheduledEvent, SettingsPatch, VisitorError,
-    invariants,
+    AdmissionMode, Durable, Event, LiveSettings, Node, Pause, ScheduledEvent, SettingsPatch,
+    VisitorError, invariants,
 };
 
 #[test]
@@ -1634,4 +1634,78 @@ fn a_thawed_root_evicts_no_healthy_node() {
     let live = net.live();
     assert!(invariants::converged(&live));
     assert_eq!(live[0].membership().members.len(), 3);
+}
+
+/// A 3-node cluster, target 3, with three visitors on the site under 60-s passes and three
+/// more waiting; then every node stops at once and comes back: from its kept state (`restore`)
+/// or from nothing (`forget`). Returns the net, the crowd and how many of the three waiting
+/// were let in within the next 20 s.
+fn whole_cluster_restart(seed: u64, past: fn(&mut Node, Time, &Durable)) -> (Net, Crowd, usize) {
+    let settings = Settings {
+        target_on_site: 3,
+        pass_expiry_ms: 60_000,
+        // The waiting keep their tickets while the first node back gives up on finding the
+        // others and founds the cluster again (`join_timeout_ms`).
+        ticket_expiry_ms: 30_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, seed);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..3 {
+        crowd.join(&mut net, NodeId(1 + i));
+    }
+    crowd.run(&mut net, 3_000);
+    assert_eq!(crowd.passes.len(), 3, "the first three are on the site");
+    for i in 0..3 {
+        crowd.join(&mut net, NodeId(1 + i));
+    }
+    crowd.run(&mut net, 3_000);
+    assert_eq!(crowd.passes.len(), 3, "the site is full");
+    let kept: Vec<Durable> = (1..=3).map(|id| net.node(NodeId(id)).durable()).collect();
+    for id in 1..=3 {
+        net.kill(NodeId(id));
+    }
+    net.run_for(1_000);
+    for (id, kept) in (1..=3).zip(&kept) {
+        net.add_node_with(id, seed + 1, |node, now| past(node, now, kept));
+    }
+    crowd.run(&mut net, 20_000);
+    let waiting_let_in = (3..6).filter(|i| crowd.admitted[*i]).count();
+    (net, crowd, waiting_let_in)
+}
+
+/// waitingroom-distributed/README.md#durable-state: nodes restored from what they kept count
+/// the passes given before the restart, so nobody else is let in while they are valid, and a
+/// ticket already exchanged for a pass gets no second one.
+#[test]
+fn a_whole_cluster_restarted_from_its_kept_state_still_counts_the_passes() {
+    let (mut net, crowd, let_in) =
+        whole_cluster_restart(51, |node, now, kept| node.restore(now, kept));
+    assert_eq!(let_in, 0, "the three passes still hold the target");
+    let used = crowd.tickets[0].clone();
+    let again = net.with(used.node, |n, now| n.leave(now, &used));
+    assert_eq!(
+        again,
+        Err(VisitorError::Engine(EngineError::AlreadyLeft)),
+        "a used ticket gets no second pass"
+    );
+    let now = net.now;
+    assert_eq!(net.node(NodeId(1)).forgotten_past_hold_ms(now), 0);
+}
+
+/// waitingroom-distributed/README.md#durable-state: nodes that come back without their state
+/// and find nobody who remembers the site hold the whole target until every pass an earlier
+/// life could have given has expired, and say so; then the room admits again.
+#[test]
+fn a_whole_cluster_restarted_without_state_holds_the_target_until_the_passes_expire() {
+    let (mut net, mut crowd, let_in) =
+        whole_cluster_restart(52, |node, _, _| node.assume_forgotten_past());
+    assert_eq!(let_in, 0, "nobody is let in over passes nobody counts");
+    let now = net.now;
+    let hold = net.node(NodeId(2)).forgotten_past_hold_ms(now);
+    assert!(hold > 30_000, "every member shows the hold: {hold} ms left");
+    crowd.run(&mut net, hold + 10_000);
+    let let_in = (3..6).filter(|i| crowd.admitted[*i]).count();
+    assert_eq!(let_in, 3, "once it has expired, the room admits again");
 }

@@ -166,7 +166,7 @@ impl Node {
             settings: self.in_force.live().clone(),
             released: self.released.recent(now, stamp.time, window),
             lost: self.lease.lost_rounds(now, Some(stamp)),
-            lives: (self.cfg.incarnation, self.cluster.me().incarnation),
+            lives: (self.past.first_life, self.cluster.me().incarnation),
         };
         self.lease.ask(stamp, now);
         carried
@@ -433,6 +433,7 @@ impl Node {
 
     /// Starts a cluster of one.
     pub(super) fn become_single(&mut self, now: Time) {
+        self.hold_forgotten_past(now);
         let mut out = Outbox::default();
         let membership = self.cluster.found(&mut out);
         self.send_outbox(now, out);
@@ -523,6 +524,9 @@ impl Node {
             Applied::Unchanged => return,
         };
         let version = self.cluster.membership().version;
+        if self.cluster.membership().members.len() > 1 {
+            self.past.met_others();
+        }
         self.voters
             .members_now(self.cluster.membership().members.keys());
         for id in gone {

@@ -747,6 +747,7 @@ mod tests {
                 expires_in_ms: 2_500,
             },
             paused: Some(Pause::NoMajority),
+            forgotten_past_hold_ms: 0,
             voters: vec![NodeId(1)],
             clock_offsets: vec![waitingroom_distributed::ClockOffset {
                 peer: NodeId(2),

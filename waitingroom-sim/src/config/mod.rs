@@ -206,6 +206,11 @@ pub struct FaultOptions {
     /// How long a restarted node stays down.
     #[arg(long, default_value_t = 2_000)]
     pub restart_delay_ms: Time,
+    /// Restarted nodes come back without the state their earlier life kept (nodes without
+    /// `--state-dir`); by default each comes back from its own last kept state.
+    #[arg(long)]
+    #[serde(default)]
+    pub cold_restarts: bool,
     /// Partitions at random times in the arrival window, each healing after --partition-ms.
     #[arg(long, default_value_t = 0)]
     pub partitions: u32,
@@ -590,7 +595,8 @@ mod tests {
              --session-ms 3000 \
              --latency pareto:5:1.5:900 --loss-probability 0.05 --duplicate-probability 0.1 \
              --reorder-probability 0.2 --reorder-ms 30 --refused-connections \
-             --churn 2 --restarts 1 --restart-delay-ms 900 --partitions 3 --partition-kind split \
+             --churn 2 --restarts 1 --restart-delay-ms 900 --cold-restarts --partitions 3 \
+             --partition-kind split \
              --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \
              --script freeze@6000 --freeze-ms 700 --clock-step-ms 300 \
              --bankers 0.1 --bank-ms 9000 --roamers 0.2 --replayers 0.3 --releasers 0.05 \

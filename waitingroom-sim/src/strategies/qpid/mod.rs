@@ -236,13 +236,9 @@ impl QpidRoom {
                 return;
             }
         };
-        let bound = i64::try_from(self.cfg.faults.clock_skew_ms).unwrap_or(i64::MAX);
-        let skew = if bound > 0 {
-            self.rng.random_range(-bound..=bound)
-        } else {
-            0
-        };
+        let skew = self.skew_of(slot);
         let now = ctx.now.saturating_add_signed(skew);
+        self.give_back_past(slot, &mut node, now);
         match seeds {
             None => node.start_cluster(now),
             Some(seeds) => node.join_cluster(now, seeds),
@@ -251,6 +247,35 @@ impl QpidRoom {
         self.checker.started(slot);
         ctx.trace.note(ctx.now, "spawn", &[id, incarnation]);
         self.drain(ctx, slot);
+    }
+
+    /// The clock of a process starting in `slot`: a restart keeps the machine's clock (its
+    /// skew and any step), a new node draws one (`--clock-skew-ms`).
+    fn skew_of(&mut self, slot: usize) -> i64 {
+        let s = &self.nodes.slots[slot];
+        if s.incarnation > 0 {
+            return s.skew;
+        }
+        let bound = i64::try_from(self.cfg.faults.clock_skew_ms).unwrap_or(i64::MAX);
+        if bound > 0 {
+            self.rng.random_range(-bound..=bound)
+        } else {
+            0
+        }
+    }
+
+    /// A restarted node starts from what its earlier life kept, or, with `--cold-restarts`,
+    /// from nothing, assuming the worst (waitingroom-distributed/README.md#durable-state).
+    fn give_back_past(&mut self, slot: usize, node: &mut Node, now: Time) {
+        let kept = self.nodes.slots[slot].kept.take();
+        match kept {
+            _ if self.nodes.slots[slot].incarnation == 0 => {}
+            Some(kept) if !self.cfg.faults.cold_restarts => {
+                node.restore(now, &kept.durable);
+                node.restore_releases(now, &kept.releases);
+            }
+            _ => node.assume_forgotten_past(),
+        }
     }
 
     fn crash(&mut self, ctx: &mut Ctx, slot: usize) {

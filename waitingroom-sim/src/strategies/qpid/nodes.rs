@@ -3,7 +3,15 @@
 //! `Node` with a higher incarnation) into the same slot.
 
 use waitingroom_core::{NodeId, Time};
-use waitingroom_distributed::Node;
+use waitingroom_distributed::released::Release;
+use waitingroom_distributed::{Durable, Node};
+
+/// What a node's state directory holds when its process stops: taken at the stop, as a driver
+/// that writes its state before it answers anyone after a change would have it.
+pub(super) struct Kept {
+    pub(super) durable: Durable,
+    pub(super) releases: Vec<Release>,
+}
 
 /// One node id's place in the cluster: the running node, if any, and its bookkeeping.
 #[derive(Default)]
@@ -22,6 +30,8 @@ pub(super) struct Slot {
     pub(super) frozen_until: Time,
     /// When the running process started.
     pub(super) since: Time,
+    /// What the last process that ran here kept (`--state-dir`), once one stopped.
+    pub(super) kept: Option<Kept>,
 }
 
 impl Slot {
@@ -132,6 +142,10 @@ impl Nodes {
             return false;
         };
         s.incarnation = s.incarnation.max(node.contact().incarnation);
+        s.kept = Some(Kept {
+            durable: node.durable(),
+            releases: node.releases(),
+        });
         s.timer_at = None;
         self.alive[s.process as usize] = false;
         self.looked_at(slot);

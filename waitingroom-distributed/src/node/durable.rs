@@ -1,0 +1,158 @@
+//! What a node must not forget across a restart of its process
+//! (waitingroom-distributed/README.md#durable-state), as data for its driver to keep, and how a
+//! restarted node starts from it, or from nothing.
+//!
+//! Kept: the visitors this node let out who still hold a place and the tickets already
+//! exchanged for a pass (`waitingroom_core::KeptVisitor`), the head of the round-record chain
+//! (so round numbers never repeat and the chain links on), and the departed places it holds for
+//! others (a member gone before a whole-cluster restart stays counted). The released passes are
+//! kept apart (`node/released.rs`). A node restored from this counts in its own room everything
+//! its earlier life let out, so its counts claim that life too (`NodeCounts::lives`) and the
+//! departure its peers hold for it is dropped at its first count
+//! (`DepartedPlaces::settle`). That is sound only if the state is complete: the driver keeps
+//! it before it answers anyone after a change ([`Node::durable_changes`]).
+//!
+//! A node that has no state although it may have run before (no state directory) assumes the
+//! worst when nobody else remembers the site, which it knows only when it founds a cluster:
+//! its earlier life may have let out up to the whole target, so the target stays held, as a
+//! departure of its own earlier life, for as long as any pass that life gave could be valid.
+
+use serde::{Deserialize, Serialize};
+use waitingroom_core::{KeptVisitor, NodeId, Time};
+
+use super::Node;
+use crate::departed;
+use crate::messages::Departed;
+
+/// The membership version a forgotten past's hold is noted under: no membership that removes
+/// a member has it.
+const FORGOTTEN_PAST: u64 = 0;
+
+/// What a restarted node must not forget, for its driver to keep (`--state-dir`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Durable {
+    /// The first incarnation whose visitors this state counts: the node's own, or that of the
+    /// earlier life it was restored from.
+    pub first_life: u64,
+    /// Visitors let out here who still hold a place, and tickets already exchanged for a pass.
+    pub visitors: Vec<KeptVisitor>,
+    /// The last round record this node knows: its number and link (empty until signed).
+    pub last_record: Option<(u64, String)>,
+    /// The latest records it learned, by boundary (`decided_at_ms`), round and root: the
+    /// passes of visitors let out before the restart name their round from these.
+    #[serde(default)]
+    pub recent_records: Vec<(Time, u64, NodeId)>,
+    /// Places departed members may still hold.
+    pub departed: Vec<Departed>,
+}
+
+/// This process's relation to earlier lives of the node (`node/durable.rs`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Past {
+    /// The first incarnation whose visitors this process counts.
+    pub(super) first_life: u64,
+    /// Started without state although it may have run before: holds the target if it founds
+    /// a cluster.
+    forgotten: bool,
+    /// Changes to the kept state outside the room, the chain and the departed places.
+    changes: u64,
+}
+
+impl Past {
+    pub(super) fn new(incarnation: u64) -> Past {
+        Past {
+            first_life: incarnation,
+            ..Past::default()
+        }
+    }
+
+    pub(super) fn changed(&mut self) {
+        self.changes += 1;
+    }
+
+    /// In a cluster with others: they hold this node's departed places, so a forgotten past
+    /// needs no hold of its own any more.
+    pub(super) fn met_others(&mut self) {
+        self.forgotten = false;
+    }
+}
+
+impl Node {
+    /// Moves whenever [`Node::durable`] changed but by expiry: a driver that keeps it writes it
+    /// when this moved, before it answers anyone after the call that moved it.
+    pub fn durable_changes(&self) -> u64 {
+        let room = self.local.room().kept_changes();
+        let chain = self.records.head().0;
+        (room.wrapping_add(chain))
+            .wrapping_add(self.departed.changes())
+            .wrapping_add(self.past.changes)
+    }
+
+    /// What this node must not forget across a restart, for its driver to keep. Linear in the
+    /// visitors it knows: taken when [`Node::durable_changes`] moved.
+    pub fn durable(&self) -> Durable {
+        let (next, link) = self.records.head();
+        Durable {
+            first_life: self.past.first_life,
+            visitors: self.local.room().kept_visitors(),
+            last_record: next.checked_sub(1).map(|last| (last, link.to_owned())),
+            recent_records: self.records.recent(),
+            departed: self.departed.list().to_vec(),
+        }
+    }
+
+    /// Starts from what an earlier life of this node kept ([`Node::durable`]), before it starts
+    /// or joins a cluster: its visitors count again until their places expire, used tickets
+    /// get no second pass, its records go on from the last one, and its counts claim the
+    /// earlier life, so the departure its peers hold for it is dropped at its first count.
+    pub fn restore(&mut self, now: Time, kept: &Durable) {
+        self.past.first_life = kept.first_life.min(self.cfg.incarnation);
+        self.local.room_mut().restore_visitors(now, &kept.visitors);
+        if let Some((round, link)) = &kept.last_record {
+            self.records.resume(*round, link.clone());
+        }
+        self.records.restore_recent(&kept.recent_records);
+        let live: Vec<Departed> = (kept.departed.iter())
+            .filter(|d| d.until > now)
+            .copied()
+            .collect();
+        self.departed.learn(&live);
+        self.past.changed();
+    }
+
+    /// This node starts without state although it may have run before (its driver keeps
+    /// none): if it founds a cluster, nobody remembers who is on the site, so it holds the
+    /// whole target for as long as a pass its earlier life gave could be valid
+    /// (waitingroom-distributed/README.md#durable-state).
+    pub fn assume_forgotten_past(&mut self) {
+        self.past.forgotten = true;
+    }
+
+    /// When founding a cluster: the hold of a forgotten past, once.
+    pub(super) fn hold_forgotten_past(&mut self, now: Time) {
+        if !std::mem::take(&mut self.past.forgotten) {
+            return;
+        }
+        let target = self.in_force.settings().target_on_site;
+        let expiry = departed::counted_for(self.lease.life(), &self.in_force);
+        let until = now.saturating_add(expiry);
+        self.departed.learn(&[Departed {
+            until,
+            node: self.id(),
+            version: FORGOTTEN_PAST,
+            places: target,
+            incarnation: None,
+        }]);
+    }
+
+    /// How long this node still holds the whole target for a forgotten past at `now`
+    /// ([`Node::assume_forgotten_past`]; 0: it does not).
+    /// Every member learns the hold with the rounds' results, so each says so.
+    pub fn forgotten_past_hold_ms(&self, now: Time) -> u64 {
+        (self.departed.list().iter())
+            .filter(|d| d.version == FORGOTTEN_PAST)
+            .map(|d| d.until.saturating_sub(now))
+            .max()
+            .unwrap_or(0)
+    }
+}

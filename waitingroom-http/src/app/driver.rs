@@ -6,6 +6,13 @@
 //! [`Transport`], events to metrics and logs, and if the node's next deadline moved earlier the
 //! timer task is woken. There is no task per visitor: one timer task sleeps until
 //! [`Node::poll_timeout`].
+//!
+//! With a state directory, a call that changed the node's durable state
+//! ([`Node::durable_changes`]) writes it to disk before its messages go out and before its
+//! caller answers anyone (waitingroom-distributed/README.md#durable-state): a pass is never in
+//! a visitor's hands, nor counted by a peer, before the state that counts it survives a crash.
+//! Concurrent callers share one write: the one that writes takes the latest state, so the
+//! others find theirs on disk already.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,9 +44,21 @@ pub struct Driver {
     rounds: RoundLog,
     /// Where the agreed voters are kept (`super::voters_file`).
     voters_file: Option<Keeper>,
-    /// The state directory (`super::state_dir`), and when the releases were last written:
-    /// the node's change count then, and the time.
-    state: Option<(StateDir, Mutex<(u64, Time)>)>,
+    /// The state directory (`super::state_dir`) and what is on disk.
+    state: Option<Kept>,
+}
+
+/// What the driver keeps in the state directory, and what is on disk.
+#[derive(Debug)]
+struct Kept {
+    dir: StateDir,
+    /// When the releases were last written: the node's change count then, and the time.
+    releases: Mutex<(u64, Time)>,
+    /// The durable-change count on disk; its lock is held while writing, so writes never
+    /// overtake one another.
+    durable: Mutex<u64>,
+    /// The durable-change count on disk, read without waiting for a write in flight.
+    written: AtomicU64,
 }
 
 /// Least time between two writes of the releases file: under many releases it is rewritten
@@ -68,16 +87,68 @@ impl Driver {
 
     /// Keeps what a restart must not forget in `state` from now on (`--state-dir`); the node
     /// was given back what it held.
-    pub fn keep_state_in(mut self, state: StateDir) -> Self {
-        let changes = self.lock().releases_changed();
-        self.state = Some((state, Mutex::new((changes, 0))));
+    pub fn keep_state_in(mut self, dir: StateDir) -> Self {
+        let (releases, durable) = {
+            let node = self.lock();
+            (node.releases_changed(), node.durable_changes())
+        };
+        self.state = Some(Kept {
+            dir,
+            releases: Mutex::new((releases, 0)),
+            // Nothing counted as written: the first call writes what the node starts from.
+            durable: Mutex::new(durable.wrapping_sub(1)),
+            written: AtomicU64::new(durable.wrapping_sub(1)),
+        });
         self
+    }
+
+    /// Whether the durable state moved past what is on disk (`changes`: the node's count now).
+    fn durable_unsaved(&self, changes: u64) -> bool {
+        (self.state.as_ref()).is_some_and(|k| k.written.load(Ordering::Acquire) != changes)
+    }
+
+    /// Writes the node's durable state to the state directory if it changed since last
+    /// written, taking the latest under the write lock. A failure is logged and counted, and
+    /// tried again at the next call.
+    fn save_durable(&self) {
+        let Some(kept) = &self.state else {
+            return;
+        };
+        let mut saved = kept.durable.lock().unwrap_or_else(PoisonError::into_inner);
+        let (changes, durable) = {
+            let node = self.lock();
+            let changes = node.durable_changes();
+            if changes == *saved {
+                return;
+            }
+            (changes, node.durable())
+        };
+        match kept.dir.write_durable(&durable) {
+            Ok(()) => {
+                *saved = changes;
+                kept.written.store(changes, Ordering::Release);
+            }
+            Err(e) => {
+                self.metrics
+                    .state_write_failures
+                    .get_or_create(&FileLabels { file: "node" })
+                    .inc();
+                tracing::error!(error = %e, path = %kept.dir.node_path().display(),
+                    "state dir: cannot write the node's state; a restart of the whole cluster \
+                     would forget the passes given since")
+            }
+        }
     }
 
     /// Writes the releases to the state directory if they changed since last written (and the
     /// last write is a second old). A failure is logged and counted, and tried again.
     fn save_releases(&self) {
-        let Some((state, saved)) = &self.state else {
+        let Some(Kept {
+            dir: state,
+            releases: saved,
+            ..
+        }) = &self.state
+        else {
             return;
         };
         let mut saved = saved.lock().unwrap_or_else(PoisonError::into_inner);
@@ -150,12 +221,13 @@ impl Driver {
         self.node.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Calls `f` with the node and the current time, then delivers its outputs.
+    /// Calls `f` with the node and the current time, keeps the durable state if it changed,
+    /// then delivers its outputs.
     pub fn with<R>(&self, f: impl FnOnce(&mut Node, Time) -> R) -> R {
         let mut out: Vec<Transmit> = Vec::new();
         let mut events: Vec<Event> = Vec::new();
         let unreachable = self.transport.take_unreachable();
-        let r = {
+        let (r, unsaved) = {
             let mut node = self.lock();
             for addr in &unreachable {
                 node.report_unreachable(addr);
@@ -172,8 +244,11 @@ impl Driver {
                 self.armed.store(deadline, Ordering::Release);
                 self.wake.notify_one();
             }
-            r
+            (r, self.durable_unsaved(node.durable_changes()))
         };
+        if unsaved {
+            self.save_durable();
+        }
         if !out.is_empty() {
             self.transport.send_all(out);
         }

@@ -1,5 +1,8 @@
 //! `--state-dir`: what a restart must not forget, one file per kind in one directory
-//! (docs/operating.md#state-directory). Today it keeps the passes given back
+//! (docs/operating.md#state-directory). It keeps the node's durable state (`node.json`: the
+//! visitors it let out who still hold a place, the used tickets, the record chain's head and
+//! the departed places it holds; waitingroom-distributed/README.md#durable-state), so that a
+//! whole-cluster restart still counts the passes given before it; and the passes given back
 //! (`releases.json`): the cluster learns them from any live member, but after every node
 //! stopped at once only a file remembers them, and a revoked bypass pass lives up to 30 days.
 //!
@@ -11,10 +14,14 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use waitingroom_distributed::Durable;
 use waitingroom_distributed::released::Release;
 
 /// The releases file in a state directory.
 const RELEASES: &str = "releases.json";
+
+/// The node's durable state in a state directory.
+const NODE: &str = "node.json";
 
 /// A node's state directory.
 #[derive(Debug, Clone)]
@@ -52,6 +59,31 @@ impl StateDir {
     pub fn write_releases(&self, releases: Vec<Release>) -> std::io::Result<()> {
         let text = serde_json::to_vec(&Releases { releases }).map_err(std::io::Error::other)?;
         write_atomically(&self.dir.join(RELEASES), &text)
+    }
+
+    /// The node's durable state kept: None when there is no file yet (a first start); an
+    /// error naming the file when it cannot be read or is not such a file.
+    pub fn read_durable(&self) -> Result<Option<Durable>, String> {
+        let path = self.node_path();
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| format!("{} is not a node state file: {e}", path.display()))
+    }
+
+    /// Writes `durable` over the node's state file.
+    pub fn write_durable(&self, durable: &Durable) -> std::io::Result<()> {
+        let text = serde_json::to_vec(durable).map_err(std::io::Error::other)?;
+        write_atomically(&self.node_path(), &text)
+    }
+
+    /// The node's state file, for log lines.
+    pub fn node_path(&self) -> PathBuf {
+        self.dir.join(NODE)
     }
 
     /// The releases file, for log lines.
@@ -97,6 +129,25 @@ mod tests {
         std::fs::write(state.releases_path(), "{").unwrap();
         let e = state.read_releases().unwrap_err();
         assert!(e.contains("is not a releases file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_node_state_comes_back_and_a_corrupt_file_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("wr-node-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let state = StateDir::new(dir.clone());
+        assert_eq!(state.read_durable(), Ok(None), "no file yet");
+        let kept = Durable {
+            first_life: 3,
+            last_record: Some((9, "link".into())),
+            ..Durable::default()
+        };
+        state.write_durable(&kept).unwrap();
+        assert_eq!(state.read_durable(), Ok(Some(kept)));
+        std::fs::write(state.node_path(), "{").unwrap();
+        let e = state.read_durable().unwrap_err();
+        assert!(e.contains("node.json is not a node state file"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

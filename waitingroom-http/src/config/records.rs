@@ -44,10 +44,12 @@ layered! {
         #[arg(long, env = "WAITINGROOM_VOTERS_FILE", value_name = "PATH")]
         pub voters_file: Option<PathBuf>,
         /// Keep what a restart must not forget in this directory, one file per kind (created
-        /// if missing; one per node): the passes given back, so that they stay refused after
-        /// the whole cluster restarts (docs/operating.md#state-directory). Written when it
-        /// changes and read back at start; an unreadable or unwritable one stops the start.
-        /// Without it, a restarted node learns them from the cluster it rejoins.
+        /// if missing; one per node): the node's state (the visitors it let out, the used
+        /// tickets, the record chain's head) and the passes given back, so that the passes
+        /// given before a restart of the whole cluster still count and stay refused once given
+        /// back (docs/operating.md#state-directory). Written when it changes and read back at
+        /// start; an unreadable or unwritable one stops the start. Without it, a restarted node
+        /// learns the releases from the cluster it rejoins.
         #[arg(long, env = "WAITINGROOM_STATE_DIR", value_name = "DIR")]
         pub state_dir: Option<PathBuf>,
     }

@@ -143,6 +143,7 @@ pub struct Metrics {
     records: [Gauge; 3],
     grant_places: Gauge,
     grant_expires: Gauge<f64, AtomicU64>,
+    forgotten_past_hold: Gauge<f64, AtomicU64>,
     paused: Family<ReasonLabels, Gauge>,
     ready: Gauge,
     unready: Family<ReasonLabels, Gauge>,
@@ -226,6 +227,7 @@ impl Metrics {
             records: Default::default(),
             grant_places: Gauge::default(),
             grant_expires: Gauge::default(),
+            forgotten_past_hold: Gauge::default(),
             paused: Family::default(),
             ready: Gauge::default(),
             unready: Family::default(),
@@ -237,6 +239,7 @@ impl Metrics {
         m.register_peers();
         m.register_requests();
         m.register_gauges();
+        m.register_health_gauges();
         m.register_rounds();
         m.register_limits();
         m
@@ -532,6 +535,17 @@ impl Metrics {
              (the sample with the shortest round trip of the latest few)",
             self.clock_offset.clone(),
         );
+    }
+
+    /// The gauges that say whether, and why, this node lets nobody out or takes no visitors.
+    fn register_health_gauges(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "forgotten_past_hold_seconds",
+            "Seconds the whole target stays held because a node restarted without its state \
+             founded the cluster (0: no hold; docs/operating.md#state-directory)",
+            self.forgotten_past_hold.clone(),
+        );
         r.register(
             "admission_paused",
             "1 when this node lets nobody out, by reason (no_grant, no_majority, lost_round)",
@@ -647,6 +661,7 @@ impl Metrics {
         self.membership_version.set(g(status.version));
         self.grant_places.set(g(status.grant.places));
         self.grant_expires.set(seconds(status.grant.expires_in_ms));
+        (self.forgotten_past_hold).set(seconds(status.forgotten_past_hold_ms));
         self.clock_offset.clear();
         for c in &status.clock_offsets {
             let labels = PeerLabels { peer: c.peer.0 };

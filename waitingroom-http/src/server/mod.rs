@@ -200,18 +200,23 @@ fn start_node(
     // A new incarnation per process start, so peers tell this life from an earlier one.
     let incarnation = now_ms().max(1);
     let mut node = Node::new(cfg.node_config(id, incarnation, advertise, rand::random()))?;
-    if let Some(dir) = &cfg.state_dir {
-        let releases = StateDir::new(dir.clone())
-            .read_releases()
-            .map_err(ServerError::State)?;
-        tracing::info!(
-            count = releases.len(),
-            "state dir: passes given back, refused again"
-        );
-        node.restore_releases(now_ms(), &releases);
-    }
+    let restored = match &cfg.state_dir {
+        Some(dir) => restore_state(&StateDir::new(dir.clone()), &mut node)?,
+        None => false,
+    };
     if let Some(path) = &cfg.voters_file {
         crate::app::voters_file::restore(path, &mut node).map_err(ServerError::Voters)?;
+    }
+    if !restored && node.agreed_voters().is_some() {
+        // It was in a cluster before (its voters file says so) but kept nothing of what it let
+        // out: if nobody it can reach remembers the site either, it holds the whole target
+        // until every pass its earlier life could have given expired. A first start (no
+        // voters file) holds nothing.
+        tracing::warn!(
+            "voters file but no node state: if this node founds the cluster, it holds the \
+             whole target until the passes of its earlier life expired"
+        );
+        node.assume_forgotten_past();
     }
     seeds.retain(|p| *p != advertise);
     seeds.dedup();
@@ -240,6 +245,29 @@ fn start_node(
     tokio::spawn(app.driver.clone().run_timer());
     tokio::spawn(app.clone().watch_readiness());
     Ok(app)
+}
+
+/// Gives `node` back what its state directory keeps, before it starts or joins: the passes
+/// given back and its durable state. Returns whether there was a durable state (false at a
+/// first start); a file that cannot be read stops the start, naming it.
+fn restore_state(state: &StateDir, node: &mut Node) -> Result<bool, ServerError> {
+    let releases = state.read_releases().map_err(ServerError::State)?;
+    tracing::info!(
+        count = releases.len(),
+        "state dir: passes given back, refused again"
+    );
+    node.restore_releases(now_ms(), &releases);
+    let Some(durable) = state.read_durable().map_err(ServerError::State)? else {
+        return Ok(false);
+    };
+    tracing::info!(
+        visitors = durable.visitors.len(),
+        departed = durable.departed.len(),
+        last_round = ?durable.last_record.as_ref().map(|r| r.0),
+        "state dir: the node's state from its earlier life, counted again"
+    );
+    node.restore(now_ms(), &durable);
+    Ok(true)
 }
 
 /// Why the key file at `path` is a risk, if it is: readable by other users than its owner

@@ -6,6 +6,7 @@
 //! - `failover.rs`: nodes killed, added, stopped and restarted while visitors wait;
 //! - `readiness.rs`: `/readyz` of a node with another key, or a clock off the others';
 //! - `passes.rs`: one admission, one pass, whatever happens to the node that gave it;
+//! - `durable.rs`: the whole cluster killed and restarted with `--state-dir`;
 //! - `restarts.rs`: rolling restarts with the README's command lines, the root stopped and
 //!   thawed;
 //! - `adversary.rs`: visitors who bank an admission, replay a pass at every node, replay a leave;
@@ -22,6 +23,7 @@ mod adversary;
 
 mod audit;
 mod cli;
+mod durable;
 mod events;
 mod failover;
 mod passes;

@@ -337,7 +337,7 @@ async fn a_bypass_pass_works_everywhere_and_takes_no_place() {
 }
 
 /// Whether every node in `nodes` refuses `pass`: verify answers 401 and refresh 401 `released`.
-async fn refused_by(c: &reqwest::Client, nodes: &[String], pass: &str, who: &str) {
+pub(crate) async fn refused_by(c: &reqwest::Client, nodes: &[String], pass: &str, who: &str) {
     for node in nodes {
         assert_eq!(
             verify(c, node, pass).await,

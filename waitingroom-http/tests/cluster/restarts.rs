@@ -29,7 +29,7 @@ fn restart_settings(voters: &str) -> Vec<String> {
 
 /// Node `i` again with the command line it started with (node 1 without `--peers`, the
 /// others through node 1), at the same address, after `sig`.
-async fn restart_in_place(cl: &mut Cluster, i: usize, sig: &str) {
+pub(crate) async fn restart_in_place(cl: &mut Cluster, i: usize, sig: &str) {
     signal(&cl.nodes[i], sig);
     let _ = cl.nodes[i].child.wait();
     let listen = cl.nodes[i].url.trim_start_matches("http://").to_owned();

@@ -1,0 +1,176 @@
+//! docs/operating.md#state-directory, end to end: every node of a cluster killed at once and
+//! started again with the same command lines keeps counting the passes it gave, refuses a
+//! second pass for a used ticket and a pass given back
+//! (waitingroom-distributed/README.md#durable-state); without a state directory, a cluster
+//! whose nodes keep voters files holds the whole target after such a restart.
+
+use crate::harness::*;
+use crate::passes::{admitted_at, refused_by};
+use crate::restarts::restart_in_place;
+
+/// A visitor joined at `node` keeps checking in there for `secs` seconds and is never let in.
+async fn kept_waiting(c: &reqwest::Client, node: &str, secs: u64, why: &str) {
+    let mut ticket = join(c, node).await;
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        let url = format!("{node}/api/checkin");
+        let (s, v) = post(c, &url, json!({ "ticket": ticket })).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_ne!(v["status"], "admitted", "let in while {why}: {v}");
+        ticket = v["ticket"].as_str().unwrap().to_owned();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Kills (SIGKILL) every node of `cl`, then starts each again with its command line at its
+/// address, node 1 first (without `--peers`: it founds the cluster).
+async fn kill_and_restart_all(cl: &mut Cluster) {
+    for node in &cl.nodes {
+        signal(node, "-KILL");
+    }
+    for i in 0..cl.nodes.len() {
+        restart_in_place(cl, i, "-KILL").await;
+    }
+    cl.settle(cl.nodes.len()).await;
+}
+
+/// A pass's id, issue and expiry: a second pass for one ticket differs in them.
+fn claims(cl: &Cluster, pass: &str) -> (u64, u64, u64) {
+    let p = (cl.crypto())
+        .verify_pass(pass, waitingroom_http::clock::now_ms())
+        .expect("a valid pass");
+    (p.id.0, p.created_at, p.expires_at)
+}
+
+/// Three passes valid (one per node) and one given back when all three nodes are killed; after
+/// the restart a visitor waits while the passes are valid, a used ticket neither queues again
+/// nor gets another pass from a leave, and the pass given back stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cluster_killed_and_restarted_with_its_state_still_counts_the_passes() {
+    let cl_dir = std::env::temp_dir().join(format!(
+        "wr-durable-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let state = format!("{}/node{{node}}", cl_dir.display());
+    let extra = [
+        "--target-on-site",
+        "3",
+        "--pass-expiry-ms",
+        "60000",
+        "--ticket-expiry-ms",
+        "60000",
+        "--state-dir",
+        &state,
+    ];
+    let mut cl = Cluster::start("durable", 3, &extra).await;
+    let c = client();
+    let mut used = Vec::new();
+    for i in 0..3 {
+        let ticket = admitted_at(&c, cl.url(i), join(&c, cl.url(i)).await).await;
+        let pass = leave(&c, cl.url(i), &ticket).await;
+        used.push((i, ticket, pass));
+    }
+    // The third pass is given back; a fourth visitor takes its place.
+    let (_, _, released) = used.pop().unwrap();
+    let url = format!("{}/api/pass/release", cl.url(2));
+    let (s, v) = post(&c, &url, json!({ "pass": released })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ticket = admitted_at(&c, cl.url(2), join(&c, cl.url(2)).await).await;
+    let pass = leave(&c, cl.url(2), &ticket).await;
+    used.push((2, ticket, pass));
+    // The releases file is written at most a second after it changed.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+
+    kill_and_restart_all(&mut cl).await;
+    kept_waiting(&c, cl.url(1), 6, "3 passes are valid").await;
+    for i in 0..3 {
+        let hold = status(&cl, i).await["forgotten_past_hold_ms"].clone();
+        assert_eq!(hold, json!(0), "node {} restored its state: no hold", i + 1);
+    }
+    for (i, ticket, pass) in &used {
+        for node in cl.urls() {
+            let url = format!("{node}/api/checkin");
+            let (s, v) = post(&c, &url, json!({ "ticket": ticket })).await;
+            assert_eq!(
+                (s, v["code"].clone()),
+                (StatusCode::CONFLICT, json!("already_left")),
+                "node {}'s used ticket checks in again at {node}: {v}",
+                i + 1
+            );
+        }
+        for node in cl.urls() {
+            let url = format!("{node}/api/leave");
+            let (s, v) = post(&c, &url, json!({ "ticket": ticket })).await;
+            if s == StatusCode::OK {
+                let again = v["pass"].as_str().unwrap();
+                assert_eq!(
+                    claims(&cl, again),
+                    claims(&cl, pass),
+                    "a second pass at {node} for node {}'s visitor",
+                    i + 1
+                );
+            }
+        }
+    }
+    refused_by(
+        &c,
+        &cl.urls(),
+        &released,
+        "after the whole cluster restarted",
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&cl_dir);
+}
+
+/// Without a state directory, nodes that kept their voters (so were in a cluster before) and
+/// are all killed and restarted found the cluster afresh: the founder holds the whole target
+/// for as long as a pass of the earlier life could be valid, every member reports the hold,
+/// and nobody is let in meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cluster_restarted_without_state_holds_the_target() {
+    let dir = std::env::temp_dir().join(format!(
+        "wr-cold-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let voters = format!("{}/voters{{node}}.json", dir.display());
+    let extra = [
+        "--node-id",
+        "{node}",
+        "--voters-file",
+        &voters,
+        "--target-on-site",
+        "3",
+        "--pass-expiry-ms",
+        "60000",
+    ];
+    let mut cl = Cluster::start("cold-restart", 3, &extra).await;
+    let c = client();
+    // A first start holds nothing: visitors get in.
+    for i in 0..3 {
+        assert_eq!(status(&cl, i).await["forgotten_past_hold_ms"], json!(0));
+        let ticket = admitted_at(&c, cl.url(i), join(&c, cl.url(i)).await).await;
+        leave(&c, cl.url(i), &ticket).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(1..=3).all(|i| dir.join(format!("voters{i}.json")).exists()) {
+        assert!(Instant::now() < deadline, "voters files never written");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    kill_and_restart_all(&mut cl).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0..3 {
+        while status(&cl, i).await["forgotten_past_hold_ms"].as_u64() == Some(0) {
+            assert!(Instant::now() < deadline, "node {} reports no hold", i + 1);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let url = cl.nodes[i].internal_url().to_owned();
+        let held = metric(&c, &url, "waitingroom_forgotten_past_hold_seconds").await;
+        assert!(held > 30.0, "node {}: held {held} s", i + 1);
+    }
+    kept_waiting(&c, cl.url(0), 4, "the earlier life's passes may be valid").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
 //! `/readyz` and the voters file (docs/operating.md#readiness): a node refused by its peers
 //! is not ready until it hears valid peer traffic; the voters file is written only when the
 //! voters changed, and a write that fails makes the node unready and is counted; a file that
-//! cannot be read back stops the start.
+//! cannot be read back stops the start. The state directory's node file holds a pass as soon
+//! as the pass is answered, and a write of it that fails is counted.
 
 use std::path::PathBuf;
 
@@ -166,4 +167,47 @@ async fn a_node_its_peers_refuse_is_not_ready() {
     let r = n.send(n.peer_request(MESSAGES_PATH, b"[]".to_vec())).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     until_readyz(&n, "ready").await;
+}
+
+/// A single node keeping its state in `dir`, its timer running.
+fn keeping_state_in(dir: PathBuf) -> TestNode {
+    let records = RecordOptions {
+        state_dir: Some(dir),
+        ..Default::default()
+    };
+    TestNode::start(
+        Options {
+            records,
+            ..options()
+        },
+        true,
+    )
+}
+
+/// A pass is on disk (`node.json`) when its leave is answered (the leave's own call wrote it); a node file that cannot be
+/// written is counted (`file="node"`) and written at the next call once it can be.
+#[tokio::test]
+async fn a_pass_is_on_disk_when_its_leave_is_answered_and_a_failed_write_is_counted() {
+    let dir = scratch("node-state");
+    // Its temporary file is a directory: no write can succeed, not even as root.
+    let blocker = dir.join("node.json.new");
+    std::fs::create_dir(&blocker).unwrap();
+    let n = keeping_state_in(dir.clone());
+    let failures = || {
+        (n.app.metrics.state_write_failures)
+            .get_or_create(&crate::metrics::FileLabels { file: "node" })
+            .get()
+    };
+    assert!(failures() >= 1, "the first write failed");
+    std::fs::remove_dir(&blocker).unwrap();
+    let state = crate::app::state_dir::StateDir::new(dir.clone());
+    let (_, pass) = n.ticket_and_pass().await;
+    let kept = state.read_durable().unwrap().expect("node.json written");
+    assert_eq!(
+        kept.visitors.len(),
+        1,
+        "the pass's visitor is kept: {kept:?}"
+    );
+    assert!(!pass.is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -155,6 +155,20 @@ impl Swim {
         self.clock_changes
     }
 
+    /// The probe timer starts at `now`: the first probe period is late, too, if this node is
+    /// paused before it begins.
+    pub(crate) fn started(&mut self, now: Time) {
+        self.last_tick = Some(now);
+    }
+
+    /// This node was removed and starts a new life: the probe its previous life had out is
+    /// answered to that life, which the others no longer reach, and the strikes it counted
+    /// were counted by a node its cluster had given up on; neither is evidence against anyone.
+    pub(crate) fn rejoined(&mut self) {
+        self.probe = None;
+        self.strikes.clear();
+    }
+
     /// Probes `id` next.
     pub(crate) fn prioritise(&mut self, id: NodeId) {
         self.urgent = Some(id);

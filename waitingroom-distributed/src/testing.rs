@@ -324,7 +324,8 @@ impl Net {
             if next > end {
                 break;
             }
-            self.now = next;
+            // A thawed node's timers are overdue: they fire now, late, never back in time.
+            self.now = next.max(self.now);
             self.deliver_due();
             self.fire_due();
         }

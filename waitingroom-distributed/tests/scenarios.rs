@@ -1615,15 +1615,37 @@ fn two_nodes_restarted_alone_merge() {
 /// pause, its stale view is not merged back, and it rejoins: no healthy node is ever removed.
 #[test]
 fn a_thawed_root_evicts_no_healthy_node() {
+    thawed_root_evicts_no_healthy_node(3_000, 0);
+}
+
+/// As above, the root stopped as soon as the cluster formed, before its first probe period, so
+/// that its first one, after the pause, has none before it to show the pause; and for 700 ms
+/// after the thaw it hears nobody (what piled up for it is still being refused), so the pings
+/// it sends go unanswered until it learns it was removed and rejoins: once a member again, the
+/// probe its previous life had out is no evidence against its target.
+#[test]
+fn a_root_thawed_before_its_first_probe_evicts_no_healthy_node() {
+    thawed_root_evicts_no_healthy_node(0, 700);
+}
+
+/// Freezes the root `settle_ms` after the cluster formed, for 20 s; thawed, it is cut off for
+/// `deaf_ms`. No node but the root is removed in the 10 s after the thaw, and all three end up
+/// members again.
+fn thawed_root_evicts_no_healthy_node(settle_ms: Time, deaf_ms: Time) {
     let mut net = Net::new(3, queued_settings(), AdmissionMode::Range, 43);
-    net.run_for(3_000);
+    net.run_for(settle_ms);
     let root = NodeId(1);
     assert!(net.node(root).is_root());
     net.freeze(root);
     net.run_for(20_000);
     net.thaw(root);
     let thawed_at = net.events.len();
-    net.run_for(10_000);
+    for other in [NodeId(2), NodeId(3)] {
+        net.cut(root, other);
+    }
+    net.run_for(deaf_ms);
+    net.heal();
+    net.run_for(10_000 - deaf_ms);
     let healthy_removed: Vec<_> = net.events[thawed_at..]
         .iter()
         .filter(

@@ -583,6 +583,7 @@ impl Node {
         self.cluster.rejoin(now, seeds, &mut out);
         self.send_outbox(now, out);
         self.channels.clear();
+        self.swim.rejoined();
         self.qpid.reset();
         self.tag.rejoined();
         self.send_join_request(now);

@@ -49,7 +49,7 @@ start_node() {
     local args=(run --listen "127.0.0.1:$((BASE_PORT + i))"
         --internal-listen "127.0.0.1:$((BASE_PORT + 10 + i))" --key-file "$STATE/key.pem"
         --eviction-interval-ms 500 --refresh-interval-ms 500 --target-on-site 100
-        --pass-expiry-ms 5000 --ticket-expiry-ms 5000 --admit-straight-through false \
+        --pass-expiry-ms 5000 --ticket-expiry-ms 5000 --admit-straight-through false
         --join-rate-limit 0
         --log-level warn "$@")
     ((i > 1)) && args+=(--peers "$(internal 1)")

@@ -85,7 +85,7 @@ async fn load_then_audit(
             .find_map(|l| l.strip_prefix("passes naming no round"))
             .and_then(|l| l.rsplit(": ").next())
             .and_then(|n| n.trim().parse::<usize>().ok())
-            .unwrap_or(0);
+            .expect("the audit says how many passes name no round");
         eprintln!("{unnamed} of {saved} passes name no round");
         assert!(unnamed * 100 <= saved, "{text}");
     } else {

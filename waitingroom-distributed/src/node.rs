@@ -667,6 +667,19 @@ impl Node {
         voters.agreed().then_some(voters)
     }
 
+    /// The voters after this member leaves cleanly, handing its vote on, if it may
+    /// ([`Voters::resignation`]): so that a cluster of two whose lower id leaves, or one that
+    /// loses voters one clean leave at a time, keeps a majority. A driver that keeps the
+    /// voters on disk writes these first, then gives them to the node
+    /// ([`Node::remember_voters`]) and shuts it down: the farewell carries them to every
+    /// member. A driver that keeps nothing must not: the node's next life would vote again.
+    pub fn resignation(&self) -> Option<Voters> {
+        if !self.is_member() {
+            return None;
+        }
+        self.voters.voters().resignation(self.id())
+    }
+
     /// Voters a driver kept from this node's earlier life ([`Node::agreed_voters`]), given
     /// before it starts or joins a cluster: it then needs a majority of them again, as it did
     /// before the restart, instead of counting as a new cluster with whoever it finds (newer

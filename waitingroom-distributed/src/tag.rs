@@ -808,7 +808,7 @@ mod tests {
             voters: Voters {
                 epoch: 2,
                 set: [NodeId(1), NodeId(2)].into(),
-                prev: BTreeSet::new(),
+                ..Voters::default()
             },
             settings: node.live_settings().clone(),
             departed: Vec::new(),

@@ -21,7 +21,10 @@
 //! The voters never shrink below [`VOTERS_FLOOR`] (those that left are kept, lowest id first):
 //! a 3-node cluster that loses one node keeps admitting (2 of 3); one that loses two stops
 //! (1 of 3) until a node comes back or an operator declares the others gone
-//! ([`Voters::reset`]). A node that started a cluster on its own after no seed answered has no
+//! ([`Voters::reset`]). A voter that leaves cleanly may hand its vote on instead
+//! ([`Voters::resignation`]): the voters become the others, and its vote counts as held in the
+//! ones before until a round completes under the new ones; so the survivor of a cluster of two
+//! goes on whichever node left. A node that started a cluster on its own after no seed answered has no
 //! voters, and so no majority, until it hears of a cluster that has.
 //!
 //! A founder votes alone (its *founding* voters) only while it has never had company: once
@@ -59,6 +62,10 @@ pub struct Voters {
     /// The voters before the move to `set` (empty: none before).
     #[serde(default)]
     pub prev: BTreeSet<NodeId>,
+    /// Voters of `prev` who left cleanly and gave their vote to this move
+    /// ([`Voters::resignation`]): they count as held in `prev`.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub resigned: BTreeSet<NodeId>,
 }
 
 impl Voters {
@@ -67,7 +74,7 @@ impl Voters {
         Voters {
             epoch: 1,
             set: BTreeSet::from([me]),
-            prev: BTreeSet::new(),
+            ..Voters::default()
         }
     }
 
@@ -86,9 +93,46 @@ impl Voters {
         self.set.iter().copied()
     }
 
-    /// Whether `members` hold a majority of the voters and of the voters before them.
+    /// Whether `members` hold a majority of the voters and of the voters before them (where
+    /// those who resigned count as held).
     pub fn is_majority(&self, members: &BTreeSet<NodeId>) -> bool {
-        majority(&self.set, members) && (self.prev.is_empty() || majority(&self.prev, members))
+        if !majority(&self.set, members) {
+            return false;
+        }
+        if self.prev.is_empty() {
+            return true;
+        }
+        if self.resigned.is_empty() {
+            return majority(&self.prev, members);
+        }
+        let held: BTreeSet<NodeId> = members.union(&self.resigned).copied().collect();
+        majority(&self.prev, &held)
+    }
+
+    /// The voters after `me` leaves cleanly, if it may hand its vote on: settled voters (no
+    /// move under way) of two or more, `me` among them. The move is the same wherever it is
+    /// made: one epoch on, the others, with `me` counted as held in the voters before.
+    ///
+    /// Sound only if `me` never counts as one of the old voters again: a node restarted
+    /// without this move would vote twice (once here, once as a member of a side that never
+    /// heard of it). So a driver hands the vote on only after keeping the move on disk, where
+    /// the node's next life reads it back (`Node::remember_voters`), and whoever counts that
+    /// life adopts it. Two sides holding this move both need a majority of the others, which
+    /// they cannot both hold; a side still holding the old voters needs a majority of them
+    /// without `me`, which leaves the others none.
+    pub fn resignation(&self, me: NodeId) -> Option<Voters> {
+        let settled = self.prev.is_empty() || self.prev == self.set;
+        let may = self.agreed() && settled && self.set.len() >= 2 && self.set.contains(&me);
+        may.then(|| {
+            let mut set = self.set.clone();
+            set.remove(&me);
+            Voters {
+                epoch: self.epoch.saturating_add(1),
+                set,
+                prev: self.set.clone(),
+                resigned: BTreeSet::from([me]),
+            }
+        })
     }
 
     /// The voters after a round that counted `members`, if they hold a majority: the members,
@@ -121,6 +165,7 @@ impl Voters {
             epoch: self.epoch.saturating_add(1),
             set,
             prev: self.set.clone(),
+            resigned: BTreeSet::new(),
         })
     }
 
@@ -141,7 +186,7 @@ impl Voters {
         Some(Voters {
             epoch: 2,
             set: members.clone(),
-            prev: BTreeSet::new(),
+            ..Voters::default()
         })
     }
 
@@ -153,7 +198,7 @@ impl Voters {
         Voters {
             epoch: self.epoch.saturating_add(1).max(2),
             set: members,
-            prev: BTreeSet::new(),
+            ..Voters::default()
         }
     }
 
@@ -270,7 +315,7 @@ mod tests {
         Voters {
             epoch: 5,
             set: ids(v),
-            prev: BTreeSet::new(),
+            ..Voters::default()
         }
     }
 
@@ -381,5 +426,63 @@ mod tests {
             settled.is_majority(&ids(&[3, 4, 5])),
             "once a round under the new voters completed"
         );
+    }
+
+    /// A clean leave hands its vote on: the survivor of two goes on whichever of them left,
+    /// and a restarted node that kept the move is no voter.
+    #[test]
+    fn a_clean_leave_hands_its_vote_on() {
+        let two = voters(&[1, 2]).next(&ids(&[1, 2]), &ids(&[])).unwrap();
+        let left = two.resignation(NodeId(1)).unwrap();
+        assert_eq!(
+            (left.epoch, &left.set, &left.resigned),
+            (7, &ids(&[2]), &ids(&[1]))
+        );
+        assert!(left.is_majority(&ids(&[2])), "the survivor goes on");
+        assert!(
+            !two.is_majority(&ids(&[2])),
+            "without the vote it could not"
+        );
+        let after = left.next(&ids(&[2]), &ids(&[])).unwrap();
+        assert_eq!((after.set, after.prev), (ids(&[2]), ids(&[2])));
+        assert!(after.resigned.is_empty(), "once a round completed");
+        assert!(
+            !left.is_majority(&ids(&[1])),
+            "the leaver's next life is no voter"
+        );
+    }
+
+    /// A side that never heard of the leave needs a majority of the old voters without the
+    /// leaver, which leaves the side that heard none; two sides that heard of it need a
+    /// majority of the others.
+    #[test]
+    fn a_handed_on_vote_counts_on_one_side_only() {
+        let old = voters(&[1, 2, 3, 4])
+            .next(&ids(&[1, 2, 3, 4]), &ids(&[]))
+            .unwrap();
+        let left = old.resignation(NodeId(4)).unwrap();
+        for side in [&[1][..], &[2], &[3], &[1, 2], &[1, 3], &[2, 3], &[1, 2, 3]] {
+            let other: Vec<u64> = [1, 2, 3]
+                .into_iter()
+                .filter(|i| !side.contains(i))
+                .collect();
+            let heard = left.is_majority(&ids(side));
+            assert!(!(heard && old.is_majority(&ids(&other))), "{side:?}");
+            assert!(!(heard && left.is_majority(&ids(&other))), "{side:?}");
+        }
+        assert!(left.is_majority(&ids(&[1, 2])));
+    }
+
+    /// Only settled voters, of two or more, the leaver among them, hand a vote on.
+    #[test]
+    fn only_a_settled_voter_hands_its_vote_on() {
+        let old = voters(&[1, 2, 3]);
+        let moving = old.next(&ids(&[1, 2, 3, 4]), &ids(&[])).unwrap();
+        assert_eq!(moving.resignation(NodeId(1)), None, "a move under way");
+        assert_eq!(old.resignation(NodeId(9)), None, "not a voter");
+        assert_eq!(Voters::founder(NodeId(1)).resignation(NodeId(1)), None);
+        assert_eq!(Voters::default().resignation(NodeId(1)), None);
+        let left = old.resignation(NodeId(1)).unwrap();
+        assert_eq!(left.resignation(NodeId(2)), None, "until a round completes");
     }
 }

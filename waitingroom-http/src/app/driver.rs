@@ -188,6 +188,32 @@ impl Driver {
         self
     }
 
+    /// Leaves the cluster (`Node::shutdown`): the farewell tells every member at once. With a
+    /// voters file, the node first hands its vote on (`Node::resignation`), kept on disk before
+    /// the farewell carries it, all under the node's lock so that no round moves the voters in
+    /// between: a survivor of two then goes on whichever node left. Without one it must not
+    /// (its next life would vote again), and a survivor of two whose lower id left pauses.
+    pub fn leave_cluster(&self) {
+        self.with(|node, now| {
+            if let (Some(keeper), Some(next)) = (&self.voters_file, node.resignation()) {
+                keeper.save(node.id(), next.clone(), &self.metrics);
+                if !keeper.is_failing() {
+                    tracing::info!(epoch = next.epoch, voters = ?next.set,
+                        "handing this node's vote on to the voters that stay");
+                    node.remember_voters(&next);
+                }
+            }
+            node.shutdown(now);
+        });
+    }
+
+    /// Whether the farewell is through: every reliable message acknowledged, and every message
+    /// queued for a peer handed to it (the farewell itself is sent once, unacknowledged: a
+    /// process that exits before its sender ran would lose it).
+    pub fn is_drained(&self) -> bool {
+        self.read(Node::is_drained) && self.transport.is_idle()
+    }
+
     /// Whether the voters file could not be written at the last try.
     pub fn voters_file_failing(&self) -> bool {
         self.voters_file.as_ref().is_some_and(Keeper::is_failing)

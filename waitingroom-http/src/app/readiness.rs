@@ -382,7 +382,7 @@ mod tests {
         let voters = |epoch, set: &[u64]| waitingroom_distributed::voters::Voters {
             epoch,
             set: set.iter().map(|&i| NodeId(i)).collect(),
-            prev: Default::default(),
+            ..Default::default()
         };
         // The lower of two voters goes on alone; the higher, or one of three, does not.
         node.remember_voters(&voters(3, &[1, 2]));

@@ -162,7 +162,8 @@ mod tests {
         let voters = Voters {
             epoch: 4,
             set: [NodeId(1), NodeId(2), NodeId(3)].into(),
-            prev: [NodeId(1), NodeId(2)].into(),
+            prev: [NodeId(1), NodeId(2), NodeId(4)].into(),
+            resigned: [NodeId(4)].into(),
         };
         write(&path, NodeId(1), &voters).unwrap();
         assert_eq!(read(&path, NodeId(1)), Ok(Some(voters.clone())));

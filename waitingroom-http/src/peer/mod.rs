@@ -22,6 +22,7 @@ pub mod auth;
 mod outbox;
 pub mod replay;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -135,6 +136,8 @@ pub struct Transport {
     unreachable: Mutex<Vec<String>>,
     /// Whether peers take this node's signatures.
     standing: Standing,
+    /// Protocol messages queued or in flight: a node shutting down waits for them.
+    in_transit: AtomicUsize,
 }
 
 /// A forwarded request got no usable answer.
@@ -161,6 +164,7 @@ impl Transport {
             forwards: Outboxes::default(),
             unreachable: Mutex::new(Vec::new()),
             standing: Standing::default(),
+            in_transit: AtomicUsize::new(0),
         }
     }
 
@@ -207,7 +211,9 @@ impl Transport {
                 let this = self.clone();
                 tokio::spawn(async move { this.sender(addr, q).await });
             });
+            self.in_transit.fetch_add(1, Ordering::AcqRel);
             if peer.push(t.envelope, self.limits.peer_queue) {
+                self.in_transit.fetch_sub(1, Ordering::AcqRel);
                 self.metrics.peer_dropped.inc();
             }
         }
@@ -220,6 +226,7 @@ impl Transport {
         let mut backoff = BACKOFF_MIN;
         let max = self.limits.peer_batch;
         while let Some(batch) = self.peers.next_batch(&addr, &peer, max).await {
+            let taken = batch.len();
             let mut failed = false;
             for (to, envelopes) in by_destination(batch) {
                 let (chunks, too_big) = json_chunks(&envelopes, self.limits.peer_body);
@@ -242,6 +249,8 @@ impl Transport {
                     }
                 }
             }
+            // Delivered or given up on: either way no longer in transit.
+            self.in_transit.fetch_sub(taken, Ordering::AcqRel);
             if failed {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -249,6 +258,11 @@ impl Transport {
                 backoff = BACKOFF_MIN;
             }
         }
+    }
+
+    /// Whether every protocol message queued has been delivered or given up on.
+    pub fn is_idle(&self) -> bool {
+        self.in_transit.load(Ordering::Acquire) == 0
     }
 
     /// Notes that `addr` did not answer.

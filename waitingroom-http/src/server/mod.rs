@@ -299,12 +299,12 @@ async fn leave(app: &App) -> bool {
     tracing::info!("stopping: refusing visitors, leaving the cluster");
     app.begin_stopping();
     let driver = &app.driver;
-    driver.with(|node, now| node.shutdown(now));
+    driver.leave_cluster();
     let deadline = Instant::now() + Duration::from_millis(app.cfg.limits.shutdown_grace_ms);
-    while !driver.read(Node::is_drained) && Instant::now() < deadline {
+    while !driver.is_drained() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    driver.read(Node::is_drained)
+    driver.is_drained()
 }
 
 async fn wait_for_signal() {

@@ -145,7 +145,7 @@ fn a_corrupt_voters_file_stops_the_start() {
     let theirs = waitingroom_distributed::voters::Voters {
         epoch: 3,
         set: [NodeId(1), NodeId(2), NodeId(3)].into(),
-        prev: Default::default(),
+        ..Default::default()
     };
     voters_file::write(&path, NodeId(2), &theirs).unwrap();
     let e = voters_file::restore(&path, &mut node).unwrap_err();

@@ -72,8 +72,27 @@ async fn node_added_while_visitors_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_the_cluster_and_exits_zero() {
-    let mut cl = Cluster::start("term", 2, &[]).await;
-    let mut leaving = cl.nodes.remove(1);
+    // The leaver holds the lower id of two voters: without handing its vote on, the survivor
+    // would hold one of two, no majority, and pause for good.
+    let dir = std::env::temp_dir().join(format!("wr-term-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("voters-{node}.json").display().to_string();
+    let extra = [
+        "--target-on-site",
+        "5",
+        "--node-id",
+        "{node}",
+        "--voters-file",
+        &file,
+    ];
+    let mut cl = Cluster::start("term", 2, &extra).await;
+    let kept = dir.join("voters-1.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&kept).is_ok_and(|t| t.contains("\"set\":[1,2]")) {
+        assert!(Instant::now() < deadline, "node 1 never kept both voters");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut leaving = cl.nodes.remove(0);
     let pid = leaving.child.id().to_string();
     let t0 = Instant::now();
     assert!(
@@ -93,12 +112,26 @@ async fn sigterm_leaves_the_cluster_and_exits_zero() {
     assert!(status.success(), "exit status {status}");
     let log = std::fs::read_to_string(&leaving.log).unwrap();
     assert!(log.contains("stopping"), "{log}");
-    // The farewell was heard: the other node knows at once, without failure detection.
+    assert!(log.contains("handing this node's vote on"), "{log}");
+    // The farewell was heard, and the survivor goes on alone: ready, and letting visitors out.
     cl.settle(1).await;
     eprintln!(
-        "SIGTERM to exit and membership updated in {:?}",
+        "SIGTERM to exit and the survivor ready in {:?}",
         t0.elapsed()
     );
+    let survivor = std::fs::read_to_string(&cl.nodes[0].log).unwrap();
+    assert!(
+        !survivor.contains("member failed"),
+        "removed by failure detection, not by its farewell: {survivor}"
+    );
+    let c = client();
+    let t = join(&c, cl.url(0)).await;
+    let (_, _, passes) = admit_all(&c, &cl.urls(), vec![t], Duration::from_secs(20)).await;
+    assert_eq!(
+        verify(&c, cl.url(0), &passes[0]).await,
+        StatusCode::NO_CONTENT
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// docs/operating.md#lost-majority, `--voters-file`: a node that restarts alone after the others

@@ -48,6 +48,7 @@ fn ticket() -> Ticket {
         previous_position: Some(12),
         eviction_time: None,
         draw: None,
+        round: None,
     }
 }
 

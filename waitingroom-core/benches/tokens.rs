@@ -25,6 +25,7 @@ fn tokens(c: &mut Criterion) {
         previous_position: Some(17),
         eviction_time: None,
         draw: None,
+        round: None,
     };
     let pass = Pass {
         id: TicketId(0x0123_4567_89ab_cdef),

@@ -200,6 +200,7 @@ impl WaitingRoom {
             previous_position: None,
             eviction_time: None,
             draw,
+            round: None,
         };
         if admit_now {
             self.admit(id, now, now.saturating_add(self.settings.ticket_expiry_ms));
@@ -1224,6 +1225,7 @@ mod tests {
             previous_position: Some(4),
             eviction_time: None,
             draw: None,
+            round: None,
         };
         room.join(10);
         let c = room.check_in(20, &early).unwrap();

@@ -145,6 +145,8 @@ struct TicketClaims<'a> {
     eviction_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     draw: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    round: Option<u64>,
 }
 
 impl<'a> Claims<'a> for TicketClaims<'a> {
@@ -171,6 +173,7 @@ impl TicketClaims<'_> {
             previous_position: t.previous_position,
             eviction_time: t.eviction_time,
             draw: t.draw,
+            round: t.round,
         }
     }
 
@@ -192,6 +195,7 @@ impl TicketClaims<'_> {
             previous_position: self.previous_position,
             eviction_time: self.eviction_time,
             draw: self.draw,
+            round: self.round,
         })
     }
 }
@@ -638,6 +642,7 @@ mod tests {
             previous_position: Some(17),
             eviction_time: None,
             draw: None,
+            round: None,
         }
     }
 

@@ -108,6 +108,11 @@ pub struct Ticket {
     /// In a lottery, the number the id was drawn with (`lottery::drawn_id`); None otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draw: Option<u64>,
+    /// The round whose record let the visitor out, once the node that let them out named it:
+    /// whatever node later hands out their pass (their node may be gone, and a node that joined
+    /// after the round never learns its record) names the same round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
 }
 
 impl Ticket {

@@ -211,7 +211,7 @@ mod tests {
                 crate::token::sign_ticket(&k, &crate::types::Ticket {
                     id: TicketId(4), join_time: 0, node: NodeId(1), issued_at: 0,
                     next_refresh: 1, expires_at: 9_000, previous_position: None,
-                    eviction_time: None, draw: None,
+                    eviction_time: None, draw: None, round: None,
                 }),
                 "not.a.token".to_owned(),
                 crate::token::sign_pass(&k, &pass(6, 0, 12_000)),

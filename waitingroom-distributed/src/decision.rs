@@ -185,6 +185,7 @@ impl Decider {
             count: admit,
             cutoff,
             version,
+            round: summary.record.as_ref().map(|r| r.round),
         });
         Decision {
             reported: counts.ranges,

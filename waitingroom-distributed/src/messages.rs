@@ -204,6 +204,11 @@ pub struct Admission {
     pub cutoff: Time,
     /// Membership version the count ran under; stale batches are dropped.
     pub version: u64,
+    /// The round whose record lets the batch out: the node that lets a visitor out under it
+    /// names it on their pass, though it may have joined after the round and never seen its
+    /// result (waitingroom-distributed/README.md#fairness-records).
+    #[serde(default)]
+    pub round: Option<u64>,
 }
 
 /// Identifies one eviction round: the interval boundary it belongs to, and who started it.

@@ -591,6 +591,7 @@ mod tests {
             count: 1,
             cutoff: 1_000,
             version: 2,
+            round: None,
         };
         let env = peers.channel(3, &node, ChannelMsg::DeleteMin { admit });
         assert_eq!(node.handle_message(1, env), Ok(()));
@@ -618,6 +619,7 @@ mod tests {
             count: 1,
             cutoff: 1_000,
             version: 2,
+            round: Some(4),
         };
         let env = p1.channel(&node, ChannelMsg::DeleteMin { admit });
         assert_eq!(node.handle_message(3, env), Ok(()));
@@ -631,5 +633,9 @@ mod tests {
         };
         assert_eq!(testing::events(&mut node), [admitted]);
         assert!(node.room().is_admitted(ticket.id));
+        // The batch named its round: this node never saw the round's result, and names it.
+        let ticket = node.check_in(4, &ticket).expect("admitted").ticket;
+        assert_eq!(ticket.round, Some(4));
+        assert_eq!(node.leave(5, &ticket).map(|p| p.round), Ok(Some(4)));
     }
 }

@@ -101,6 +101,10 @@ impl RecordChain {
 
     /// Visitors at boundary `decided_at` are let out here under the range of round `round`.
     pub(crate) fn let_out_by(&mut self, decided_at: Time, round: u64) {
+        // A batch let out one at a time names its round at every step.
+        if self.let_out.contains(&(decided_at, round)) {
+            return;
+        }
         if self.let_out.len() >= RECORDED_KEPT {
             self.let_out.pop_front();
         }

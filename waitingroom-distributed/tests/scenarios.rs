@@ -1380,6 +1380,40 @@ fn a_leave_served_after_the_owner_died_gives_the_same_pass() {
     }
 }
 
+/// waitingroom-distributed/README.md#fairness-records: the admitted ticket names the round that
+/// let its holder out, so a node that joined after that round (it never saw its result) serves
+/// the leave, once the owner is dead, with a pass that names the same round.
+#[test]
+fn a_leave_served_by_a_node_that_joined_after_the_round_names_it() {
+    let settings = Settings {
+        target_on_site: 50,
+        ticket_expiry_ms: 30_000,
+        pass_expiry_ms: 60_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(2, settings, AdmissionMode::Range, 25);
+    net.run_for(2_000);
+    let a = net.with(NodeId(1), |n, now| n.join(now)).unwrap();
+    let (ticket, status, _) = keep_checking_in(&mut net, NodeId(1), a.ticket, 3_000);
+    assert_eq!(status, Ok(CheckInStatus::Admitted));
+    let round = ticket.round.expect("the admitted ticket names its round");
+    // Rounds that let others out, until the decided ranges (which carry the records) no longer
+    // hold a's.
+    let mut crowd = Crowd::default();
+    for _ in 0..12 {
+        crowd.join(&mut net, NodeId(2));
+        crowd.run(&mut net, 1_000);
+    }
+    net.add_node(3, 25);
+    net.run_for(3_000);
+    assert!(net.node(NodeId(3)).is_member(), "node 3 joined");
+    net.kill(NodeId(1));
+    net.run_for(8_000);
+    assert!(!net.node(NodeId(3)).membership().contains(NodeId(1)));
+    let pass = net.with(NodeId(3), |n, now| n.leave_here(now, &ticket));
+    assert_eq!(pass.map(|p| p.round), Ok(Some(round)));
+}
+
 /// waitingroom-distributed/README.md#one-admission-one-pass: a pass is extended only at the
 /// node counting it, whatever node a copy reaches (the others answer `Elsewhere`), at most
 /// once per quarter of the pass expiry; once that node is removed, every member names the

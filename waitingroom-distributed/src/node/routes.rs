@@ -74,6 +74,10 @@ impl Node {
     }
 
     pub(super) fn on_delete_min(&mut self, now: Time, admit: Admission) -> Result<(), Ignored> {
+        if let Some(round) = admit.round {
+            // Whoever of the nodes on the way lets the batch out names its round.
+            self.records.let_out_by(admit.cutoff, round);
+        }
         self.with_qpid(now, |q, ctx, local, out| {
             q.on_delete_min(now, ctx, admit, local, out)
         })

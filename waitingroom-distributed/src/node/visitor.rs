@@ -157,7 +157,20 @@ impl Node {
                 answer = self.local.room_mut().check_in(now, &answer.ticket)?;
             }
         }
+        if answer.status == CheckInStatus::Admitted {
+            answer.ticket.round = self.round_of(&answer.ticket);
+        }
         Ok(self.with_cluster_position(now, answer, shown))
+    }
+
+    /// The round whose record let out the holder of `ticket` (admitted): the one the ticket
+    /// names for its admission, else the one this node knows for that boundary. Carried on the
+    /// ticket, it is named on the pass by whatever node serves the leave: the node that let
+    /// them out may be gone by then, and a node that joined after the round never learns its
+    /// record (waitingroom-distributed/README.md#fairness-records).
+    fn round_of(&self, ticket: &Ticket) -> Option<u64> {
+        let at = ticket.eviction_time?;
+        ticket.round.or_else(|| self.records.round_decided_at(at))
     }
 
     /// An admitted visitor exchanges their ticket for a pass.
@@ -167,12 +180,16 @@ impl Node {
     }
 
     /// Like [`Node::leave`], whatever node holds the ticket. The pass names the round whose
-    /// record let its holder out, if this node knows it
+    /// record let its holder out, as the ticket names it or this node knows it
     /// (waitingroom-distributed/README.md#fairness-records).
     pub fn leave_here(&mut self, now: Time, ticket: &Ticket) -> Result<Pass, VisitorError> {
         self.ready_for(ticket)?;
         let mut pass = self.local.room_mut().leave(now, ticket)?;
-        pass.round = self.records.round_decided_at(pass.eviction_time);
+        pass.round = if ticket.eviction_time == Some(pass.eviction_time) {
+            self.round_of(ticket)
+        } else {
+            self.records.round_decided_at(pass.eviction_time)
+        };
         Ok(pass)
     }
 

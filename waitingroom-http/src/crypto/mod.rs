@@ -293,6 +293,7 @@ mod tests {
             previous_position: Some(3),
             eviction_time: None,
             draw: None,
+            round: None,
         }
     }
 

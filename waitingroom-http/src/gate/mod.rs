@@ -400,6 +400,7 @@ mod tests {
             previous_position: None,
             eviction_time: Some(1_500),
             draw: None,
+            round: None,
         });
         let room_url =
             "https://room.example/?lang=en&return_to=%2Fshop%2Fcart%3Fitem%3D3&return_sig=";

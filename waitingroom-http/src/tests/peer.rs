@@ -397,6 +397,7 @@ async fn a_forwarded_ticket_of_another_node_is_refused() {
         previous_position: None,
         eviction_time: Some(now - 500),
         draw: None,
+        round: None,
     };
     let batch = |node: u64| {
         json!([{ "op": "leave", "claims": ticket(node) }])

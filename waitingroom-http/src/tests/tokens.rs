@@ -382,6 +382,7 @@ async fn token_with_alg_none_is_refused() {
         previous_position: None,
         eviction_time: Some(now),
         draw: None,
+        round: None,
     });
     let [_, ticket_claims, _] = parts(&ticket);
     for path in ["/api/checkin", "/api/leave"] {
@@ -411,6 +412,7 @@ async fn a_ticket_from_a_clock_ahead_is_kept_not_replaced() {
         previous_position: None,
         eviction_time: None,
         draw: None,
+        round: None,
     });
     let r = n.post("/api/checkin", json!({ "ticket": ticket })).await;
     r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "token_not_yet_valid");

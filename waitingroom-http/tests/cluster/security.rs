@@ -113,6 +113,7 @@ async fn forged_peer_messages_and_passes_are_rejected() {
         previous_position: None,
         eviction_time: Some(now),
         draw: None,
+        round: None,
     });
     for (what, token) in [
         ("other key", forged),

@@ -257,6 +257,7 @@ async fn bad_input_gets_json_errors() {
         previous_position: None,
         eviction_time: None,
         draw: None,
+        round: None,
     });
     let (s, v) = post(
         &c,

@@ -20,6 +20,8 @@ const POSITION: u8 = 2;
 const EVICTED: u8 = 4;
 /// The ticket carries `draw`.
 const DRAW: u8 = 8;
+/// The ticket carries `round`.
+const ROUND: u8 = 16;
 
 /// One visitor's client.
 #[derive(Debug, Clone, Copy)]
@@ -34,9 +36,10 @@ pub(super) struct Client {
     expires_at: u32,
     eviction_time: u32,
     node: u32,
+    round: u32,
     /// The node slot the load balancer sends this visitor to (`NONE` until chosen).
     pub(super) sticky: u32,
-    /// Which parts are there: `HOLDS`, `POSITION`, `EVICTED`, `DRAW`.
+    /// Which parts are there: `HOLDS`, `POSITION`, `EVICTED`, `DRAW`, `ROUND`.
     flags: u8,
 }
 
@@ -57,6 +60,7 @@ impl Client {
         expires_at: 0,
         eviction_time: 0,
         node: 0,
+        round: 0,
         sticky: NONE,
         flags: 0,
     };
@@ -74,11 +78,13 @@ impl Client {
             expires_at: narrow(t.expires_at),
             eviction_time: narrow(t.eviction_time.unwrap_or(0)),
             node: u32::try_from(t.node.0).expect("simulated node ids fit in 32 bits"),
+            round: (t.round.unwrap_or(0).try_into()).expect("simulated rounds fit in 32 bits"),
             sticky: self.sticky,
             flags: HOLDS
                 | flag(t.previous_position.is_some(), POSITION)
                 | flag(t.eviction_time.is_some(), EVICTED)
-                | flag(t.draw.is_some(), DRAW),
+                | flag(t.draw.is_some(), DRAW)
+                | flag(t.round.is_some(), ROUND),
         };
     }
 
@@ -117,6 +123,7 @@ impl Client {
             previous_position: self.has(POSITION).then_some(self.previous_position),
             eviction_time: self.has(EVICTED).then_some(self.eviction_time.into()),
             draw: self.has(DRAW).then_some(self.draw),
+            round: self.has(ROUND).then_some(self.round.into()),
         })
     }
 }
@@ -136,6 +143,7 @@ mod tests {
             previous_position: (i & 1 != 0).then_some(u64::MAX - 3 * i),
             eviction_time: (i & 2 != 0).then_some(1_500 + i),
             draw: (i & 4 != 0).then_some(u64::MAX / 3 + i),
+            round: (i & 1 == 0).then_some(u64::from(u32::MAX) - i),
         }
     }
 

@@ -157,9 +157,16 @@ impl Node {
                 answer = self.local.room_mut().check_in(now, &answer.ticket)?;
             }
         }
-        if answer.status == CheckInStatus::Admitted {
-            answer.ticket.round = self.round_of(&answer.ticket);
-        }
+        // The round the ticket names holds for the admission it was named for only: a lapsed
+        // admission re-queues the visitor, and a later one is another round's.
+        let same_admission = ticket.eviction_time == answer.ticket.eviction_time;
+        answer.ticket.round = match answer.status {
+            CheckInStatus::Admitted if same_admission => self.round_of(ticket),
+            CheckInStatus::Admitted => {
+                (answer.ticket.eviction_time).and_then(|at| self.records.round_decided_at(at))
+            }
+            _ => None,
+        };
         Ok(self.with_cluster_position(now, answer, shown))
     }
 

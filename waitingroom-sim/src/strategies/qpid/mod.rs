@@ -45,6 +45,9 @@ enum Action {
     Stop(usize, u32),
     /// The operator's action (index into `--operator`).
     Operate(usize),
+    /// The operator looks whether a round carried the settings version its action `.0` made
+    /// (`.1` written by node `.2`), and makes the action again if not.
+    Confirm(usize, u64, NodeId),
     /// Every node must refuse the given-back pass (index into `released`), the cluster seen
     /// apart so far.
     CheckReleased(usize, plays::Apart),
@@ -117,6 +120,10 @@ pub(crate) struct QpidRoom {
     passthrough: bool,
     /// When the last partition healed.
     healed_at: Time,
+    /// The operator's latest action (index into `--operator`), and how often it was made.
+    operated_last: Option<(usize, u32)>,
+    /// Where and with what seed the operator makes an action again.
+    operator_rng: ChaCha8Rng,
 }
 
 fn error_name(e: &VisitorError) -> String {
@@ -211,6 +218,8 @@ impl QpidRoom {
             target: cfg.settings().target_on_site,
             passthrough: false,
             healed_at: 0,
+            operated_last: None,
+            operator_rng: seeds::rng(cfg.seed, Stream::Operator),
         }
     }
 
@@ -824,6 +833,7 @@ impl Room for QpidRoom {
                     }
                 }
                 Action::Operate(i) => self.operate(ctx, i),
+                Action::Confirm(i, version, author) => self.confirm(ctx, i, version, author),
                 Action::CheckReleased(i, apart) => self.check_refused(ctx, i, apart),
             },
             Ev::Arrive(_) | Ev::Visitor(_) | Ev::Tick => {}

@@ -617,6 +617,20 @@ mod tests {
     }
 
     #[test]
+    fn a_banker_refused_after_their_claim_window_closed_gave_it_up() {
+        // Bankers learn of their admission a check-in after it was made, so banking 5.2 s of
+        // a 5.5-s claim window takes some of them past its close: the room refuses their
+        // pass, as it should, and they lost nothing they kept.
+        let flags = "--seed 162 --nodes 5 --users 393 --arrival flash --window-ms 13051 \
+            --session-ms 14539 --churn 0 --bankers 0.2649411074575596 --bank-ms 5230 \
+            --target-on-site unlimited --refresh-interval-ms 304 --ticket-expiry-ms 5520 \
+            --pass-expiry-ms 4175 --eviction-interval-ms 250 --max-time-ms 219153 --strict";
+        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
+        let r = check(&cfg);
+        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+    }
+
+    #[test]
     fn shrinking_keeps_the_failure_and_drops_the_rest() {
         // A run cut off long before its visitors are through fails `timed-out` whatever
         // else goes on; the disturbances and the lossy network around it are not needed.

@@ -810,6 +810,12 @@ impl Room for QpidRoom {
         Some(self.true_time(node, next_refresh))
     }
 
+    fn claim_window_end(&self, v: u32) -> Option<Time> {
+        let ticket = self.visits.clients[v as usize].ticket()?;
+        ticket.eviction_time?;
+        Some(self.true_time(ticket.node, ticket.expires_at))
+    }
+
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {
         match ev {
             Ev::Deliver(t) => self.deliver(ctx, *t),

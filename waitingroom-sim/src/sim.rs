@@ -410,6 +410,8 @@ fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
             ctx.ledger.lapse(v);
             ctx.visitors.phase[v as usize] = Phase::Abandoned;
         }
+        // No node answered: they go on banking, and try again at their next check-in.
+        Reply::Unavailable => schedule_banking(ctx, v, None),
         reply => {
             // Queued again: they wait for a round like anyone else.
             back_in_line(ctx);

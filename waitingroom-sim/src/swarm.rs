@@ -631,6 +631,21 @@ mod tests {
     }
 
     #[test]
+    fn a_banker_the_cluster_cannot_answer_goes_on_banking() {
+        // The whole cluster restarts while bankers keep their admissions: unanswered, they
+        // bank on (they never rejoined the line), and when their claim window closed meanwhile
+        // the refusal that follows is their own choice.
+        let flags = "--seed 653 --nodes 6 --users 135 --window-ms 9774 --churn 0 \
+            --restart-delay-ms 1742 --script restart-all@11455 \
+            --bankers 0.044379318481178764 --bank-ms 20387 --target-on-site 20 \
+            --refresh-interval-ms 895 --ticket-expiry-ms 8985 --pass-expiry-ms 2685 \
+            --eviction-interval-ms 250 --operator target=68@2862 --max-time-ms 271658 --strict";
+        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
+        let r = check(&cfg);
+        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+    }
+
+    #[test]
     fn shrinking_keeps_the_failure_and_drops_the_rest() {
         // A run cut off long before its visitors are through fails `timed-out` whatever
         // else goes on; the disturbances and the lossy network around it are not needed.

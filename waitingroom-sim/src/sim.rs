@@ -313,13 +313,16 @@ fn take_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
 fn try_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) -> bool {
     match room.leave(ctx, v) {
         Some(expires) => {
-            if ctx.ledger.has_lapsed(v) {
-                // A pass from an admission whose claim window had closed: a place taken
-                // without a round letting anyone out.
+            let late = after_claim_window(ctx, room, v);
+            if late || ctx.ledger.has_lapsed(v) {
                 ctx.ledger.place_retaken(v);
                 let on_site = ctx.ledger.on_site;
                 if let Some(p) = ctx.promises.as_mut() {
-                    p.fail(ctx.now, "pass-after-lapse", || format!("visitor {v}"));
+                    if late {
+                        // A pass from an admission whose claim window had closed: a place
+                        // taken without a round letting anyone out.
+                        p.fail(ctx.now, "pass-after-lapse", || format!("visitor {v}"));
+                    }
                     p.place_taken(ctx.now, on_site);
                 }
             }
@@ -330,6 +333,17 @@ fn try_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// Whether the pass just handed to banker `v` came after their claim window closed: after the
+/// window their first admitted ticket named, by the clock of the node that handed it out (each
+/// node checks a ticket's times against its own clock; what a skewed or stepped clock does to
+/// the site is the over-target checks' business).
+fn after_claim_window(ctx: &Ctx, room: &dyn Room, v: u32) -> bool {
+    match (ctx.plays.lapses_at.get(&v), room.last_pass_issued_at()) {
+        (Some(&(_, end)), Some(issued_at)) => issued_at >= end,
+        _ => ctx.ledger.has_lapsed(v),
     }
 }
 
@@ -352,7 +366,8 @@ fn start_banking(ctx: &mut Ctx, room: &dyn Room, v: u32) {
     // The claim window the admission's ticket names, else the ticket expiry from the
     // admission.
     let lapse = room.claim_window_end(v).unwrap_or_else(|| {
-        ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms
+        let at = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
+        (at, at)
     });
     ctx.plays.lapses_at.insert(v, lapse);
     ctx.visitors.phase[v as usize] = Phase::Banking;
@@ -374,7 +389,7 @@ fn schedule_banking(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
 
 /// When banker `v`'s admission lapses ([`Plays::lapses_at`]).
 fn lapses_at(ctx: &Ctx, v: u32) -> Time {
-    ctx.plays.lapses_at.get(&v).copied().unwrap_or(0)
+    ctx.plays.lapses_at.get(&v).map_or(0, |&(at, _)| at)
 }
 
 fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {

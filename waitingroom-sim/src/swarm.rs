@@ -646,6 +646,20 @@ mod tests {
     }
 
     #[test]
+    fn a_pass_within_the_claim_window_by_the_clock_that_checks_it_is_no_lapse() {
+        // A node's clock steps back after it admitted a banker: the pass it hands out just
+        // before its own clock reaches the window's close comes after it in true time.
+        let flags = "--seed 929 --nodes 3 --users 367 --arrival poisson --window-ms 14016 \
+            --churn 0 --script clock-step@8385 --clock-step-ms 117 \
+            --bankers 0.2860626674967178 --bank-ms 6328 --target-on-site unlimited \
+            --refresh-interval-ms 965 --ticket-expiry-ms 7583 --pass-expiry-ms 5738 \
+            --eviction-interval-ms 250 --max-time-ms 244002 --strict";
+        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
+        let r = check(&cfg);
+        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+    }
+
+    #[test]
     fn shrinking_keeps_the_failure_and_drops_the_rest() {
         // A run cut off long before its visitors are through fails `timed-out` whatever
         // else goes on; the disturbances and the lossy network around it are not needed.

@@ -124,6 +124,8 @@ pub(crate) struct QpidRoom {
     operated_last: Option<(usize, u32)>,
     /// Where and with what seed the operator makes an action again.
     operator_rng: ChaCha8Rng,
+    /// What the clock of the node that handed out the latest pass read when it did.
+    last_pass_issued_at: Option<Time>,
 }
 
 fn error_name(e: &VisitorError) -> String {
@@ -220,6 +222,7 @@ impl QpidRoom {
             healed_at: 0,
             operated_last: None,
             operator_rng: seeds::rng(cfg.seed, Stream::Operator),
+            last_pass_issued_at: None,
         }
     }
 
@@ -493,6 +496,7 @@ impl QpidRoom {
                     p.pass_handed(ctx.now, v, &pass, op == "leave");
                 }
                 let issuer = pass.node;
+                self.last_pass_issued_at = Some(pass.issued_at);
                 let expires = self.visits.hold(v, pass);
                 Some(self.true_time(issuer, expires))
             }
@@ -810,10 +814,15 @@ impl Room for QpidRoom {
         Some(self.true_time(node, next_refresh))
     }
 
-    fn claim_window_end(&self, v: u32) -> Option<Time> {
+    fn claim_window_end(&self, v: u32) -> Option<(Time, Time)> {
         let ticket = self.visits.clients[v as usize].ticket()?;
         ticket.eviction_time?;
-        Some(self.true_time(ticket.node, ticket.expires_at))
+        let end = ticket.expires_at;
+        Some((self.true_time(ticket.node, end), end))
+    }
+
+    fn last_pass_issued_at(&self) -> Option<Time> {
+        self.last_pass_issued_at
     }
 
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {

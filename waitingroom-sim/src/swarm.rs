@@ -597,7 +597,12 @@ mod tests {
                 .iter()
                 .any(|o| o.what == OperatorAction::Target(17))
         );
-        let r = check(&cfg);
+        passes(&cfg);
+    }
+
+    /// The run passes every check.
+    fn passes(cfg: &RunConfig) {
+        let r = check(cfg);
         assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
     }
 
@@ -611,9 +616,7 @@ mod tests {
             --ticket-expiry-ms 11881 --pass-expiry-ms 3977 \
             --operator event=324:1589:shuffle@3046 --operator mode=queue_all@3942 \
             --operator mode=normal@6462 --max-time-ms 204393 --strict";
-        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
-        let r = check(&cfg);
-        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+        passes(&RunConfig::from_flags(flags.split_whitespace()).unwrap());
     }
 
     #[test]
@@ -625,9 +628,7 @@ mod tests {
             --session-ms 14539 --churn 0 --bankers 0.2649411074575596 --bank-ms 5230 \
             --target-on-site unlimited --refresh-interval-ms 304 --ticket-expiry-ms 5520 \
             --pass-expiry-ms 4175 --eviction-interval-ms 250 --max-time-ms 219153 --strict";
-        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
-        let r = check(&cfg);
-        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+        passes(&RunConfig::from_flags(flags.split_whitespace()).unwrap());
     }
 
     #[test]
@@ -640,9 +641,7 @@ mod tests {
             --bankers 0.044379318481178764 --bank-ms 20387 --target-on-site 20 \
             --refresh-interval-ms 895 --ticket-expiry-ms 8985 --pass-expiry-ms 2685 \
             --eviction-interval-ms 250 --operator target=68@2862 --max-time-ms 271658 --strict";
-        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
-        let r = check(&cfg);
-        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+        passes(&RunConfig::from_flags(flags.split_whitespace()).unwrap());
     }
 
     #[test]
@@ -654,9 +653,7 @@ mod tests {
             --bankers 0.2860626674967178 --bank-ms 6328 --target-on-site unlimited \
             --refresh-interval-ms 965 --ticket-expiry-ms 7583 --pass-expiry-ms 5738 \
             --eviction-interval-ms 250 --max-time-ms 244002 --strict";
-        let cfg = RunConfig::from_flags(flags.split_whitespace()).unwrap();
-        let r = check(&cfg);
-        assert!(r.failed.is_empty(), "{:?} {:?}", r.failed, r.detail);
+        passes(&RunConfig::from_flags(flags.split_whitespace()).unwrap());
     }
 
     #[test]

@@ -600,6 +600,21 @@ mod tests {
         passes(&cfg);
     }
 
+    #[test]
+    fn a_whole_cluster_restart_joins_the_nodes_already_back() {
+        // Two nodes whose own restarts came due during a whole-cluster restart serve again
+        // when the rest come back: the first of those must join them, not found a cluster of
+        // its own whose founder admits a visitor the others admit too.
+        let cfg = draw(557);
+        assert!(
+            cfg.faults
+                .script
+                .iter()
+                .any(|s| s.what == Disturbance::RestartAll)
+        );
+        passes(&cfg);
+    }
+
     /// The run passes every check.
     fn passes(cfg: &RunConfig) {
         let r = check(cfg);

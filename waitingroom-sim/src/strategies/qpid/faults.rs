@@ -67,13 +67,16 @@ impl QpidRoom {
         }
     }
 
-    /// The node in `slot` comes back; `first` starts a new cluster, else it joins the serving
-    /// nodes (or, when none serve yet, the lowest slot, which started one).
+    /// The node in `slot` comes back; `first` starts a new cluster when no node serves, else it
+    /// joins the serving nodes (or, when none serve yet, the lowest slot, which started one).
     pub(super) fn revive(&mut self, ctx: &mut Ctx, slot: usize, first: bool) {
         if self.nodes.slots[slot].node.is_some() {
             return;
         }
-        if first {
+        // Unless nodes already serve (their own restarts came due meanwhile): an operator
+        // starts a second cluster beside a running one by mistake only, and its founder would
+        // admit on its own beside it.
+        if first && self.nodes.serving().is_empty() {
             self.spawn(ctx, slot, None);
             return;
         }

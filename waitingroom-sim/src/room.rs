@@ -62,6 +62,17 @@ pub trait Room {
     fn next_check_in(&self, _v: u32) -> Option<Time> {
         None
     }
+    /// When the claim window of admitted visitor `v` closes, as their ticket says (a real
+    /// client reads its expiry): in true time, and as the reading of a node's clock that the
+    /// nodes check it against. None: the ticket expiry after their admission.
+    fn claim_window_end(&self, _v: u32) -> Option<(Time, Time)> {
+        None
+    }
+    /// What the clock of the node that handed out the latest pass read when it did, if the
+    /// nodes have clocks of their own.
+    fn last_pass_issued_at(&self) -> Option<Time> {
+        None
+    }
     /// Reads what the next step of visitor `v` reads first, so that its cache misses overlap the
     /// current event's work (in part: a read, unlike a prefetch, still waits for its data)
     /// instead of stalling the next one. A large run is bound by memory latency
@@ -122,6 +133,10 @@ pub enum Play {
 pub struct Plays {
     /// Bankers banking: until when.
     pub bank_until: HashMap<u32, Time>,
+    /// When each banker's admission lapses: the close of the claim window their ticket named
+    /// when they started banking (later tickets cannot move it), in true time and as the
+    /// clock reading the nodes check it against.
+    pub lapses_at: HashMap<u32, (Time, Time)>,
     /// Wanderers who went away already.
     pub wandered: HashSet<u32>,
     /// Releasers who gave their pass back already.

@@ -25,6 +25,8 @@ pub enum Stream {
     Baseline = 6,
     /// What the swarm switches on for a seed (`crate::swarm`).
     Swarm = 7,
+    /// Where the simulated operator makes an action again that no round carried.
+    Operator = 8,
 }
 
 /// SplitMix64: a fast bijective mixer, used to turn (seed, stream) into well-spread seeds.

@@ -267,7 +267,7 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
                 ctx.admitted(a, |_| true);
             }
             if ctx.plays(v, Play::Bank) && !ctx.plays.bank_until.contains_key(&v) {
-                start_banking(ctx, v);
+                start_banking(ctx, room, v);
                 return;
             }
             take_pass(ctx, room, v);
@@ -303,15 +303,26 @@ fn check_in_due(ctx: &mut Ctx, asked: Option<Time>) -> Time {
 
 /// An admitted visitor leaves the queue for a pass.
 fn take_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
+    if !try_pass(ctx, room, v) {
+        // Could not leave right now (the node just went away): try again soon.
+        schedule_check_in(ctx, v, None);
+    }
+}
+
+/// Admitted visitor `v` asks for their pass and goes on the site with it; false if refused.
+fn try_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) -> bool {
     match room.leave(ctx, v) {
         Some(expires) => {
-            if ctx.ledger.has_lapsed(v) {
-                // A pass from an admission whose claim window had closed: a place taken
-                // without a round letting anyone out.
+            let late = after_claim_window(ctx, room, v);
+            if late || ctx.ledger.has_lapsed(v) {
                 ctx.ledger.place_retaken(v);
                 let on_site = ctx.ledger.on_site;
                 if let Some(p) = ctx.promises.as_mut() {
-                    p.fail(ctx.now, "pass-after-lapse", || format!("visitor {v}"));
+                    if late {
+                        // A pass from an admission whose claim window had closed: a place
+                        // taken without a round letting anyone out.
+                        p.fail(ctx.now, "pass-after-lapse", || format!("visitor {v}"));
+                    }
                     p.place_taken(ctx.now, on_site);
                 }
             }
@@ -319,9 +330,20 @@ fn take_pass(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
             if ctx.plays(v, Play::Replay) {
                 room.replay_leave(ctx, v);
             }
+            true
         }
-        // Could not leave right now (the node just went away): try again soon.
-        None => schedule_check_in(ctx, v, None),
+        None => false,
+    }
+}
+
+/// Whether the pass just handed to banker `v` came after their claim window closed: after the
+/// window their first admitted ticket named, by the clock of the node that handed it out (each
+/// node checks a ticket's times against its own clock; what a skewed or stepped clock does to
+/// the site is the over-target checks' business).
+fn after_claim_window(ctx: &Ctx, room: &dyn Room, v: u32) -> bool {
+    match (ctx.plays.lapses_at.get(&v), room.last_pass_issued_at()) {
+        (Some(&(_, end)), Some(issued_at)) => issued_at >= end,
+        _ => ctx.ledger.has_lapsed(v),
     }
 }
 
@@ -337,10 +359,17 @@ fn wanders_off(ctx: &mut Ctx, v: u32) -> bool {
 
 /// A banker was admitted: instead of leaving the queue they keep checking in for `bank_ms`.
 /// They count as done (they got in), whatever they do next.
-fn start_banking(ctx: &mut Ctx, v: u32) {
+fn start_banking(ctx: &mut Ctx, room: &dyn Room, v: u32) {
     ctx.plays
         .bank_until
         .insert(v, ctx.now + ctx.cfg.behaviours.bank_ms);
+    // The claim window the admission's ticket names, else the ticket expiry from the
+    // admission.
+    let lapse = room.claim_window_end(v).unwrap_or_else(|| {
+        let at = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
+        (at, at)
+    });
+    ctx.plays.lapses_at.insert(v, lapse);
     ctx.visitors.phase[v as usize] = Phase::Banking;
     ctx.visitors.unfinished -= 1;
     schedule_banking(ctx, v, None);
@@ -349,7 +378,7 @@ fn start_banking(ctx: &mut Ctx, v: u32) {
 /// The banker's next step: their next check-in, or the close of their claim window if sooner.
 fn schedule_banking(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
     let at = check_in_due(ctx, asked);
-    let lapse = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
+    let lapse = lapses_at(ctx, v);
     let at = if !ctx.ledger.has_lapsed(v) && lapse > ctx.now {
         at.min(lapse)
     } else {
@@ -358,9 +387,13 @@ fn schedule_banking(ctx: &mut Ctx, v: u32, asked: Option<Time>) {
     ctx.sched.at(at, Ev::Visitor(v));
 }
 
+/// When banker `v`'s admission lapses ([`Plays::lapses_at`]).
+fn lapses_at(ctx: &Ctx, v: u32) -> Time {
+    ctx.plays.lapses_at.get(&v).map_or(0, |&(at, _)| at)
+}
+
 fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
-    let lapse = ctx.ledger.admitted_at(v).unwrap_or(0) + ctx.cfg.protocol.ticket_expiry_ms;
-    if ctx.now >= lapse {
+    if ctx.now >= lapses_at(ctx, v) {
         ctx.ledger.lapse(v);
     }
     let until = ctx.plays.bank_until.get(&v).copied().unwrap_or(0);
@@ -370,7 +403,16 @@ fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
     };
     if ctx.now >= until {
         back_in_line(ctx);
-        take_pass(ctx, room, v);
+        if try_pass(ctx, room, v) {
+            return;
+        }
+        if ctx.ledger.has_lapsed(v) {
+            // Refused after they let their admission lapse: they lost nothing they kept.
+            ctx.visitors.phase[v as usize] = Phase::Abandoned;
+            ctx.visitors.unfinished -= 1;
+        } else {
+            schedule_check_in(ctx, v, None);
+        }
         return;
     }
     match room.check_in(ctx, v) {
@@ -383,6 +425,8 @@ fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
             ctx.ledger.lapse(v);
             ctx.visitors.phase[v as usize] = Phase::Abandoned;
         }
+        // No node answered: they go on banking, and try again at their next check-in.
+        Reply::Unavailable => schedule_banking(ctx, v, None),
         reply => {
             // Queued again: they wait for a round like anyone else.
             back_in_line(ctx);

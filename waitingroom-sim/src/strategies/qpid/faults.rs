@@ -4,8 +4,8 @@
 //! name them.
 
 use rand::RngExt;
-use waitingroom_core::{NodeId, Pass, Settings, TicketId, Time};
-use waitingroom_distributed::{Mode, QueueingMethod, ScheduledEvent, SettingsPatch};
+use waitingroom_core::{NodeId, Pass, Settings, SettingsError, TicketId, Time};
+use waitingroom_distributed::{LiveSettings, Mode, QueueingMethod, ScheduledEvent, SettingsPatch};
 
 use super::nodes::addr;
 use super::plays::Apart;
@@ -16,6 +16,10 @@ use crate::scheduler::Ev;
 
 /// How long a bypass pass minted by the simulated operator lives.
 const BYPASS_MS: Time = 600_000;
+
+/// How often the operator makes one action at most (the first time included) while no round
+/// carries it.
+const OPERATOR_TRIES: u32 = 5;
 
 /// How long a node that leaves cleanly keeps running to say goodbye.
 const GOODBYE_MS: Time = 1_000;
@@ -63,13 +67,16 @@ impl QpidRoom {
         }
     }
 
-    /// The node in `slot` comes back; `first` starts a new cluster, else it joins the serving
-    /// nodes (or, when none serve yet, the lowest slot, which started one).
+    /// The node in `slot` comes back; `first` starts a new cluster when no node serves, else it
+    /// joins the serving nodes (or, when none serve yet, the lowest slot, which started one).
     pub(super) fn revive(&mut self, ctx: &mut Ctx, slot: usize, first: bool) {
         if self.nodes.slots[slot].node.is_some() {
             return;
         }
-        if first {
+        // Unless nodes already serve (their own restarts came due meanwhile): an operator
+        // starts a second cluster beside a running one by mistake only, and its founder would
+        // admit on its own beside it.
+        if first && self.nodes.serving().is_empty() {
             self.spawn(ctx, slot, None);
             return;
         }
@@ -122,9 +129,43 @@ impl QpidRoom {
 
     /// The operator's action `i` (`--operator`), made at a random serving node.
     pub(super) fn operate(&mut self, ctx: &mut Ctx, i: usize) {
+        self.operated_last = Some((i, 0));
+        self.make(ctx, i, false);
+    }
+
+    /// The operator asks whether a round carried the version its action `i` made, as the
+    /// admin API answers (`"confirmed"`), and makes the action again at a serving node if not
+    /// and nothing newer was made since: a change whose node died before any round carried it
+    /// is lost (waitingroom-distributed/README.md#live-settings), and the operator, told so,
+    /// makes it again.
+    pub(super) fn confirm(&mut self, ctx: &mut Ctx, i: usize, version: u64, author: NodeId) {
+        if self
+            .operated_last
+            .is_none_or(|(last, made)| last != i || made >= OPERATOR_TRIES)
+        {
+            return;
+        }
+        let carried = (self.nodes.serving().to_vec().into_iter()).any(|s| {
+            let summary = self.nodes.node(s as usize).summary();
+            summary.is_some_and(|s| s.settings.includes(author, version))
+        });
+        if !carried {
+            bump(&mut self.tallies.protocol_events, "operator-again");
+            self.make(ctx, i, true);
+        }
+    }
+
+    /// Makes the operator's action `i` at a random serving node and plans the look at
+    /// whether a round carried it. The node and seed of an action made `again` come from
+    /// a stream of their own, so that the disturbances drawn after it stay those of a run
+    /// whose operator needed no second try.
+    fn make(&mut self, ctx: &mut Ctx, i: usize, again: bool) {
         let Some(op) = self.cfg.operator.operator.get(i).map(|o| o.what) else {
             return;
         };
+        if let Some((_, made)) = self.operated_last.as_mut() {
+            *made += 1;
+        }
         let serving: Vec<usize> = (self.nodes.serving().iter())
             .map(|&s| s as usize)
             .filter(|&s| !self.nodes.frozen(s, ctx.now))
@@ -133,9 +174,14 @@ impl QpidRoom {
             bump(&mut self.tallies.protocol_events, "operator-skipped");
             return;
         }
-        let slot = serving[self.rng.random_range(0..serving.len())];
+        let rng = if again {
+            &mut self.operator_rng
+        } else {
+            &mut self.rng
+        };
+        let slot = serving[rng.random_range(0..serving.len())];
+        let seed: [u8; 32] = rng.random();
         let clock = self.nodes.clock(slot, ctx.now);
-        let seed: [u8; 32] = self.rng.random();
         let mut patch = SettingsPatch::default();
         match op {
             OperatorAction::Target(n) => patch.target_on_site = Some(n),
@@ -165,7 +211,7 @@ impl QpidRoom {
                     seed: None,
                 };
                 let r = node.add_event(clock, event, seed);
-                self.operated(ctx, slot, r.err().map(|e| e.to_string()));
+                self.made(ctx, i, slot, r);
                 return;
             }
             OperatorAction::Bypass => {
@@ -177,7 +223,26 @@ impl QpidRoom {
         if r.is_ok() {
             self.follow_target(ctx, op);
         }
-        self.operated(ctx, slot, r.err().map(|e| e.to_string()));
+        self.made(ctx, i, slot, r);
+    }
+
+    /// The operator's action `i` was made at `slot` with result `r`: plans the look at whether
+    /// a round carried it when the admin API would answer (after three rounds).
+    fn made(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        slot: usize,
+        r: Result<LiveSettings, SettingsError>,
+    ) {
+        match r {
+            Ok(v) => {
+                let at = ctx.now + 3 * self.settings.eviction_interval_ms;
+                self.plan_at(ctx, at, Action::Confirm(i, v.version, v.author));
+                self.operated(ctx, slot, None);
+            }
+            Err(e) => self.operated(ctx, slot, Some(e.to_string())),
+        }
     }
 
     /// Tells the promises' checks which target bounds admissions after `op`.

@@ -45,6 +45,9 @@ enum Action {
     Stop(usize, u32),
     /// The operator's action (index into `--operator`).
     Operate(usize),
+    /// The operator looks whether a round carried the settings version its action `.0` made
+    /// (`.1` written by node `.2`), and makes the action again if not.
+    Confirm(usize, u64, NodeId),
     /// Every node must refuse the given-back pass (index into `released`), the cluster seen
     /// apart so far.
     CheckReleased(usize, plays::Apart),
@@ -117,6 +120,12 @@ pub(crate) struct QpidRoom {
     passthrough: bool,
     /// When the last partition healed.
     healed_at: Time,
+    /// The operator's latest action (index into `--operator`), and how often it was made.
+    operated_last: Option<(usize, u32)>,
+    /// Where and with what seed the operator makes an action again.
+    operator_rng: ChaCha8Rng,
+    /// What the clock of the node that handed out the latest pass read when it did.
+    last_pass_issued_at: Option<Time>,
 }
 
 fn error_name(e: &VisitorError) -> String {
@@ -211,6 +220,9 @@ impl QpidRoom {
             target: cfg.settings().target_on_site,
             passthrough: false,
             healed_at: 0,
+            operated_last: None,
+            operator_rng: seeds::rng(cfg.seed, Stream::Operator),
+            last_pass_issued_at: None,
         }
     }
 
@@ -484,6 +496,7 @@ impl QpidRoom {
                     p.pass_handed(ctx.now, v, &pass, op == "leave");
                 }
                 let issuer = pass.node;
+                self.last_pass_issued_at = Some(pass.issued_at);
                 let expires = self.visits.hold(v, pass);
                 Some(self.true_time(issuer, expires))
             }
@@ -801,6 +814,17 @@ impl Room for QpidRoom {
         Some(self.true_time(node, next_refresh))
     }
 
+    fn claim_window_end(&self, v: u32) -> Option<(Time, Time)> {
+        let ticket = self.visits.clients[v as usize].ticket()?;
+        ticket.eviction_time?;
+        let end = ticket.expires_at;
+        Some((self.true_time(ticket.node, end), end))
+    }
+
+    fn last_pass_issued_at(&self) -> Option<Time> {
+        self.last_pass_issued_at
+    }
+
     fn handle(&mut self, ctx: &mut Ctx, ev: Ev) {
         match ev {
             Ev::Deliver(t) => self.deliver(ctx, *t),
@@ -824,6 +848,7 @@ impl Room for QpidRoom {
                     }
                 }
                 Action::Operate(i) => self.operate(ctx, i),
+                Action::Confirm(i, version, author) => self.confirm(ctx, i, version, author),
                 Action::CheckReleased(i, apart) => self.check_refused(ctx, i, apart),
             },
             Ev::Arrive(_) | Ev::Visitor(_) | Ev::Tick => {}

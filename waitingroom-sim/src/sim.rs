@@ -275,6 +275,11 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
         Reply::Refused => {
             ctx.visitors.phase[v as usize] = Phase::Refused;
             ctx.visitors.unfinished -= 1;
+            if ctx.ledger.is_admitted(v) {
+                // Refused for good after an admission (its claim window closed while their node
+                // was away): they hold no place and can get no pass for it.
+                ctx.ledger.lapse(v);
+            }
         }
         Reply::TurnedAway => {
             ctx.visitors.phase[v as usize] = Phase::Abandoned;
@@ -383,6 +388,9 @@ fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
             ctx.ledger.lapse(v);
             ctx.visitors.phase[v as usize] = Phase::Abandoned;
         }
+        // Nobody could answer (every node down): they keep banking, their admission's claim
+        // window running.
+        Reply::Unavailable => schedule_banking(ctx, v, None),
         reply => {
             // Queued again: they wait for a round like anyone else.
             back_in_line(ctx);

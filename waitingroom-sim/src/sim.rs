@@ -255,11 +255,14 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
 fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
     match reply {
         Reply::Queued => {
+            ctx.ledger.requeued(v);
             let asked = room.next_check_in(v);
             schedule_check_in(ctx, v, asked);
         }
         Reply::Unavailable => schedule_check_in(ctx, v, None),
         Reply::Admitted => {
+            // Queued again after an admission and let out without an admission event.
+            ctx.ledger.requeued_let_through(v);
             if !ctx.ledger.is_admitted(v) {
                 // Let in without an admission event (straight through): decided right now.
                 ctx.ledger.silent_admissions += 1;

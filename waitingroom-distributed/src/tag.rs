@@ -12,7 +12,7 @@
 //! range every node lets out its share of (waitingroom-distributed/README.md#eviction-with-tag,
 //! departs from §4.5.3's one deleteMin per visitor).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use waitingroom_core::{NodeId, QueueKey, TicketId, Time, WaitingRoom};
 
@@ -101,6 +101,11 @@ pub(crate) struct Tag {
     last_round_seen: Time,
     /// The latest ranges decided (range admission), oldest first.
     ranges: Vec<AdmitRange>,
+    /// Bumped whenever a summary names other places than the one before.
+    places_changes: u64,
+    /// The places each member held after the last round that counted it, whether or not the
+    /// latest round did (a member it missed kept what it held then, under that round's grant).
+    last_places: BTreeMap<NodeId, u64>,
 }
 
 /// One count in progress at this node.
@@ -136,6 +141,8 @@ impl Tag {
             own_below: Vec::new(),
             last_round_seen: 0,
             ranges: Vec::new(),
+            places_changes: 0,
+            last_places: BTreeMap::new(),
         }
     }
 
@@ -455,15 +462,34 @@ impl Tag {
     /// Keeps the summary of a new result: the latest cluster-wide figures, for positions.
     pub(crate) fn keep(&mut self, summary: Summary) {
         self.own_below.retain(|(s, _)| *s >= summary.stamp);
+        if self
+            .summary
+            .as_ref()
+            .is_none_or(|s| s.places != summary.places)
+        {
+            self.places_changes += 1;
+        }
+        self.last_places.extend(summary.places.iter().copied());
         self.summary = Some(summary);
     }
 
-    /// The places member `node` held after the last round, as its summary says.
-    pub(crate) fn places_of(&self, node: NodeId) -> u64 {
-        self.summary
-            .as_ref()
-            .and_then(|s| s.places.iter().find(|(n, _)| *n == node))
-            .map_or(0, |&(_, p)| p)
+    /// Moves whenever the places members held after the last round changed (a restart keeps
+    /// them: `node/durable.rs`).
+    pub(crate) fn places_changes(&self) -> u64 {
+        self.places_changes
+    }
+
+    /// The places member `node` held after the last round that counted it, as that round's
+    /// summary says; `None` while this node has heard of no round at all (it joined a cluster
+    /// whose members may hold anything).
+    pub(crate) fn places_of(&self, node: NodeId) -> Option<u64> {
+        self.summary.as_ref()?;
+        Some(self.last_places.get(&node).copied().unwrap_or(0))
+    }
+
+    /// Member `node` left: its places are held as a departure from now on.
+    pub(crate) fn forget_places(&mut self, node: NodeId) {
+        self.last_places.remove(&node);
     }
 
     /// Adds decided ranges this node had not seen (the node then lets out what falls in them,

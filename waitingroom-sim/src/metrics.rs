@@ -80,6 +80,10 @@ pub struct Ledger {
     /// (visitor, node process) for each node process a visitor moved away from: they checked
     /// in at another node because it could not be reached, and were queued there.
     moved_from: HashSet<(u32, u32)>,
+    /// Visitors queued again after an admission (their node went away and another queued them
+    /// under their join time): they gave the admission up with its ticket, and hold no place
+    /// until a round lets them out again.
+    requeued: HashSet<u32>,
 }
 
 impl Ledger {
@@ -101,12 +105,22 @@ impl Ledger {
             max_on_site: 0,
             lapsed: HashSet::new(),
             moved_from: HashSet::new(),
+            requeued: HashSet::new(),
+        }
+    }
+
+    /// Visitor `v`, admitted, was queued again: their place is free until they are let out
+    /// again ([`Ledger::place_retaken`]).
+    pub fn requeued(&mut self, v: u32) {
+        if self.is_admitted(v) && !self.lapsed.contains(&v) && self.requeued.insert(v) {
+            self.place_freed();
         }
     }
 
     /// Visitor `v`'s admission lapsed unclaimed: their place is free.
     pub fn lapse(&mut self, v: u32) {
-        if self.lapsed.insert(v) {
+        let free = self.requeued.remove(&v);
+        if self.lapsed.insert(v) && !free {
             self.place_freed();
         }
     }
@@ -120,6 +134,14 @@ impl Ledger {
     /// admission).
     pub fn place_retaken(&mut self, v: u32) {
         if self.lapsed.remove(&v) {
+            self.on_site += 1;
+            self.max_on_site = self.max_on_site.max(self.on_site);
+        }
+    }
+
+    /// Visitor `v`, queued again after an admission, was let straight through: a place again.
+    pub fn requeued_let_through(&mut self, v: u32) {
+        if self.requeued.remove(&v) {
             self.on_site += 1;
             self.max_on_site = self.max_on_site.max(self.on_site);
         }
@@ -157,6 +179,9 @@ impl Ledger {
     pub fn admit(&mut self, a: Admission, alive: impl Fn(u32) -> bool) -> bool {
         let i = a.v as usize;
         if self.decided_at[i] != NEVER {
+            // Let out again after they were queued again: a new place (the kinds of second
+            // admission below are told apart as before).
+            self.requeued_let_through(a.v);
             if self.lapsed.contains(&a.v) {
                 // Let out again after their admission lapsed: a new admission, a new place.
                 self.place_retaken(a.v);

@@ -255,11 +255,14 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
 fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
     match reply {
         Reply::Queued => {
+            ctx.ledger.requeued(v);
             let asked = room.next_check_in(v);
             schedule_check_in(ctx, v, asked);
         }
         Reply::Unavailable => schedule_check_in(ctx, v, None),
         Reply::Admitted => {
+            // Queued again after an admission and let out without an admission event.
+            ctx.ledger.requeued_let_through(v);
             if !ctx.ledger.is_admitted(v) {
                 // Let in without an admission event (straight through): decided right now.
                 ctx.ledger.silent_admissions += 1;
@@ -275,6 +278,11 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
         Reply::Refused => {
             ctx.visitors.phase[v as usize] = Phase::Refused;
             ctx.visitors.unfinished -= 1;
+            if ctx.ledger.is_admitted(v) {
+                // Refused for good after an admission (its claim window closed while their node
+                // was away): they hold no place and can get no pass for it.
+                ctx.ledger.lapse(v);
+            }
         }
         Reply::TurnedAway => {
             ctx.visitors.phase[v as usize] = Phase::Abandoned;
@@ -425,7 +433,8 @@ fn banking_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
             ctx.ledger.lapse(v);
             ctx.visitors.phase[v as usize] = Phase::Abandoned;
         }
-        // No node answered: they go on banking, and try again at their next check-in.
+        // Nobody could answer (every node down): they keep banking, their admission's claim
+        // window running, and try again at their next check-in.
         Reply::Unavailable => schedule_banking(ctx, v, None),
         reply => {
             // Queued again: they wait for a round like anyone else.

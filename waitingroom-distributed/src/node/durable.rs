@@ -44,6 +44,11 @@ pub struct Durable {
     pub recent_records: Vec<(Time, u64, NodeId)>,
     /// Places departed members may still hold.
     pub departed: Vec<Departed>,
+    /// The other members when this was kept, each with the places it held after the last round
+    /// this node heard of (`until` unused): a restored node counts them as departed from its
+    /// restart on, until their lives are counted again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<Departed>,
 }
 
 /// This process's relation to earlier lives of the node (`node/durable.rs`).
@@ -86,6 +91,8 @@ impl Node {
         (room.wrapping_add(chain))
             .wrapping_add(self.departed.changes())
             .wrapping_add(self.past.changes)
+            .wrapping_add(self.tag.places_changes())
+            .wrapping_add(self.cluster.membership().version)
     }
 
     /// What this node must not forget across a restart, for its driver to keep. Linear in the
@@ -98,7 +105,26 @@ impl Node {
             last_record: next.checked_sub(1).map(|last| (last, link.to_owned())),
             recent_records: self.records.recent(),
             departed: self.departed.list().to_vec(),
+            peers: self.peer_places(),
         }
+    }
+
+    /// The other members and the places each held after the last round: a member this node
+    /// counted with may not come back to the cluster it finds after a restart (it is cut off,
+    /// or the others restart without it), and nobody else would count what it let out.
+    fn peer_places(&self) -> Vec<Departed> {
+        let membership = self.cluster.membership();
+        (membership.members.values())
+            .filter(|c| c.id != self.id())
+            .map(|c| Departed {
+                until: 0,
+                node: c.id,
+                version: membership.version,
+                places: self.tag.places_of(c.id).unwrap_or(0),
+                incarnation: Some(c.incarnation),
+            })
+            .filter(|d| d.places > 0)
+            .collect()
     }
 
     /// Starts from what an earlier life of this node kept ([`Node::durable`]), before it starts
@@ -117,7 +143,26 @@ impl Node {
             .copied()
             .collect();
         self.departed.learn(&live);
+        self.hold_peers(now, &kept.peers);
         self.past.changed();
+    }
+
+    /// The members an earlier life counted with hold their places as departed from `now` on,
+    /// for as long as a member that left then could still use them, or until the life they had
+    /// is counted again (`DepartedPlaces::settle`): a member that is cut off goes on letting
+    /// visitors out under its grant while the cluster this node finds does not know it.
+    fn hold_peers(&mut self, now: Time, peers: &[Departed]) {
+        if self.in_force.unlimited() {
+            return;
+        }
+        let expiry = departed::counted_for(self.lease.life(), &self.in_force);
+        let held: Vec<Departed> = (peers.iter())
+            .map(|d| Departed {
+                until: now.saturating_add(expiry),
+                ..*d
+            })
+            .collect();
+        self.departed.learn(&held);
     }
 
     /// This node starts without state although it may have run before (its driver keeps

@@ -561,7 +561,11 @@ impl Node {
             return;
         }
         let expiry = departed::counted_for(self.lease.life(), &self.in_force);
-        let places = self.tag.places_of(node);
+        // A node that has heard of no round knows nothing of what the member let out: the
+        // whole target, as for a forgotten past (`node/durable.rs`).
+        let target = self.in_force.settings().target_on_site;
+        let places = self.tag.places_of(node).unwrap_or(target);
+        self.tag.forget_places(node);
         let life = (self.cluster.membership().removed.get(&node)).map(|c| c.incarnation);
         (self.departed).member_departed(now, (node, life, version), places, expiry);
     }

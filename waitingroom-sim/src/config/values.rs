@@ -267,8 +267,8 @@ pub enum Disturbance {
     /// Every node stops abruptly and comes back `restart_delay_ms` later with the same id and a
     /// higher incarnation: the first starts a new cluster and the others join it.
     RestartAll,
-    /// A random live node's clock steps by up to `clock_step_ms`, forwards or back (an NTP
-    /// step, a VM resumed).
+    /// A random live node's machine clock steps by up to `clock_step_ms`, forwards or back (an
+    /// NTP step): its next process starts from it, the running one does not follow it.
     ClockStep,
     /// A random live node leaves the cluster cleanly (never the last one).
     Remove,

@@ -98,7 +98,8 @@ impl QpidRoom {
             .collect()
     }
 
-    /// A random live node's clock steps by up to `clock_step_ms` either way.
+    /// A random live node's machine clock steps by up to `clock_step_ms` either way: its
+    /// process reads it only when it starts again (a restart), as the server does.
     pub(super) fn clock_step(&mut self, ctx: &mut Ctx) {
         let Some(slot) = self.victim(0) else {
             return;
@@ -106,7 +107,7 @@ impl QpidRoom {
         let bound = i64::try_from(self.cfg.faults.clock_step_ms).unwrap_or(i64::MAX);
         let step = self.rng.random_range(-bound..=bound);
         let s = &mut self.nodes.slots[slot];
-        s.skew = s.skew.saturating_add(step);
+        s.stepped = s.stepped.saturating_add(step);
         ctx.trace
             .note(ctx.now, "clock-step", &[slot as u64 + 1, step as u64]);
     }

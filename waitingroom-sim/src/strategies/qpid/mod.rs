@@ -262,11 +262,12 @@ impl QpidRoom {
     }
 
     /// The clock of a process starting in `slot`: a restart keeps the machine's clock (its
-    /// skew and any step), a new node draws one (`--clock-skew-ms`).
+    /// skew and any step since the last process started), a new node draws one
+    /// (`--clock-skew-ms`).
     fn skew_of(&mut self, slot: usize) -> i64 {
-        let s = &self.nodes.slots[slot];
+        let s = &mut self.nodes.slots[slot];
         if s.incarnation > 0 {
-            return s.skew;
+            return s.skew.saturating_add(std::mem::take(&mut s.stepped));
         }
         let bound = i64::try_from(self.cfg.faults.clock_skew_ms).unwrap_or(i64::MAX);
         if bound > 0 {

@@ -26,6 +26,10 @@ pub(super) struct Slot {
     pub(super) incarnation: u64,
     /// How far the running process' clock is ahead of true time (`--clock-skew-ms`).
     pub(super) skew: i64,
+    /// Steps of the machine's wall clock since the running process started: the process
+    /// does not follow them (the server's clock is the wall clock at its start plus monotonic
+    /// time since: waitingroom-http/src/clock.rs), the next one started here reads them.
+    pub(super) stepped: i64,
     /// The process is stopped (frozen) until then.
     pub(super) frozen_until: Time,
     /// When the running process started.

@@ -529,9 +529,9 @@ impl Node {
         }
         self.voters
             .members_now(self.cluster.membership().members.keys());
-        for life in gone {
-            self.swim.forget(life.id);
-            self.member_departed(now, &life, version);
+        for id in gone {
+            self.swim.forget(id);
+            self.member_departed(now, id, version);
         }
         for c in added {
             for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
@@ -547,20 +547,19 @@ impl Node {
         }
     }
 
-    /// A member's life left the cluster (it died, was removed, is cut off, or a newer life of
-    /// the node took its place) with membership `version`: the places it held at the last
-    /// count, with its grant, stay counted until whatever it may still have let out is gone
-    /// ([`departed::counted_for`]), or until a process that counts that life's visitors is
-    /// counted (the same process back, or one restored from its state: `node/durable.rs`),
-    /// so the site does not fill past the target with visitors nobody counts any more.
-    fn member_departed(&mut self, now: Time, life: &Contact, version: u64) {
+    /// A member left the cluster (it died, was removed, or is cut off) with membership
+    /// `version`: the places it held at the last count, with its grant, stay counted until
+    /// whatever it may still have let out is gone ([`departed::counted_for`]), or until the
+    /// same process is counted again (the life removed, as the membership names it), so the site
+    /// does not fill past the target with visitors nobody counts any more.
+    fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
         if self.in_force.unlimited() {
             return;
         }
         let expiry = departed::counted_for(self.lease.life(), &self.in_force);
-        let places = self.tag.places_of(life.id);
-        let node = (life.id, Some(life.incarnation), version);
-        (self.departed).member_departed(now, node, places, expiry);
+        let places = self.tag.places_of(node);
+        let life = (self.cluster.membership().removed.get(&node)).map(|c| c.incarnation);
+        (self.departed).member_departed(now, (node, life, version), places, expiry);
     }
 
     /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]): the root

@@ -17,6 +17,9 @@ use crate::scheduler::Ev;
 /// How long a bypass pass minted by the simulated operator lives.
 const BYPASS_MS: Time = 600_000;
 
+/// How long an operator waits before trying a change again that no node took.
+const OPERATOR_RETRY_MS: Time = 500;
+
 /// How long a node that leaves cleanly keeps running to say goodbye.
 const GOODBYE_MS: Time = 1_000;
 
@@ -120,20 +123,42 @@ impl QpidRoom {
         self.plan_at(ctx, ctx.now + GOODBYE_MS, Action::Stop(slot, process));
     }
 
-    /// The operator's action `i` (`--operator`), made at a random serving node.
+    /// The operator's action `i` (`--operator`), made at a random serving node. When no node
+    /// serves (the whole cluster is restarting), the operator tries again a little later, and
+    /// makes the changes after it only once it went through, in their order: a restarted
+    /// cluster keeps its live settings, so a change dropped would stay undone.
     pub(super) fn operate(&mut self, ctx: &mut Ctx, i: usize) {
-        let Some(op) = self.cfg.operator.operator.get(i).map(|o| o.what) else {
+        if self.ops_waiting.first().is_some_and(|&first| first != i) {
+            self.ops_waiting.push(i);
             return;
-        };
+        }
         let serving: Vec<usize> = (self.nodes.serving().iter())
             .map(|&s| s as usize)
             .filter(|&s| !self.nodes.frozen(s, ctx.now))
             .collect();
         if serving.is_empty() {
-            bump(&mut self.tallies.protocol_events, "operator-skipped");
+            bump(&mut self.tallies.protocol_events, "operator-retried");
+            if self.ops_waiting.is_empty() {
+                self.ops_waiting.push(i);
+            }
+            self.plan_at(ctx, ctx.now + OPERATOR_RETRY_MS, Action::Operate(i));
             return;
         }
         let slot = serving[self.rng.random_range(0..serving.len())];
+        self.operate_at(ctx, i, slot);
+        if self.ops_waiting.first() == Some(&i) {
+            let waiting = std::mem::take(&mut self.ops_waiting);
+            for next in waiting.into_iter().skip(1) {
+                self.operate(ctx, next);
+            }
+        }
+    }
+
+    /// The operator's action `i`, made at node `slot`.
+    fn operate_at(&mut self, ctx: &mut Ctx, i: usize, slot: usize) {
+        let Some(op) = self.cfg.operator.operator.get(i).map(|o| o.what) else {
+            return;
+        };
         let clock = self.nodes.clock(slot, ctx.now);
         let seed: [u8; 32] = self.rng.random();
         let mut patch = SettingsPatch::default();

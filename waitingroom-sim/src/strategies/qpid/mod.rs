@@ -115,6 +115,9 @@ pub(crate) struct QpidRoom {
     target: u64,
     /// Whether the operator switched the room to passthrough.
     passthrough: bool,
+    /// Operator actions no node took (none served), in order: the first is tried again, the
+    /// others wait behind it (`faults.rs`).
+    ops_waiting: Vec<usize>,
     /// When the last partition healed.
     healed_at: Time,
 }
@@ -210,6 +213,7 @@ impl QpidRoom {
             released: Vec::new(),
             target: cfg.settings().target_on_site,
             passthrough: false,
+            ops_waiting: Vec::new(),
             healed_at: 0,
         }
     }

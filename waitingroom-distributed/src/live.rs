@@ -8,7 +8,8 @@
 //! most, if it came in while a round was under way), survives the death of the root and of the
 //! node it was made at once any round has carried it, and a node that (re)joins with another
 //! file configuration adopts the cluster's with its first result. Nothing is stored outside
-//! the nodes: a cluster restarted as a whole starts from its file configuration again.
+//! the nodes but for a node's durable state (`node/durable.rs`): a cluster restarted as a whole
+//! goes on from the newest version its nodes kept, or from its file configuration without one.
 //!
 //! Versions are ordered by number, then by when they were written (the earlier first), then
 //! by the id of the node that wrote them, so two changes made at once on two nodes settle on
@@ -462,6 +463,9 @@ pub(crate) struct InForce {
     pending: VecDeque<Pending>,
     /// Changes that no longer fit when made again, for the node to report.
     dropped: Vec<(Change, SettingsError)>,
+    /// How many newer versions this node took: moves whenever `live` does, for a driver that
+    /// keeps them (`node/durable.rs`).
+    taken: u64,
 }
 
 impl InForce {
@@ -478,7 +482,13 @@ impl InForce {
             window: (0, Time::MAX),
             pending: VecDeque::new(),
             dropped: Vec::new(),
+            taken: 0,
         }
+    }
+
+    /// Moves whenever a newer live version is taken.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken
     }
 
     /// The newest live settings known.
@@ -539,6 +549,7 @@ impl InForce {
             return Ok(());
         }
         self.live = self.rebased(other);
+        self.taken += 1;
         self.look(self.clock);
         let current = self.live.in_force_at(self.clock);
         current.validate(&self.file)?;

@@ -5,8 +5,12 @@
 //! Kept: the visitors this node let out who still hold a place and the tickets already
 //! exchanged for a pass (`waitingroom_core::KeptVisitor`), the head of the round-record chain
 //! (so round numbers never repeat and the chain links on), and the departed places it holds for
-//! others (a member gone before a whole-cluster restart stays counted). The released passes are
-//! kept apart (`node/released.rs`). A node restored from this counts in its own room everything
+//! others (a member gone before a whole-cluster restart stays counted), the newest live
+//! settings with the events they schedule (`live.rs`: a cluster restarted as a whole goes on
+//! with what its operators changed, and a newer version any member knows still wins), and the
+//! addresses of the members and former members it knew (a restarted node asks them as well as
+//! its seeds, so it finds its cluster though every seed it was given is gone). The released
+//! passes are kept apart (`node/released.rs`). A node restored from this counts in its own room everything
 //! its earlier life let out, so its counts claim that life too (`NodeCounts::lives`) and the
 //! departure its peers hold for it is dropped at its first count
 //! (`DepartedPlaces::settle`). That is sound only if the state is complete: the driver keeps
@@ -22,6 +26,7 @@ use waitingroom_core::{KeptVisitor, NodeId, Time};
 
 use super::Node;
 use crate::departed;
+use crate::live::LiveSettings;
 use crate::messages::Departed;
 
 /// The membership version a forgotten past's hold is noted under: no membership that removes
@@ -48,7 +53,14 @@ pub struct Durable {
     /// this node heard of (`until` unused): a restored node counts them as departed from its
     /// restart on, until their lives are counted again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub peers: Vec<Departed>,
+    pub peer_places: Vec<Departed>,
+    /// The newest live settings and events it knew; None while the file's are in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveSettings>,
+    /// The addresses of the other members and former members it knew: where a restarted node
+    /// looks for its cluster besides its seeds ([`Node::discovered`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
 }
 
 /// This process's relation to earlier lives of the node (`node/durable.rs`).
@@ -88,11 +100,14 @@ impl Node {
     pub fn durable_changes(&self) -> u64 {
         let room = self.local.room().kept_changes();
         let chain = self.records.head().0;
+        // A membership's version changes with every membership applied (the peers kept).
+        let peers = self.cluster.membership().version;
         (room.wrapping_add(chain))
             .wrapping_add(self.departed.changes())
             .wrapping_add(self.past.changes)
             .wrapping_add(self.tag.places_changes())
-            .wrapping_add(self.cluster.membership().version)
+            .wrapping_add(self.in_force.taken())
+            .wrapping_add(peers)
     }
 
     /// What this node must not forget across a restart, for its driver to keep. Linear in the
@@ -105,7 +120,9 @@ impl Node {
             last_record: next.checked_sub(1).map(|last| (last, link.to_owned())),
             recent_records: self.records.recent(),
             departed: self.departed.list().to_vec(),
-            peers: self.peer_places(),
+            peer_places: self.peer_places(),
+            live: (self.in_force.live().version > 0).then(|| self.in_force.live().clone()),
+            peers: self.known_peers(),
         }
     }
 
@@ -127,10 +144,25 @@ impl Node {
             .collect()
     }
 
+    /// The addresses of the other members and of former members, each once.
+    fn known_peers(&self) -> Vec<String> {
+        let me = &*self.cluster.me().addr;
+        let members = self.cluster.membership().members.values();
+        let formers = self.cluster.former_candidates();
+        let mut seen = std::collections::BTreeSet::new();
+        (members.map(|c| &*c.addr))
+            .chain(formers.iter().map(|c| &*c.addr))
+            .filter(|&addr| addr != me && seen.insert(addr))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Starts from what an earlier life of this node kept ([`Node::durable`]), before it starts
     /// or joins a cluster: its visitors count again until their places expire, used tickets
     /// get no second pass, its records go on from the last one, and its counts claim the
     /// earlier life, so the departure its peers hold for it is dropped at its first count.
+    /// The live settings it kept are in force until the cluster carries a newer version; the
+    /// peers it knew are for its driver to give as seeds ([`Node::discovered`]).
     pub fn restore(&mut self, now: Time, kept: &Durable) {
         self.past.first_life = kept.first_life.min(self.cfg.incarnation);
         self.local.room_mut().restore_visitors(now, &kept.visitors);
@@ -143,7 +175,13 @@ impl Node {
             .copied()
             .collect();
         self.departed.learn(&live);
-        self.hold_peers(now, &kept.peers);
+        self.hold_peers(now, &kept.peer_places);
+        if let Some(settings) = &kept.live {
+            // A version that does not fit this node's file settings is kept and passed on,
+            // as one carried by a round would be; the room keeps the file's then.
+            let _ = self.in_force.adopt(settings);
+            self.apply_settings();
+        }
         self.past.changed();
     }
 
@@ -199,5 +237,55 @@ impl Node {
             .map(|d| d.until.saturating_sub(now))
             .max()
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use waitingroom_core::Settings;
+
+    use super::*;
+    use crate::patch::SettingsPatch;
+    use crate::testing::{self, member, tree};
+
+    fn settings() -> Settings {
+        Settings {
+            target_on_site: 3,
+            ..testing::queued_settings()
+        }
+    }
+
+    /// A node that restarts from its kept state goes by the live settings its earlier life
+    /// knew, and knows its former peers' addresses; a newer version from the cluster still
+    /// wins over them.
+    #[test]
+    fn live_settings_and_peers_are_kept_across_a_restart() {
+        let trio = tree(2, &[1, 2, 3], &[(1, 2), (1, 3)]);
+        let mut before = member(testing::config(2, 1, settings()), &trio);
+        let changes = before.durable_changes();
+        let patch = SettingsPatch {
+            target_on_site: Some(7),
+            ..SettingsPatch::default()
+        };
+        let live = before.change_settings(0, &patch, [0; 32]).unwrap();
+        assert_ne!(before.durable_changes(), changes, "a change is to be kept");
+        let kept = before.durable();
+        assert_eq!(kept.live.as_ref(), Some(&live));
+        let mut peers = kept.peers.clone();
+        peers.sort();
+        assert_eq!(peers, [testing::addr(1), testing::addr(3)]);
+
+        let mut after = Node::new(testing::config(2, 2, settings())).unwrap();
+        after.restore(0, &kept);
+        assert_eq!(after.live_settings(), &live);
+        assert_eq!(after.room().settings().target_on_site, 7);
+        let nine = SettingsPatch {
+            target_on_site: Some(9),
+            ..SettingsPatch::default()
+        };
+        let newer = live.patched(&nine, (NodeId(1), 5, [0; 32]), &settings());
+        after.in_force.adopt(&newer.unwrap()).unwrap();
+        after.apply_settings();
+        assert_eq!(after.room().settings().target_on_site, 9);
     }
 }

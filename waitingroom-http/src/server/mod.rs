@@ -202,12 +202,12 @@ fn start_node(
     let mut node = Node::new(cfg.node_config(id, incarnation, advertise, rand::random()))?;
     let restored = match &cfg.state_dir {
         Some(dir) => restore_state(&StateDir::new(dir.clone()), &mut node)?,
-        None => false,
+        None => None,
     };
     if let Some(path) = &cfg.voters_file {
         crate::app::voters_file::restore(path, &mut node).map_err(ServerError::Voters)?;
     }
-    if !restored && node.agreed_voters().is_some() {
+    if restored.is_none() && node.agreed_voters().is_some() {
         // It was in a cluster before (its voters file says so) but kept nothing of what it let
         // out: if nobody it can reach remembers the site either, it holds the whole target
         // until every pass its earlier life could have given expired. A first start (no
@@ -228,11 +228,13 @@ fn start_node(
         node,
         Transport::build_client_with(idle, tls),
     );
+    let known = restored.unwrap_or_default();
     tracing::info!(
         id = id.0,
         incarnation,
         %advertise,
         seeds = ?seeds,
+        known = ?known,
         "node starting"
     );
     app.driver.with(|node, now| {
@@ -241,6 +243,9 @@ fn start_node(
         } else {
             node.join_cluster(now, seeds);
         }
+        // The peers its earlier life knew: asked too while it joins, and probed now and then
+        // while they are not members, so it finds its cluster though its seeds are gone.
+        node.discovered(&known);
     });
     tokio::spawn(app.driver.clone().run_timer());
     tokio::spawn(app.clone().watch_readiness());
@@ -248,9 +253,10 @@ fn start_node(
 }
 
 /// Gives `node` back what its state directory keeps, before it starts or joins: the passes
-/// given back and its durable state. Returns whether there was a durable state (false at a
-/// first start); a file that cannot be read stops the start, naming it.
-fn restore_state(state: &StateDir, node: &mut Node) -> Result<bool, ServerError> {
+/// given back and its durable state. Returns the peers its earlier life knew if there was a
+/// durable state (None at a first start); a file that cannot be read stops the start, naming
+/// it.
+fn restore_state(state: &StateDir, node: &mut Node) -> Result<Option<Vec<String>>, ServerError> {
     let releases = state.read_releases().map_err(ServerError::State)?;
     tracing::info!(
         count = releases.len(),
@@ -258,16 +264,18 @@ fn restore_state(state: &StateDir, node: &mut Node) -> Result<bool, ServerError>
     );
     node.restore_releases(now_ms(), &releases);
     let Some(durable) = state.read_durable().map_err(ServerError::State)? else {
-        return Ok(false);
+        return Ok(None);
     };
     tracing::info!(
         visitors = durable.visitors.len(),
         departed = durable.departed.len(),
         last_round = ?durable.last_record.as_ref().map(|r| r.0),
+        live_settings = durable.live.as_ref().map_or(0, |l| l.version),
+        peers = durable.peers.len(),
         "state dir: the node's state from its earlier life, counted again"
     );
     node.restore(now_ms(), &durable);
-    Ok(true)
+    Ok(Some(durable.peers))
 }
 
 /// Why the key file at `path` is a risk, if it is: readable by other users than its owner

@@ -31,6 +31,12 @@ fn restart_settings(voters: &str) -> Vec<String> {
 /// others through node 1), at the same address, after `sig`.
 pub(crate) async fn restart_in_place(cl: &mut Cluster, i: usize, sig: &str) {
     signal(&cl.nodes[i], sig);
+    start_in_place(cl, i);
+}
+
+/// Node `i` again with the command line it started with, at the same address, once its
+/// process exited.
+pub(crate) fn start_in_place(cl: &mut Cluster, i: usize) {
     let _ = cl.nodes[i].child.wait();
     let listen = cl.nodes[i].url.trim_start_matches("http://").to_owned();
     let peer = (i > 0).then(|| cl.url(0).to_owned());

@@ -20,6 +20,9 @@ const BYPASS_MS: Time = 600_000;
 /// How often the operator makes one action at most (the first time included) while no round
 /// carries it.
 const OPERATOR_TRIES: u32 = 5;
+/// How long an operator waits before trying again an action that no node could take (none
+/// served: the whole cluster restarting).
+const OPERATOR_RETRY_MS: Time = 500;
 
 /// How long a node that leaves cleanly keeps running to say goodbye.
 const GOODBYE_MS: Time = 1_000;
@@ -128,10 +131,28 @@ impl QpidRoom {
         self.plan_at(ctx, ctx.now + GOODBYE_MS, Action::Stop(slot, process));
     }
 
-    /// The operator's action `i` (`--operator`), made at a random serving node.
+    /// The operator's action `i` (`--operator`), made at a random serving node. When no node
+    /// serves (the whole cluster is restarting), the operator tries again a little later, and
+    /// makes the actions after it only once it went through, in their order: a restarted
+    /// cluster keeps its live settings, so a change dropped would stay undone.
     pub(super) fn operate(&mut self, ctx: &mut Ctx, i: usize) {
+        if self.ops_waiting.first().is_some_and(|&first| first != i) {
+            self.ops_waiting.push(i);
+            return;
+        }
         self.operated_last = Some((i, 0));
-        self.make(ctx, i, false);
+        if !self.make(ctx, i, false) {
+            if self.ops_waiting.is_empty() {
+                self.ops_waiting.push(i);
+            }
+            self.plan_at(ctx, ctx.now + OPERATOR_RETRY_MS, Action::Operate(i));
+            return;
+        }
+        if self.ops_waiting.first() == Some(&i) {
+            for next in std::mem::take(&mut self.ops_waiting).into_iter().skip(1) {
+                self.operate(ctx, next);
+            }
+        }
     }
 
     /// The operator asks whether a round carried the version its action `i` made, as the
@@ -152,17 +173,17 @@ impl QpidRoom {
         });
         if !carried {
             bump(&mut self.tallies.protocol_events, "operator-again");
-            self.make(ctx, i, true);
+            let _ = self.make(ctx, i, true);
         }
     }
 
     /// Makes the operator's action `i` at a random serving node and plans the look at
     /// whether a round carried it. The node and seed of an action made `again` come from
     /// a stream of their own, so that the disturbances drawn after it stay those of a run
-    /// whose operator needed no second try.
-    fn make(&mut self, ctx: &mut Ctx, i: usize, again: bool) {
+    /// whose operator needed no second try. Returns false when no node served to take it.
+    fn make(&mut self, ctx: &mut Ctx, i: usize, again: bool) -> bool {
         let Some(op) = self.cfg.operator.operator.get(i).map(|o| o.what) else {
-            return;
+            return true;
         };
         if let Some((_, made)) = self.operated_last.as_mut() {
             *made += 1;
@@ -173,7 +194,7 @@ impl QpidRoom {
             .collect();
         if serving.is_empty() {
             bump(&mut self.tallies.protocol_events, "operator-skipped");
-            return;
+            return false;
         }
         let rng = if again {
             &mut self.operator_rng
@@ -213,11 +234,11 @@ impl QpidRoom {
                 };
                 let r = node.add_event(clock, event, seed);
                 self.made(ctx, i, slot, r);
-                return;
+                return true;
             }
             OperatorAction::Bypass => {
                 self.bypass(ctx, slot, seed);
-                return;
+                return true;
             }
         }
         let r = self.nodes.node(slot).change_settings(clock, &patch, seed);
@@ -225,6 +246,7 @@ impl QpidRoom {
             self.follow_target(ctx, op);
         }
         self.made(ctx, i, slot, r);
+        true
     }
 
     /// The operator's action `i` was made at `slot` with result `r`: plans the look at whether

@@ -118,6 +118,9 @@ pub(crate) struct QpidRoom {
     target: u64,
     /// Whether the operator switched the room to passthrough.
     passthrough: bool,
+    /// Operator actions no node took (none served), in order: the first is tried again, the
+    /// others wait behind it (`faults.rs`).
+    ops_waiting: Vec<usize>,
     /// When the last partition healed.
     healed_at: Time,
     /// The operator's latest action (index into `--operator`), and how often it was made.
@@ -219,6 +222,7 @@ impl QpidRoom {
             released: Vec::new(),
             target: cfg.settings().target_on_site,
             passthrough: false,
+            ops_waiting: Vec::new(),
             healed_at: 0,
             operated_last: None,
             operator_rng: seeds::rng(cfg.seed, Stream::Operator),

@@ -94,12 +94,19 @@ impl StateDir {
 
 /// Writes `bytes` to a new file beside `path`, fsyncs it, renames it over `path` and fsyncs
 /// the directory (so that the rename itself survives a power cut). The voters file is written
-/// the same way.
+/// the same way. Readable by the owner only: the node's state holds the live settings, and
+/// with them the seed of a lottery not yet drawn.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".new");
     let tmp = path.with_file_name(name);
-    let mut file = std::fs::File::create(&tmp)?;
+    // A file left by a crash keeps its mode when opened again: start afresh.
+    let _ = std::fs::remove_file(&tmp);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&tmp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)?;
@@ -126,6 +133,15 @@ mod tests {
         }];
         state.write_releases(kept.clone()).unwrap();
         assert_eq!(state.read_releases(), Ok(kept));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(state.releases_path())
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "readable by the owner only");
+        }
         std::fs::write(state.releases_path(), "{").unwrap();
         let e = state.read_releases().unwrap_err();
         assert!(e.contains("is not a releases file"), "{e}");

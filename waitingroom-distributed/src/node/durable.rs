@@ -3,16 +3,18 @@
 //! restarted node starts from it, or from nothing.
 //!
 //! Kept: the visitors this node let out who still hold a place and the tickets already
-//! exchanged for a pass (`waitingroom_core::KeptVisitor`), the head of the round-record chain
-//! (so round numbers never repeat and the chain links on), and the departed places it holds for
-//! others (a member gone before a whole-cluster restart stays counted), the newest live
-//! settings with the events they schedule (`live.rs`: a cluster restarted as a whole goes on
-//! with what its operators changed, and a newer version any member knows still wins), and the
-//! addresses of the members and former members it knew (a restarted node asks them as well as
-//! its seeds, so it finds its cluster though every seed it was given is gone). The released
-//! passes are kept apart (`node/released.rs`). A node restored from this counts in its own room everything
-//! its earlier life let out, so its counts claim that life too (`NodeCounts::lives`) and the
-//! departure its peers hold for it is dropped at its first count
+//! exchanged for a pass (`waitingroom_core::KeptVisitor`); the head of the round-record chain
+//! (so round numbers never repeat and the chain links on); the departed places it holds for
+//! others (a member gone before a whole-cluster restart stays counted); the places each other
+//! member held after the last round (a member cut off when every node restarted is never a
+//! member of the cluster they form, and nobody else would count what it let out); the newest
+//! live settings with the events they schedule (`live.rs`: a cluster restarted as a whole goes
+//! on with what its operators changed, and a newer version any member knows still wins); and
+//! the addresses of the members and former members it knew (a restarted node asks them as well
+//! as its seeds, so it finds its cluster though every seed it was given is gone). The released
+//! passes are kept apart (`node/released.rs`). A node restored from this counts in its own
+//! room everything its earlier life let out, so its counts claim that life too
+//! (`NodeCounts::lives`) and the departure its peers hold for it is dropped at its first count
 //! (`DepartedPlaces::settle`). That is sound only if the state is complete: the driver keeps
 //! it before it answers anyone after a change ([`Node::durable_changes`]).
 //!

@@ -74,24 +74,7 @@ async fn node_added_while_visitors_wait() {
 async fn sigterm_leaves_the_cluster_and_exits_zero() {
     // The leaver holds the lower id of two voters: without handing its vote on, the survivor
     // would hold one of two, no majority, and pause for good.
-    let dir = std::env::temp_dir().join(format!("wr-term-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("voters-{node}.json").display().to_string();
-    let extra = [
-        "--target-on-site",
-        "5",
-        "--node-id",
-        "{node}",
-        "--voters-file",
-        &file,
-    ];
-    let mut cl = Cluster::start("term", 2, &extra).await;
-    let kept = dir.join("voters-1.json");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&kept).is_ok_and(|t| t.contains("\"set\":[1,2]")) {
-        assert!(Instant::now() < deadline, "node 1 never kept both voters");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut cl, dir) = with_voters_files("term", 2).await;
     let mut leaving = cl.nodes.remove(0);
     let pid = leaving.child.id().to_string();
     let t0 = Instant::now();
@@ -139,27 +122,7 @@ async fn sigterm_leaves_the_cluster_and_exits_zero() {
 /// them would found a cluster of its own and let visitors out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_remembers_the_voters() {
-    let voters = std::env::temp_dir().join(format!("wr-voters-test-{}", std::process::id()));
-    std::fs::create_dir_all(&voters).unwrap();
-    let file = voters.join("voters-{node}.json").display().to_string();
-    let extra = [
-        "--target-on-site",
-        "5",
-        "--node-id",
-        "{node}",
-        "--voters-file",
-        &file,
-    ];
-    let mut cl = Cluster::start("voters", 3, &extra).await;
-    let kept = voters.join("voters-1.json");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&kept).is_ok_and(|t| t.contains("\"set\":[1,2,3]")) {
-        assert!(
-            Instant::now() < deadline,
-            "node 1 never kept the three voters"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut cl, voters) = with_voters_files("voters", 3).await;
     for i in [1, 2] {
         signal(&cl.nodes[i], "-KILL");
     }
@@ -189,11 +152,40 @@ async fn a_restarted_node_remembers_the_voters() {
         "a node that remembers the voters lets nobody out"
     );
     assert_eq!(status(&cl, 0).await["paused"], "no_majority");
-    std::fs::remove_file(&kept).unwrap();
+    std::fs::remove_file(voters.join("voters-1.json")).unwrap();
     cl.restart(0, None);
     assert!(
         !queued_for_3_s(&cl).await,
         "one that forgot them founds a cluster of its own"
     );
     let _ = std::fs::remove_dir_all(&voters);
+}
+
+/// `n` nodes with ids 1..=n, a target of 5 and each its voters file in a directory of its own,
+/// once node 1 has kept all `n` as the voters: the cluster and the directory.
+async fn with_voters_files(name: &str, n: usize) -> (Cluster, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("wr-{name}-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("voters-{node}.json").display().to_string();
+    let extra = [
+        "--target-on-site",
+        "5",
+        "--node-id",
+        "{node}",
+        "--voters-file",
+        &file,
+    ];
+    let cl = Cluster::start(name, n, &extra).await;
+    let all: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+    let set = format!("\"set\":[{}]", all.join(","));
+    let kept = dir.join("voters-1.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&kept).is_ok_and(|t| t.contains(&set)) {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 never kept all {n} voters"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (cl, dir)
 }

@@ -37,22 +37,45 @@ struct Kept {
 /// The voters `path` keeps for node `me`: None when there is no file yet; an error when it
 /// cannot be read, is not such a file, or belongs to another node.
 pub fn read(path: &Path, me: NodeId) -> Result<Option<Voters>, String> {
+    match read_kept(path)? {
+        Some(kept) if kept.node != me => Err(other_node(path, kept.node, me)),
+        kept => Ok(kept.map(|k| k.voters)),
+    }
+}
+
+/// What `path` holds: None when there is no file yet; an error when it cannot be read or is
+/// not such a file.
+fn read_kept(path: &Path) -> Result<Option<Kept>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let kept: Kept = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a voters file: {e}", path.display()))?;
-    if kept.node != me {
-        return Err(format!(
-            "{} belongs to node {}, not to this node ({})",
-            path.display(),
-            kept.node.0,
-            me.0
-        ));
-    }
-    Ok(Some(kept.voters))
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| format!("{} is not a voters file: {e}", path.display()))
+}
+
+fn other_node(path: &Path, theirs: NodeId, me: NodeId) -> String {
+    format!(
+        "{} belongs to node {}, not to this node ({})",
+        path.display(),
+        theirs.0,
+        me.0
+    )
+}
+
+/// What [`restore`] does with a file another node id wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foreign {
+    /// Stop the start: the operator named this file for this node (`--voters-file`), so
+    /// another id in it is a mistake (two nodes given one file, or a changed `--node-id`).
+    Refuse,
+    /// Start without voters, and keep this id's there from now on: the file is the state
+    /// directory's own and the node's id changed since (derived from an address that changed,
+    /// as a Kubernetes pod's does). A node under a new id joins as a new member, which the
+    /// earlier id's voters do not bind.
+    Ignore,
 }
 
 /// Writes `voters` of node `me` to `path`: to a new file beside it, then renamed over it.
@@ -67,13 +90,22 @@ pub fn write(path: &Path, me: NodeId, voters: &Voters) -> std::io::Result<()> {
 
 /// Gives `node` the voters its file at `path` keeps, before it starts or joins: Ok when there
 /// is no file yet; an error naming the file when it cannot be read, is not a voters file, or
-/// belongs to another node (the start stops there).
-pub fn restore(path: &Path, node: &mut Node) -> Result<(), String> {
-    if let Some(voters) = read(path, node.id())? {
-        tracing::info!(epoch = voters.epoch, voters = ?voters.set, path = %path.display(),
-            "voters file: this node needs a majority of the voters it knew");
-        node.remember_voters(&voters);
+/// belongs to another node and `foreign` refuses that (the start stops there).
+pub fn restore(path: &Path, node: &mut Node, foreign: Foreign) -> Result<(), String> {
+    let Some(kept) = read_kept(path)? else {
+        return Ok(());
+    };
+    if kept.node != node.id() {
+        let e = other_node(path, kept.node, node.id());
+        if foreign == Foreign::Refuse {
+            return Err(e);
+        }
+        tracing::warn!("voters file: {e}; this node's id changed, it starts as a new member");
+        return Ok(());
     }
+    tracing::info!(epoch = kept.voters.epoch, voters = ?kept.voters.set, path = %path.display(),
+        "voters file: this node needs a majority of the voters it knew");
+    node.remember_voters(&kept.voters);
     Ok(())
 }
 

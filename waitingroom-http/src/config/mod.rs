@@ -199,7 +199,7 @@ impl Options {
             admin_token: o.records.admin_token()?,
             rounds_log: o.records.rounds_log()?,
             rounds_kept: o.records.rounds_kept()?,
-            voters_file: o.records.voters_file.clone(),
+            voters_file: o.records.voters_file(),
             state_dir: o.records.state_dir()?,
             branding: o.page.branding()?,
             log_level: o.logs.log_level()?,
@@ -218,6 +218,12 @@ impl Options {
 }
 
 impl ServerConfig {
+    /// Whether the voters are kept in the state directory's own file (no `--voters-file`).
+    pub fn voters_file_is_the_state_dirs(&self) -> bool {
+        let own = (self.state_dir.as_ref()).map(|dir| dir.join(records::VOTERS_IN_STATE_DIR));
+        own.is_some() && own == self.voters_file
+    }
+
     /// The protocol configuration for this process.
     pub fn node_config(&self, id: NodeId, incarnation: u64, addr: &str, seed: u64) -> NodeConfig {
         let mut cfg = self.protocol.clone();

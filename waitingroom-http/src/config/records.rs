@@ -40,20 +40,25 @@ layered! {
         /// Keep the voters the cluster last agreed on in this file (JSON, rewritten when they
         /// change) and read them back at start: a restarted node then needs a majority of them
         /// again, instead of counting as a new cluster with whoever it finds. A file written by
-        /// another node id is ignored. Without it, in memory.
+        /// another node id stops the start. Default: `voters.json` in the `--state-dir`, if
+        /// any; else in memory.
         #[arg(long, env = "WAITINGROOM_VOTERS_FILE", value_name = "PATH")]
         pub voters_file: Option<PathBuf>,
         /// Keep what a restart must not forget in this directory, one file per kind (created
         /// if missing; one per node): the node's state (the visitors it let out, the used
-        /// tickets, the record chain's head) and the passes given back, so that the passes
-        /// given before a restart of the whole cluster still count and stay refused once given
-        /// back (docs/operating.md#state-directory). Written when it changes and read back at
+        /// tickets, the record chain's head), the voters (unless `--voters-file` puts them
+        /// elsewhere) and the passes given back, so that the passes given before a restart of
+        /// the whole cluster still count and stay refused once given back
+        /// (docs/operating.md#state-directory). Written when it changes and read back at
         /// start; an unreadable or unwritable one stops the start. Without it, a restarted node
         /// learns the releases from the cluster it rejoins.
         #[arg(long, env = "WAITINGROOM_STATE_DIR", value_name = "DIR")]
         pub state_dir: Option<PathBuf>,
     }
 }
+
+/// The voters' file in a state directory when no `--voters-file` names another.
+pub(super) const VOTERS_IN_STATE_DIR: &str = "voters.json";
 
 /// A secret read from a file: never shown by `Debug` (a configuration printed in a log or a
 /// panic message must not carry it).
@@ -88,6 +93,17 @@ impl RecordOptions {
                 SettingsError::new("rounds_log", format!("cannot open {}: {e}", path.display()))
             })?;
         Ok(Some(path.clone()))
+    }
+
+    /// Where the voters are kept: `--voters-file`, else `voters.json` in the state directory
+    /// (what a restart must not forget), else nowhere.
+    pub(super) fn voters_file(&self) -> Option<PathBuf> {
+        let in_state_dir = || {
+            self.state_dir
+                .as_ref()
+                .map(|dir| dir.join(VOTERS_IN_STATE_DIR))
+        };
+        self.voters_file.clone().or_else(in_state_dir)
     }
 
     /// The state directory, created if missing and checked by writing a file in it (an

@@ -45,6 +45,21 @@ fn extra_verify_keys_come_from_the_file_or_flags() {
 }
 
 #[test]
+fn the_voters_are_kept_in_the_state_dir_unless_a_voters_file_is_named() {
+    let dir = std::env::temp_dir().join(format!("wr-cfg-state-{}", std::process::id()));
+    let with_dir = |voters_file: Option<&str>| {
+        let mut o = base();
+        o.records.state_dir = Some(dir.clone());
+        o.records.voters_file = voters_file.map(PathBuf::from);
+        o.resolve().unwrap().voters_file
+    };
+    assert_eq!(with_dir(None), Some(dir.join("voters.json")));
+    assert_eq!(with_dir(Some("v.json")), Some(PathBuf::from("v.json")));
+    assert_eq!(base().resolve().unwrap().voters_file, None, "in memory");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn flags_win_over_file() {
     let flags = Options {
         room: RoomOptions {

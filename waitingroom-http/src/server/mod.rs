@@ -20,6 +20,7 @@ use waitingroom_distributed::Node;
 
 use crate::app::App;
 use crate::app::state_dir::StateDir;
+use crate::app::voters_file;
 use crate::clock::now_ms;
 use crate::config::{LogFormat, ServerConfig, derive_node_id};
 use crate::crypto::tls::InternalTls;
@@ -205,7 +206,11 @@ fn start_node(
         None => None,
     };
     if let Some(path) = &cfg.voters_file {
-        crate::app::voters_file::restore(path, &mut node).map_err(ServerError::Voters)?;
+        let foreign = match cfg.voters_file_is_the_state_dirs() {
+            true => voters_file::Foreign::Ignore,
+            false => voters_file::Foreign::Refuse,
+        };
+        voters_file::restore(path, &mut node, foreign).map_err(ServerError::Voters)?;
     }
     if restored.is_none() && node.agreed_voters().is_some() {
         // It was in a cluster before (its voters file says so) but kept nothing of what it let

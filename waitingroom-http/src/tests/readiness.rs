@@ -129,29 +129,38 @@ async fn an_unwritable_voters_file_makes_the_node_unready() {
 }
 
 /// A voters file that is not one, or is another node's, stops the start with an error naming
-/// it; no file is a first start.
+/// it; no file is a first start. The state directory's own file written under another id (the
+/// node's id changed) is a new member's start instead.
 #[test]
 fn a_corrupt_voters_file_stops_the_start() {
+    use voters_file::Foreign::{Ignore, Refuse};
     let dir = scratch("corrupt");
     let path = dir.join("voters.json");
     let cfg = options().resolve().unwrap();
     let mut node =
         waitingroom_distributed::Node::new(cfg.node_config(NodeId(1), 1, "http://x", 0)).unwrap();
-    assert_eq!(voters_file::restore(&path, &mut node), Ok(()));
+    assert_eq!(voters_file::restore(&path, &mut node, Refuse), Ok(()));
     std::fs::write(&path, "{\"node\": 1, \"voters\": ").unwrap();
-    let e = voters_file::restore(&path, &mut node).unwrap_err();
-    assert!(e.contains(&path.display().to_string()), "{e}");
-    assert!(e.contains("not a voters file"), "{e}");
+    for foreign in [Refuse, Ignore] {
+        let e = voters_file::restore(&path, &mut node, foreign).unwrap_err();
+        assert!(e.contains(&path.display().to_string()), "{e}");
+        assert!(e.contains("not a voters file"), "{e}");
+    }
     let theirs = waitingroom_distributed::voters::Voters {
         epoch: 3,
         set: [NodeId(1), NodeId(2), NodeId(3)].into(),
         ..Default::default()
     };
     voters_file::write(&path, NodeId(2), &theirs).unwrap();
-    let e = voters_file::restore(&path, &mut node).unwrap_err();
+    let e = voters_file::restore(&path, &mut node, Refuse).unwrap_err();
     assert!(e.contains("belongs to node 2"), "{e}");
+    assert_eq!(voters_file::restore(&path, &mut node, Ignore), Ok(()));
+    assert!(
+        node.agreed_voters().is_none(),
+        "another id's voters bind no one"
+    );
     voters_file::write(&path, NodeId(1), &theirs).unwrap();
-    assert_eq!(voters_file::restore(&path, &mut node), Ok(()));
+    assert_eq!(voters_file::restore(&path, &mut node, Refuse), Ok(()));
     assert_eq!(node.voters(), [NodeId(1), NodeId(2), NodeId(3)]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

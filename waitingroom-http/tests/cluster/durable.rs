@@ -249,7 +249,9 @@ async fn live_settings_and_events_survive_a_whole_cluster_restart() {
 
 /// A node finds its cluster from the peers its state directory kept: the whole cluster is
 /// killed and nodes 2 and 3 start again with their command lines, whose `--peers` names only
-/// node 1, which stays gone; they find each other and form one cluster again.
+/// node 1, which stays gone; they find each other and form one cluster again. The state
+/// directories keep the voters too (no `--voters-file`), so the two need each other: a
+/// majority of the three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_nodes_whose_seed_is_gone_find_each_other_from_their_state() {
     let (dir, state) = state_dirs("peers-state");
@@ -263,8 +265,16 @@ async fn restarted_nodes_whose_seed_is_gone_find_each_other_from_their_state() {
             let kept: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
             kept["peers"].as_array().map_or(0, Vec::len)
         };
-        while peers() < 2 {
-            assert!(Instant::now() < deadline, "node {i} never kept its peers");
+        let voters = || {
+            let text = std::fs::read(dir.join(format!("node{i}/voters.json"))).unwrap_or_default();
+            let kept: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+            kept["voters"]["set"].as_array().map_or(0, Vec::len)
+        };
+        while peers() < 2 || voters() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "node {i} never kept its peers and voters"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -402,7 +402,8 @@ impl LiveSettings {
 }
 
 /// An operator's change, kept by the node it was made at until every version includes it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Change {
     /// Settings changed, by (author, reference time, lottery seed).
     Patch(SettingsPatch, (NodeId, Time, LotterySeed)),
@@ -434,9 +435,11 @@ impl Change {
     }
 }
 
-/// A change made at this node and the version it made, or last made again.
-#[derive(Debug, Clone)]
-struct Pending {
+/// A change made at this node and the version it made, or last made again: kept across a
+/// restart (`node/durable.rs`), so that a change made just before one is still made again on
+/// top of a version that won over it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnChange {
     change: Change,
     version: u64,
 }
@@ -460,7 +463,7 @@ pub(crate) struct InForce {
     /// operator shortened it live that long, and departed places are counted for it.
     longest_pass_expiry: Time,
     /// This node's last changes, oldest first, made again on top of a version that lacks them.
-    pending: VecDeque<Pending>,
+    pending: VecDeque<OwnChange>,
     /// Changes that no longer fit when made again, for the node to report.
     dropped: Vec<(Change, SettingsError)>,
     /// How many newer versions this node took: moves whenever `live` does, for a driver that
@@ -533,7 +536,7 @@ impl InForce {
         if self.pending.len() == MAX_PENDING {
             self.pending.pop_front();
         }
-        self.pending.push_back(Pending {
+        self.pending.push_back(OwnChange {
             change,
             version: next.version,
         });
@@ -584,6 +587,19 @@ impl InForce {
             }
         });
         live
+    }
+
+    /// This node's last changes, for its durable state.
+    pub(crate) fn own_changes(&self) -> Vec<OwnChange> {
+        self.pending.iter().cloned().collect()
+    }
+
+    /// Takes back the changes an earlier life of this node made (`own_changes`), to be made
+    /// again on top of a version that lacks them; the live settings they made were restored
+    /// before (`adopt`).
+    pub(crate) fn restore_own_changes(&mut self, kept: &[OwnChange]) {
+        let newest = kept.len().saturating_sub(MAX_PENDING);
+        self.pending = kept[newest..].iter().cloned().collect();
     }
 
     /// The changes of this node's that no longer fitted when made again, since last asked.

@@ -169,6 +169,47 @@ impl SettingsPatch {
 }
 
 impl SettingsPatch {
+    /// The JSON object [`SettingsPatch::from_json`] reads back into this patch: the fields
+    /// given, and only those.
+    pub fn to_json(&self) -> Value {
+        let mut fields = serde_json::Map::new();
+        let mut put = |name: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                fields.insert(name.to_owned(), v);
+            }
+        };
+        put("target_on_site", self.target_on_site.map(Value::from));
+        put(
+            "new_users_per_minute",
+            (self.new_users_per_minute).map(|cap| cap.map_or(Value::Null, Value::from)),
+        );
+        put("mode", self.mode.map(|m| m.name().into()));
+        let method = self.queueing_method.map(|m| m.name().into());
+        put("queueing_method", method);
+        put("pass_expiry_ms", self.pass_expiry_ms.map(Value::from));
+        put(
+            "session_duration_ms",
+            self.session_duration_ms.map(Value::from),
+        );
+        Value::Object(fields)
+    }
+}
+
+/// Kept in the form the admin API reads (`node/durable.rs` keeps a node's own changes).
+impl Serialize for SettingsPatch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SettingsPatch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        SettingsPatch::from_json(&value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl SettingsPatch {
     /// Checks every value given against its bound (counts up to [`MAX_COUNT`], durations from
     /// 1 ms to [`MAX_DURATION_MS`]), naming the field at fault: where the protocol takes a change
     /// ([`crate::LiveSettings::patched`]), so the server and the simulator refuse the same ones.
@@ -264,4 +305,30 @@ impl std::str::FromStr for QueueingMethod {
 
 fn queueing_method(v: &Value) -> Result<QueueingMethod, SettingsError> {
     text("queueing_method", v)?.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_reads_back_from_its_json() {
+        let every = SettingsPatch {
+            target_on_site: Some(Settings::UNLIMITED),
+            new_users_per_minute: Some(None),
+            mode: Some(Mode::QueueAll),
+            queueing_method: Some(QueueingMethod::Random),
+            pass_expiry_ms: Some(60_000),
+            session_duration_ms: Some(1_000),
+        };
+        let capped = SettingsPatch {
+            new_users_per_minute: Some(Some(30)),
+            ..SettingsPatch::default()
+        };
+        for patch in [every, capped, SettingsPatch::default()] {
+            let text = serde_json::to_string(&patch).unwrap();
+            let back: SettingsPatch = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, patch, "{text}");
+        }
+    }
 }

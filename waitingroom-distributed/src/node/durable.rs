@@ -9,7 +9,8 @@
 //! member held after the last round (a member cut off when every node restarted is never a
 //! member of the cluster they form, and nobody else would count what it let out); the newest
 //! live settings with the events they schedule (`live.rs`: a cluster restarted as a whole goes
-//! on with what its operators changed, and a newer version any member knows still wins); and
+//! on with what its operators changed, and a newer version any member knows still wins) and
+//! the node's own last changes (made again on top of a version that lacks them); and
 //! the addresses of the members and former members it knew (a restarted node asks them as well
 //! as its seeds, so it finds its cluster though every seed it was given is gone). The released
 //! passes are kept apart (`node/released.rs`). A node restored from this counts in its own
@@ -28,7 +29,7 @@ use waitingroom_core::{KeptVisitor, NodeId, Time};
 
 use super::Node;
 use crate::departed;
-use crate::live::LiveSettings;
+use crate::live::{LiveSettings, OwnChange};
 use crate::messages::Departed;
 
 /// The membership version a forgotten past's hold is noted under: no membership that removes
@@ -59,6 +60,11 @@ pub struct Durable {
     /// The newest live settings and events it knew; None while the file's are in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<LiveSettings>,
+    /// Its own last changes to them, made again on top of a newer version that lacks them
+    /// (`live.rs`): a change made at this node just before the restart, and beaten by one made
+    /// at once elsewhere, is not lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_changes: Vec<OwnChange>,
     /// The addresses of the other members and former members it knew: where a restarted node
     /// looks for its cluster besides its seeds ([`Node::discovered`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,6 +130,7 @@ impl Node {
             departed: self.departed.list().to_vec(),
             peer_places: self.peer_places(),
             live: (self.in_force.live().version > 0).then(|| self.in_force.live().clone()),
+            own_changes: self.in_force.own_changes(),
             peers: self.known_peers(),
         }
     }
@@ -184,6 +191,7 @@ impl Node {
             let _ = self.in_force.adopt(settings);
             self.apply_settings();
         }
+        self.in_force.restore_own_changes(&kept.own_changes);
         self.past.changed();
     }
 
@@ -289,5 +297,44 @@ mod tests {
         after.in_force.adopt(&newer.unwrap()).unwrap();
         after.apply_settings();
         assert_eq!(after.room().settings().target_on_site, 9);
+    }
+
+    /// A change made just before a restart and beaten by a version made elsewhere without it
+    /// is made again on top of that version, as it would have been without the restart.
+    #[test]
+    fn an_own_change_survives_a_restart_and_a_competing_version() {
+        let trio = tree(2, &[1, 2, 3], &[(1, 2), (1, 3)]);
+        let mut before = member(testing::config(2, 1, settings()), &trio);
+        let seven = SettingsPatch {
+            target_on_site: Some(7),
+            ..SettingsPatch::default()
+        };
+        before.change_settings(0, &seven, [0; 32]).unwrap();
+        let kept = before.durable();
+        assert_eq!(kept.own_changes.len(), 1);
+        let text = serde_json::to_string(&kept).unwrap();
+        let kept: Durable = serde_json::from_str(&text).unwrap();
+
+        let mut after = Node::new(testing::config(2, 2, settings())).unwrap();
+        after.restore(0, &kept);
+        // Node 1 changed the mode twice meanwhile, on the file's version: a newer number.
+        let queue_all = SettingsPatch {
+            mode: Some(crate::patch::Mode::QueueAll),
+            ..SettingsPatch::default()
+        };
+        let stamp = (NodeId(1), 1, [0; 32]);
+        let one = LiveSettings::default().patched(&queue_all, stamp, &settings());
+        let two = one
+            .unwrap()
+            .patched(&queue_all, stamp, &settings())
+            .unwrap();
+        after.in_force.adopt(&two).unwrap();
+        after.apply_settings();
+        assert_eq!(
+            after.room().settings().target_on_site,
+            7,
+            "made again on top"
+        );
+        assert_eq!(after.live_settings().mode, crate::patch::Mode::QueueAll);
     }
 }

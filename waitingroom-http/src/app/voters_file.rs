@@ -35,7 +35,9 @@ struct Kept {
 }
 
 /// The voters `path` keeps for node `me`: None when there is no file yet; an error when it
-/// cannot be read, is not such a file, or belongs to another node.
+/// cannot be read, is not such a file, or belongs to another node. For tests: a node reads
+/// its file once, at start ([`restore`]).
+#[cfg(test)]
 pub fn read(path: &Path, me: NodeId) -> Result<Option<Voters>, String> {
     match read_kept(path)? {
         Some(kept) if kept.node != me => Err(other_node(path, kept.node, me)),

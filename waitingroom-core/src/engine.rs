@@ -108,8 +108,8 @@ pub struct WaitingRoom {
     deadlines: Deadlines,
     on_site: u64,
     rate: AdmissionRate,
-    /// Bumped at every change a restart must not forget (`kept.rs`).
-    kept_changes: u64,
+    /// The changes a restart must not forget (`kept.rs`).
+    kept: kept::KeptLog,
 }
 
 impl WaitingRoom {
@@ -125,7 +125,7 @@ impl WaitingRoom {
             deadlines: Deadlines::default(),
             on_site: 0,
             rate: AdmissionRate::default(),
-            kept_changes: 0,
+            kept: kept::KeptLog::default(),
         })
     }
 
@@ -444,7 +444,7 @@ impl WaitingRoom {
             Visitor::Left { counted, .. } if *counted => {
                 *counted = false;
                 self.on_site -= 1;
-                self.kept_changes += 1;
+                self.kept.touch(ticket);
                 true
             }
             _ => false,
@@ -599,7 +599,7 @@ impl WaitingRoom {
             },
         );
         self.on_site += 1;
-        self.kept_changes += 1;
+        self.kept.touch(id);
     }
 
     fn set_left(&mut self, id: TicketId, now: Time, pass_expires: Time) {
@@ -614,7 +614,7 @@ impl WaitingRoom {
             _ => {}
         }
         let forget_at = now.saturating_add(self.settings.ticket_expiry_ms);
-        self.kept_changes += 1;
+        self.kept.touch(id);
         self.set_state(
             id,
             Visitor::Left {

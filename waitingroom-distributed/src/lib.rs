@@ -48,7 +48,7 @@ pub use live::LiveSettings;
 pub use membership::{Contact, Membership};
 pub use messages::{Body, ChannelMsg, Envelope, Summary, Weight};
 pub use node::visitor::VisitorError;
-pub use node::{ClockOffset, Durable, GrantStatus, Node, NodeStatus};
+pub use node::{ClockOffset, Durable, DurableDelta, GrantStatus, Node, NodeStatus};
 pub use outputs::{Event, Transmit};
 pub use patch::{
     MAX_COUNT, MAX_DURATION_MS, MAX_TIME_OFFSET_MS, Mode, QueueingMethod, SettingsPatch,

@@ -48,8 +48,8 @@ use crate::swim::Swim;
 use crate::tag::Tag;
 use crate::timer::{Timer, TimerTable};
 use crate::voters::{Electorate, Voters};
-pub use durable::Durable;
 use durable::Past;
+pub use durable::{Durable, DurableDelta};
 
 /// One node of the waiting room cluster.
 #[derive(Debug, Clone)]

@@ -6,11 +6,51 @@
 //!
 //! A driver takes [`WaitingRoom::kept_visitors`] when [`WaitingRoom::kept_changes`] moved and
 //! gives it back with [`WaitingRoom::restore_visitors`] before the restarted room serves anyone.
+//! All of them is linear in the visitors the room knows; a driver that keeps them at every
+//! change takes only the visitors changed since it last asked ([`WaitingRoom::take_kept_delta`])
+//! and appends those, so keeping costs a constant per visitor let out, not the whole room.
 
 use serde::{Deserialize, Serialize};
 
 use super::{Record, Visitor, WaitingRoom};
 use crate::types::{TicketId, Time};
+
+/// Most visitors remembered as changed between two takes of the delta: past it the room
+/// forgets which (memory stays bounded for an embedder that never asks) and the next taker
+/// keeps them all.
+const DELTA_CAP: usize = 4_096;
+
+/// The changes a restart must not forget: how many, and which visitors since last taken.
+#[derive(Debug, Clone, Default)]
+pub(super) struct KeptLog {
+    changes: u64,
+    changed: Vec<TicketId>,
+    /// More than [`DELTA_CAP`] changed since last taken, or all of them (a restore).
+    all: bool,
+}
+
+impl KeptLog {
+    /// Visitor `ticket` changed in a way a restart must not forget.
+    pub(super) fn touch(&mut self, ticket: TicketId) {
+        self.changes += 1;
+        if self.all {
+            return;
+        }
+        if self.changed.len() == DELTA_CAP {
+            self.all = true;
+            self.changed = Vec::new();
+            return;
+        }
+        self.changed.push(ticket);
+    }
+
+    /// Every visitor changed (or may have).
+    fn touch_all(&mut self) {
+        self.changes += 1;
+        self.all = true;
+        self.changed = Vec::new();
+    }
+}
 
 /// One visitor let out, as a restart keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,37 +84,35 @@ impl WaitingRoom {
     /// elsewhere: a driver that keeps [`WaitingRoom::kept_visitors`] on disk writes them when this
     /// moved (expiries do not move it: what expired is dropped on restore).
     pub fn kept_changes(&self) -> u64 {
-        self.kept_changes
+        self.kept.changes
     }
 
     /// Every visitor let out here whom a restart must not forget, by ticket. Linear in the
     /// visitors this room knows: taken when [`WaitingRoom::kept_changes`] moved, not per request.
     pub fn kept_visitors(&self) -> Vec<KeptVisitor> {
-        let mut kept: Vec<KeptVisitor> = (self.visitors.iter())
-            .filter_map(|(ticket, record)| match record.state {
-                Visitor::Queued { .. } => None,
-                Visitor::Admitted {
-                    eviction_time,
-                    claim_by,
-                } => Some(KeptVisitor::Admitted {
-                    ticket,
-                    eviction_time,
-                    claim_by,
-                }),
-                Visitor::Left {
-                    pass_expires,
-                    forget_at,
-                    counted,
-                } => Some(KeptVisitor::Left {
-                    ticket,
-                    pass_expires,
-                    forget_at,
-                    counted,
-                }),
-            })
-            .collect();
+        let all = self.visitors.iter();
+        let mut kept: Vec<KeptVisitor> = all.filter_map(|(t, r)| kept_form(t, r)).collect();
         kept.sort_unstable_by_key(KeptVisitor::ticket);
         kept
+    }
+
+    /// The visitors changed since this was last called, as a restart keeps them now (a visitor
+    /// no longer kept, queued again or forgotten, is left out: what they were expires on
+    /// restore), or None when they cannot be told apart from the rest (too many, or a restore
+    /// since): then the taker keeps [`WaitingRoom::kept_visitors`] whole. Each call starts a
+    /// new delta.
+    pub fn take_kept_delta(&mut self) -> Option<Vec<KeptVisitor>> {
+        let log = &mut self.kept;
+        let changed = std::mem::take(&mut log.changed);
+        if std::mem::take(&mut log.all) {
+            return None;
+        }
+        let mut delta: Vec<KeptVisitor> = (changed.into_iter())
+            .filter_map(|t| kept_form(t, self.visitors.get(t)?))
+            .collect();
+        delta.sort_unstable_by_key(KeptVisitor::ticket);
+        delta.dedup_by_key(|k| k.ticket());
+        Some(delta)
     }
 
     /// Gives back what an earlier life of this room kept, before it serves anyone: each
@@ -120,7 +158,32 @@ impl WaitingRoom {
             self.visitors.insert(ticket, Record { state, armed: due });
             self.deadlines.push(due, ticket);
         }
-        self.kept_changes += 1;
+        self.kept.touch_all();
+    }
+}
+
+/// What a restart keeps of visitor `ticket`: nothing while queued.
+fn kept_form(ticket: TicketId, record: &Record) -> Option<KeptVisitor> {
+    match record.state {
+        Visitor::Queued { .. } => None,
+        Visitor::Admitted {
+            eviction_time,
+            claim_by,
+        } => Some(KeptVisitor::Admitted {
+            ticket,
+            eviction_time,
+            claim_by,
+        }),
+        Visitor::Left {
+            pass_expires,
+            forget_at,
+            counted,
+        } => Some(KeptVisitor::Left {
+            ticket,
+            pass_expires,
+            forget_at,
+            counted,
+        }),
     }
 }
 
@@ -183,5 +246,39 @@ mod tests {
         let mut again = WaitingRoom::new(settings(), crate::NodeId(1), 9).unwrap();
         again.restore_visitors(far, &kept);
         assert_eq!(again.on_site(), 0, "what expired is not restored");
+    }
+
+    /// The delta holds exactly the visitors changed since it was last taken, in their state
+    /// now; after a restore, or past its cap, the taker is told to keep them all.
+    #[test]
+    fn the_delta_is_what_changed_since_last_taken() {
+        let mut room = WaitingRoom::new(settings(), crate::NodeId(1), 7).unwrap();
+        let first = room.join(0);
+        let second = room.join(0);
+        let delta = room.take_kept_delta().unwrap();
+        assert_eq!(delta, room.kept_visitors(), "both let out");
+        assert_eq!(room.take_kept_delta(), Some(Vec::new()), "nothing since");
+        room.leave(10, &first.ticket).unwrap();
+        let delta = room.take_kept_delta().unwrap();
+        assert_eq!(delta.len(), 1);
+        assert!(matches!(delta[0], KeptVisitor::Left { ticket, .. } if ticket == first.ticket.id));
+        let kept = room.kept_visitors();
+        let mut after = WaitingRoom::new(settings(), crate::NodeId(1), 8).unwrap();
+        after.restore_visitors(20, &kept);
+        assert_eq!(after.take_kept_delta(), None, "a restore changes them all");
+        assert_eq!(after.take_kept_delta(), Some(Vec::new()));
+        let _ = second;
+
+        let unlimited = Settings {
+            target_on_site: Settings::UNLIMITED,
+            ..settings()
+        };
+        let mut busy = WaitingRoom::new(unlimited, crate::NodeId(1), 9).unwrap();
+        for _ in 0..=DELTA_CAP {
+            busy.join(0);
+        }
+        assert_eq!(busy.take_kept_delta(), None, "past the cap: all");
+        busy.join(0);
+        assert_eq!(busy.take_kept_delta().map(|d| d.len()), Some(1));
     }
 }

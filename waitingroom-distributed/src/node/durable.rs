@@ -71,6 +71,34 @@ pub struct Durable {
     pub peers: Vec<String>,
 }
 
+/// What changed in a node's durable state since its driver last took a delta
+/// ([`Node::take_durable_delta`]): the visitors changed, in their state now, and everything
+/// else whole when any of it changed. A driver appends these after a whole [`Durable`] and
+/// gives the sum back at restart ([`Durable::apply`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurableDelta {
+    /// The visitors changed.
+    pub visitors: Vec<KeptVisitor>,
+    /// Everything but the visitors, when any of it changed (its `visitors` empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rest: Option<Durable>,
+}
+
+impl Durable {
+    /// This state with `delta`, taken after it, applied: its visitors replace those of the
+    /// same ticket, its rest the rest.
+    pub fn apply(&mut self, delta: DurableDelta) {
+        if let Some(rest) = delta.rest {
+            let visitors = std::mem::take(&mut self.visitors);
+            *self = Durable { visitors, ..rest };
+        }
+        let mut visitors: std::collections::BTreeMap<_, _> =
+            (self.visitors.drain(..)).map(|k| (k.ticket(), k)).collect();
+        visitors.extend(delta.visitors.into_iter().map(|k| (k.ticket(), k)));
+        self.visitors = visitors.into_values().collect();
+    }
+}
+
 /// This process's relation to earlier lives of the node (`node/durable.rs`).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Past {
@@ -81,6 +109,8 @@ pub(super) struct Past {
     forgotten: bool,
     /// Changes to the kept state outside the room, the chain and the departed places.
     changes: u64,
+    /// The changes outside the room when a driver last took a delta or the whole.
+    rest_taken: Option<u64>,
 }
 
 impl Past {
@@ -121,10 +151,30 @@ impl Node {
     /// What this node must not forget across a restart, for its driver to keep. Linear in the
     /// visitors it knows: taken when [`Node::durable_changes`] moved.
     pub fn durable(&self) -> Durable {
+        Durable {
+            visitors: self.local.room().kept_visitors(),
+            ..self.durable_rest()
+        }
+    }
+
+    /// What changed in [`Node::durable`] since this was last called, for a driver that keeps
+    /// it at every change: the visitors changed (constant work per visitor let out) and the rest
+    /// when it changed. None when the room cannot tell which visitors changed (too many, or a
+    /// restore since): then the driver keeps [`Node::durable`] whole, taken in the same call.
+    pub fn take_durable_delta(&mut self) -> Option<DurableDelta> {
+        let rest_now = (self.durable_changes()).wrapping_sub(self.local.room().kept_changes());
+        let rest_moved = self.past.rest_taken.replace(rest_now) != Some(rest_now);
+        let visitors = self.local.room_mut().take_kept_delta()?;
+        let rest = rest_moved.then(|| self.durable_rest());
+        Some(DurableDelta { visitors, rest })
+    }
+
+    /// [`Node::durable`] but the visitors.
+    fn durable_rest(&self) -> Durable {
         let (next, link) = self.records.head();
         Durable {
             first_life: self.past.first_life,
-            visitors: self.local.room().kept_visitors(),
+            visitors: Vec::new(),
             last_record: next.checked_sub(1).map(|last| (last, link.to_owned())),
             recent_records: self.records.recent(),
             departed: self.departed.list().to_vec(),
@@ -252,7 +302,7 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
-    use waitingroom_core::Settings;
+    use waitingroom_core::{Settings, TicketId};
 
     use super::*;
     use crate::patch::SettingsPatch;
@@ -336,5 +386,45 @@ mod tests {
             "made again on top"
         );
         assert_eq!(after.live_settings().mode, crate::patch::Mode::QueueAll);
+    }
+
+    /// A whole state with the deltas taken after it applied is the whole state now.
+    #[test]
+    fn a_whole_state_and_its_deltas_add_up_to_the_state_now() {
+        let trio = tree(2, &[1, 2, 3], &[(1, 2), (1, 3)]);
+        let mut node = member(testing::config(2, 1, settings()), &trio);
+        let mut kept = node.durable();
+        assert!(
+            node.take_durable_delta().is_some_and(|d| d.rest.is_some()),
+            "first: all"
+        );
+        let none = node.take_durable_delta().unwrap();
+        assert_eq!(none, DurableDelta::default(), "nothing changed since");
+        let patch = SettingsPatch {
+            target_on_site: Some(7),
+            ..SettingsPatch::default()
+        };
+        node.change_settings(0, &patch, [0; 32]).unwrap();
+        let delta = node.take_durable_delta().unwrap();
+        assert!(delta.rest.is_some(), "the live settings changed");
+        kept.apply(delta);
+        assert_eq!(kept, node.durable());
+
+        let (one, two) = (TicketId(1), TicketId(2));
+        let left = |ticket, counted| KeptVisitor::Left {
+            ticket,
+            pass_expires: 10,
+            forget_at: 20,
+            counted,
+        };
+        let mut kept = Durable {
+            visitors: vec![left(one, true), left(two, true)],
+            ..Durable::default()
+        };
+        kept.apply(DurableDelta {
+            visitors: vec![left(two, false)],
+            rest: None,
+        });
+        assert_eq!(kept.visitors, [left(one, true), left(two, false)]);
     }
 }

@@ -12,7 +12,10 @@
 //! caller answers anyone (waitingroom-distributed/README.md#durable-state): a pass is never in
 //! a visitor's hands, nor counted by a peer, before the state that counts it survives a crash.
 //! Concurrent callers share one write: the one that writes takes the latest state, so the
-//! others find theirs on disk already.
+//! others find theirs on disk already. A write appends the changes since the last one
+//! ([`Node::take_durable_delta`]) to a journal, and rewrites the whole state only once the
+//! journal has grown as large as it: the cost of keeping stays a constant per visitor let out
+//! however many the room holds.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use waitingroom_core::Time;
-use waitingroom_distributed::{Event, Node, NodeStatus, Transmit};
+use waitingroom_distributed::{Durable, DurableDelta, Event, Node, NodeStatus, Transmit};
 
 use super::state_dir::StateDir;
 use super::voters_file::Keeper;
@@ -54,11 +57,48 @@ struct Kept {
     dir: StateDir,
     /// When the releases were last written: the node's change count then, and the time.
     releases: Mutex<(u64, Time)>,
-    /// The durable-change count on disk; its lock is held while writing, so writes never
-    /// overtake one another.
-    durable: Mutex<u64>,
+    /// The node's state on disk; its lock is held while writing, so writes never overtake
+    /// one another.
+    durable: Mutex<Disk>,
     /// The durable-change count on disk, read without waiting for a write in flight.
     written: AtomicU64,
+}
+
+/// The node's state on disk (`super::state_dir`): a whole file and the journal after it.
+#[derive(Debug)]
+struct Disk {
+    /// The durable-change count on disk.
+    saved: u64,
+    /// The generation of the whole file on disk; None when the next write must be whole (none
+    /// yet, or a write failed and its changes are not in the journal).
+    generation: Option<u64>,
+    /// The bytes of the whole file, and of the journal after it.
+    whole_bytes: u64,
+    journal_bytes: u64,
+}
+
+/// What to write of the node's state.
+enum Write {
+    Whole(Durable, u64),
+    Append(DurableDelta, u64),
+}
+
+/// Smallest journal rewritten into a whole file: past it, and past the whole file's own size,
+/// the next write is whole (so appending costs a constant per change, rewriting included).
+const JOURNAL_MIN_BYTES: u64 = 1 << 20;
+
+impl Disk {
+    /// The write that keeps the node's changes since the last: the delta, appended, unless
+    /// the journal has grown as large as the whole file or no whole file is known good. Takes
+    /// the delta in any case, so that the next one starts here.
+    fn next_write(&self, node: &mut Node) -> Write {
+        let delta = node.take_durable_delta();
+        let journal_full = self.journal_bytes > self.whole_bytes.max(JOURNAL_MIN_BYTES);
+        match (self.generation, delta) {
+            (Some(generation), Some(delta)) if !journal_full => Write::Append(delta, generation),
+            _ => Write::Whole(node.durable(), rand::random()),
+        }
+    }
 }
 
 /// Least time between two writes of the releases file: under many releases it is rewritten
@@ -96,7 +136,12 @@ impl Driver {
             dir,
             releases: Mutex::new((releases, 0)),
             // Nothing counted as written: the first call writes what the node starts from.
-            durable: Mutex::new(durable.wrapping_sub(1)),
+            durable: Mutex::new(Disk {
+                saved: durable.wrapping_sub(1),
+                generation: None,
+                whole_bytes: 0,
+                journal_bytes: 0,
+            }),
             written: AtomicU64::new(durable.wrapping_sub(1)),
         });
         self
@@ -107,28 +152,42 @@ impl Driver {
         (self.state.as_ref()).is_some_and(|k| k.written.load(Ordering::Acquire) != changes)
     }
 
-    /// Writes the node's durable state to the state directory if it changed since last
-    /// written, taking the latest under the write lock. A failure is logged and counted, and
-    /// tried again at the next call.
+    /// Keeps the node's durable state in the state directory if it changed since last kept:
+    /// the changes appended to the journal, or the whole (`Disk::next_write`), taken under the
+    /// write lock. A failure is logged and counted, and the next call writes the whole.
     fn save_durable(&self) {
         let Some(kept) = &self.state else {
             return;
         };
-        let mut saved = kept.durable.lock().unwrap_or_else(PoisonError::into_inner);
-        let (changes, durable) = {
-            let node = self.lock();
+        let mut disk = kept.durable.lock().unwrap_or_else(PoisonError::into_inner);
+        let (changes, write) = {
+            let mut node = self.lock();
             let changes = node.durable_changes();
-            if changes == *saved {
+            if changes == disk.saved {
                 return;
             }
-            (changes, node.durable())
+            (changes, disk.next_write(&mut node))
         };
-        match kept.dir.write_durable(&durable) {
+        let written = match write {
+            Write::Whole(durable, generation) => {
+                let bytes = kept.dir.write_durable(&durable, generation);
+                bytes.map(|bytes| {
+                    disk.generation = Some(generation);
+                    (disk.whole_bytes, disk.journal_bytes) = (bytes, 0);
+                })
+            }
+            Write::Append(delta, generation) => {
+                let bytes = kept.dir.append_durable(delta, generation);
+                bytes.map(|bytes| disk.journal_bytes += bytes)
+            }
+        };
+        match written {
             Ok(()) => {
-                *saved = changes;
+                disk.saved = changes;
                 kept.written.store(changes, Ordering::Release);
             }
             Err(e) => {
+                disk.generation = None;
                 self.metrics
                     .state_write_failures
                     .get_or_create(&FileLabels { file: "node" })

@@ -259,12 +259,7 @@ async fn restarted_nodes_whose_seed_is_gone_find_each_other_from_their_state() {
     // The state files name the other members once the membership reached them.
     let deadline = Instant::now() + Duration::from_secs(10);
     for i in 2..=3 {
-        let file = dir.join(format!("node{i}/node.json"));
-        let peers = || {
-            let text = std::fs::read(&file).unwrap_or_default();
-            let kept: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
-            kept["peers"].as_array().map_or(0, Vec::len)
-        };
+        let peers = || kept_peers(&dir.join(format!("node{i}")));
         let voters = || {
             let text = std::fs::read(dir.join(format!("node{i}/voters.json"))).unwrap_or_default();
             let kept: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
@@ -298,6 +293,18 @@ async fn restarted_nodes_whose_seed_is_gone_find_each_other_from_their_state() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// How many peers the state directory `dir` keeps: in `node.json`, or in the latest line of
+/// its journal that carries the rest of the state.
+fn kept_peers(dir: &std::path::Path) -> usize {
+    let whole = std::fs::read(dir.join("node.json")).unwrap_or_default();
+    let whole: Value = serde_json::from_slice(&whole).unwrap_or(Value::Null);
+    let journal = std::fs::read_to_string(dir.join("node.journal")).unwrap_or_default();
+    let lines = journal.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok());
+    let rests = lines.filter_map(|l| l.get("rest").cloned());
+    let latest = rests.last().unwrap_or(whole);
+    latest["peers"].as_array().map_or(0, Vec::len)
 }
 
 /// The id and incarnation of node `i`.

@@ -193,8 +193,9 @@ fn keeping_state_in(dir: PathBuf) -> TestNode {
     )
 }
 
-/// A pass is on disk (`node.json`) when its leave is answered (the leave's own call wrote it); a node file that cannot be
-/// written is counted (`file="node"`) and written at the next call once it can be.
+/// A pass is on disk (`node.json` or its journal) when its leave is answered (the leave's own
+/// call wrote it); a node file that cannot be written is counted (`file="node"`) and written at
+/// the next call once it can be.
 #[tokio::test]
 async fn a_pass_is_on_disk_when_its_leave_is_answered_and_a_failed_write_is_counted() {
     let dir = scratch("node-state");

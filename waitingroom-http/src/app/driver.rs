@@ -18,7 +18,7 @@
 //! however many the room holds.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -62,6 +62,8 @@ struct Kept {
     durable: Mutex<Disk>,
     /// The durable-change count on disk, read without waiting for a write in flight.
     written: AtomicU64,
+    /// Whether the last write of the node's state, and of the releases, failed.
+    failing: [AtomicBool; 2],
 }
 
 /// The node's state on disk (`super::state_dir`): a whole file and the journal after it.
@@ -143,6 +145,7 @@ impl Driver {
                 journal_bytes: 0,
             }),
             written: AtomicU64::new(durable.wrapping_sub(1)),
+            failing: Default::default(),
         });
         self
     }
@@ -181,6 +184,7 @@ impl Driver {
                 bytes.map(|bytes| disk.journal_bytes += bytes)
             }
         };
+        kept.failing[0].store(written.is_err(), Ordering::Release);
         match written {
             Ok(()) => {
                 disk.saved = changes;
@@ -205,6 +209,7 @@ impl Driver {
         let Some(Kept {
             dir: state,
             releases: saved,
+            failing,
             ..
         }) = &self.state
         else {
@@ -222,7 +227,9 @@ impl Driver {
         };
         saved.1 = now;
         let count = releases.len();
-        match state.write_releases(releases) {
+        let written = state.write_releases(releases);
+        failing[1].store(written.is_err(), Ordering::Release);
+        match written {
             Ok(()) => {
                 tracing::debug!(count, "releases kept on disk");
                 saved.0 = changes;
@@ -273,7 +280,13 @@ impl Driver {
         self.read(Node::is_drained) && self.transport.is_idle()
     }
 
-    /// Whether the voters file could not be written at the last try.
+    /// Whether the state directory could not be written at the last try (the node's state or
+    /// the releases).
+    pub fn state_dir_failing(&self) -> bool {
+        (self.state.as_ref()).is_some_and(|k| k.failing.iter().any(|f| f.load(Ordering::Acquire)))
+    }
+
+    /// Whether the last write of the voters file failed.
     pub fn voters_file_failing(&self) -> bool {
         self.voters_file.as_ref().is_some_and(Keeper::is_failing)
     }

@@ -28,11 +28,12 @@ use super::App;
 use crate::clock::now_ms;
 
 /// Every reason `/readyz` fails, as its error code and the gauge's label.
-pub const REASONS: [&str; 7] = [
+pub const REASONS: [&str; 8] = [
     "not_ready",
     "stopping",
     "refused_by_peers",
     "voters_file",
+    "state_dir",
     "alone",
     "no_majority",
     "clock_skew",
@@ -49,6 +50,9 @@ pub enum Unready {
     RefusedByPeers,
     /// The voters file could not be written at the last try.
     VotersFile,
+    /// The state directory could not be written at the last try (the node's state or the
+    /// releases): a restart of the whole cluster would forget what changed since.
+    StateDir,
     /// The only member of its cluster, with voters other than itself (or none).
     Alone,
     /// Its root does not hear from a majority of the voters.
@@ -72,6 +76,7 @@ impl Unready {
             Unready::Stopping => "stopping",
             Unready::RefusedByPeers => "refused_by_peers",
             Unready::VotersFile => "voters_file",
+            Unready::StateDir => "state_dir",
             Unready::Alone => "alone",
             Unready::NoMajority => "no_majority",
             Unready::ClockSkew { .. } => "clock_skew",
@@ -91,6 +96,9 @@ impl Unready {
                 .into(),
             Unready::VotersFile => "the voters file cannot be written (see the log): a restart \
                 would forget the voters"
+                .into(),
+            Unready::StateDir => "the state directory cannot be written (see the log): a \
+                restart of the whole cluster would forget the passes given and given back since"
                 .into(),
             Unready::Alone => "this node is alone, without a majority of the voters it knows: \
                 it lets nobody out until it finds its cluster again"
@@ -148,18 +156,30 @@ fn votes_alone(node: &Node) -> bool {
     }
 }
 
-/// Whether a node is ready, from its `view`, whether its peers refuse it, whether its voters
-/// file fails, and the clock limit (`max_clock_offset_ms`, 0: no clock check). The first
-/// reason that holds, in the order of [`REASONS`].
-pub fn judge(view: &View, refused: bool, voters_file: bool, limit: u64) -> Result<(), Unready> {
+/// Which of the files a node keeps failed at their last write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Files {
+    /// The voters file (`--voters-file`).
+    pub voters: bool,
+    /// The state directory (`--state-dir`).
+    pub state: bool,
+}
+
+/// Whether a node is ready, from its `view`, whether its peers refuse it, which of its files
+/// fail, and the clock limit (`max_clock_offset_ms`, 0: no clock check). The first reason that
+/// holds, in the order of [`REASONS`].
+pub fn judge(view: &View, refused: bool, files: Files, limit: u64) -> Result<(), Unready> {
     if !view.member {
         return Err(Unready::Joining);
     }
     if refused {
         return Err(Unready::RefusedByPeers);
     }
-    if voters_file {
+    if files.voters {
         return Err(Unready::VotersFile);
+    }
+    if files.state {
+        return Err(Unready::StateDir);
     }
     if view.alone {
         return Err(Unready::Alone);
@@ -235,8 +255,11 @@ impl App {
                 .saturating_mul(3)
                 .max(1_000);
             let refused = self.transport.standing().is_refused(now, grace);
-            let voters = self.driver.voters_file_failing();
-            judge(&view, refused, voters, self.cfg.limits.max_clock_offset_ms)
+            let files = Files {
+                voters: self.driver.voters_file_failing(),
+                state: self.driver.state_dir_failing(),
+            };
+            judge(&view, refused, files, self.cfg.limits.max_clock_offset_ms)
         };
         self.note_readiness(&verdict);
         verdict
@@ -293,7 +316,7 @@ mod tests {
     #[test]
     fn the_majority_decides_whose_clock_is_off() {
         // Three nodes; the third runs 3 s ahead.
-        let off = judge(&view(&[-3_000, -3_000]), false, false, 2_000).unwrap_err();
+        let off = judge(&view(&[-3_000, -3_000]), false, Files::default(), 2_000).unwrap_err();
         assert_eq!(off.reason(), "clock_skew");
         assert!(matches!(
             off,
@@ -308,57 +331,93 @@ mod tests {
             "{}",
             off.message()
         );
-        assert_eq!(judge(&view(&[3_000, 5]), false, false, 2_000), Ok(()));
-        assert_eq!(judge(&view(&[-5, 3_000]), false, false, 2_000), Ok(()));
+        assert_eq!(
+            judge(&view(&[3_000, 5]), false, Files::default(), 2_000),
+            Ok(())
+        );
+        assert_eq!(
+            judge(&view(&[-5, 3_000]), false, Files::default(), 2_000),
+            Ok(())
+        );
         // Five nodes, two off in opposite directions: only they are.
         assert_eq!(
-            judge(&view(&[0, 4, 3_000, -3_000]), false, false, 2_000),
+            judge(
+                &view(&[0, 4, 3_000, -3_000]),
+                false,
+                Files::default(),
+                2_000
+            ),
             Ok(())
         );
         let ahead = [-3_000, -3_000, -3_000, -6_000];
-        assert!(judge(&view(&ahead), false, false, 2_000).is_err());
+        assert!(judge(&view(&ahead), false, Files::default(), 2_000).is_err());
         // Two nodes: no majority either way, neither is the outlier.
-        assert_eq!(judge(&view(&[9_000]), false, false, 2_000), Ok(()));
-        assert_eq!(judge(&view(&[-9_000]), false, false, 2_000), Ok(()));
+        assert_eq!(
+            judge(&view(&[9_000]), false, Files::default(), 2_000),
+            Ok(())
+        );
+        assert_eq!(
+            judge(&view(&[-9_000]), false, Files::default(), 2_000),
+            Ok(())
+        );
         // Within the measurement's error, no measurement, or the check off: ready.
         let mut rough = view(&[-2_100, -2_100]);
         rough.offsets.iter_mut().for_each(|o| o.2 = 400);
-        assert_eq!(judge(&rough, false, false, 2_000), Ok(()));
-        assert_eq!(judge(&view(&[]), false, false, 2_000), Ok(()));
-        assert_eq!(judge(&view(&[-9_000, -9_000]), false, false, 0), Ok(()));
+        assert_eq!(judge(&rough, false, Files::default(), 2_000), Ok(()));
+        assert_eq!(judge(&view(&[]), false, Files::default(), 2_000), Ok(()));
+        assert_eq!(
+            judge(&view(&[-9_000, -9_000]), false, Files::default(), 0),
+            Ok(())
+        );
     }
 
-    /// A node cut off from its cluster, or unable to keep its voters, is not ready, whatever
+    const BOTH: Files = Files {
+        voters: true,
+        state: true,
+    };
+
+    /// A node cut off from its cluster, or unable to keep its voters or state, is not ready, whatever
     /// its clock; a lone founder (a single-node deployment) is.
     #[test]
     fn a_node_outside_its_cluster_is_not_ready() {
         let fine = view(&[]);
-        assert_eq!(judge(&fine, false, false, 2_000), Ok(()));
+        assert_eq!(judge(&fine, false, Files::default(), 2_000), Ok(()));
         let joining = View {
             member: false,
             ..fine.clone()
         };
-        assert_eq!(judge(&joining, true, true, 2_000), Err(Unready::Joining));
+        assert_eq!(judge(&joining, true, BOTH, 2_000), Err(Unready::Joining));
         assert_eq!(
-            judge(&fine, true, true, 2_000),
+            judge(&fine, true, BOTH, 2_000),
             Err(Unready::RefusedByPeers)
         );
-        assert_eq!(judge(&fine, false, true, 2_000), Err(Unready::VotersFile));
+        assert_eq!(judge(&fine, false, BOTH, 2_000), Err(Unready::VotersFile));
+        let state = Files {
+            state: true,
+            ..Files::default()
+        };
+        assert_eq!(judge(&fine, false, state, 2_000), Err(Unready::StateDir));
         let alone = View {
             alone: true,
             ..fine.clone()
         };
-        assert_eq!(judge(&alone, false, false, 2_000), Err(Unready::Alone));
+        assert_eq!(
+            judge(&alone, false, Files::default(), 2_000),
+            Err(Unready::Alone)
+        );
         let paused = |pause| View {
             pause: Some(pause),
             ..fine.clone()
         };
-        let no_majority = judge(&paused(Pause::NoMajority), false, false, 2_000);
+        let no_majority = judge(&paused(Pause::NoMajority), false, Files::default(), 2_000);
         assert_eq!(no_majority, Err(Unready::NoMajority));
         // A lapsed grant or a lost round is the cluster's ordinary business, not the node's.
-        assert_eq!(judge(&paused(Pause::NoGrant), false, false, 2_000), Ok(()));
         assert_eq!(
-            judge(&paused(Pause::LostRound), false, false, 2_000),
+            judge(&paused(Pause::NoGrant), false, Files::default(), 2_000),
+            Ok(())
+        );
+        assert_eq!(
+            judge(&paused(Pause::LostRound), false, Files::default(), 2_000),
             Ok(())
         );
         for why in [Unready::Joining, Unready::Alone, Unready::NoMajority] {

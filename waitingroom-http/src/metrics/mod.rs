@@ -559,7 +559,7 @@ impl Metrics {
         r.register(
             "unready_reason",
             "1 for the reason /readyz fails, if it does (not_ready, stopping, refused_by_peers, \
-             voters_file, alone, no_majority, clock_skew)",
+             voters_file, state_dir, alone, no_majority, clock_skew)",
             self.unready.clone(),
         );
     }

@@ -194,8 +194,8 @@ fn keeping_state_in(dir: PathBuf) -> TestNode {
 }
 
 /// A pass is on disk (`node.json` or its journal) when its leave is answered (the leave's own
-/// call wrote it); a node file that cannot be written is counted (`file="node"`) and written at
-/// the next call once it can be.
+/// call wrote it); a node file that cannot be written is counted (`file="node"`), makes the
+/// node unready (`state_dir`) and is written at the next call once it can be.
 #[tokio::test]
 async fn a_pass_is_on_disk_when_its_leave_is_answered_and_a_failed_write_is_counted() {
     let dir = scratch("node-state");
@@ -209,6 +209,7 @@ async fn a_pass_is_on_disk_when_its_leave_is_answered_and_a_failed_write_is_coun
             .get()
     };
     assert!(failures() >= 1, "the first write failed");
+    until_readyz(&n, "state_dir").await;
     std::fs::remove_dir(&blocker).unwrap();
     let state = crate::app::state_dir::StateDir::new(dir.clone());
     let (_, pass) = n.ticket_and_pass().await;
@@ -219,5 +220,6 @@ async fn a_pass_is_on_disk_when_its_leave_is_answered_and_a_failed_write_is_coun
         "the pass's visitor is kept: {kept:?}"
     );
     assert!(!pass.is_empty());
+    until_readyz(&n, "ready").await;
     std::fs::remove_dir_all(&dir).unwrap();
 }

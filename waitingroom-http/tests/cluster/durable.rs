@@ -301,7 +301,9 @@ fn kept_peers(dir: &std::path::Path) -> usize {
     let whole = std::fs::read(dir.join("node.json")).unwrap_or_default();
     let whole: Value = serde_json::from_slice(&whole).unwrap_or(Value::Null);
     let journal = std::fs::read_to_string(dir.join("node.journal")).unwrap_or_default();
-    let lines = journal.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok());
+    let lines = journal
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok());
     let rests = lines.filter_map(|l| l.get("rest").cloned());
     let latest = rests.last().unwrap_or(whole);
     latest["peers"].as_array().map_or(0, Vec::len)

@@ -304,8 +304,8 @@ fn kept_peers(dir: &std::path::Path) -> usize {
     let lines = journal
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok());
-    let rests = lines.filter_map(|l| l.get("rest").cloned());
-    let latest = rests.last().unwrap_or(whole);
+    let mut rests = lines.filter_map(|l| l.get("rest").cloned());
+    let latest = rests.next_back().unwrap_or(whole);
     latest["peers"].as_array().map_or(0, Vec::len)
 }
 

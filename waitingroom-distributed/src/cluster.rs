@@ -119,8 +119,9 @@ pub(crate) enum Change {
 pub(crate) enum Applied {
     /// It is this node's membership now: these members left and these joined.
     Changed {
-        /// Members no longer in it (their failures and places are forgotten).
-        gone: Vec<NodeId>,
+        /// Lives no longer in it, those a newer life of the same node replaced included
+        /// (their failures and places are forgotten).
+        gone: Vec<Contact>,
         /// Members new in it.
         added: Vec<Contact>,
     },
@@ -446,7 +447,6 @@ impl Cluster {
             self.formers.remove(&c.id);
             out.emit(Event::MemberAdded(c.clone()));
         }
-        let gone = gone.into_iter().map(|c| c.id).collect();
         Applied::Changed { gone, added }
     }
 

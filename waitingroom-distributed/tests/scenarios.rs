@@ -1765,3 +1765,43 @@ fn a_whole_cluster_restarted_without_state_holds_the_target_until_the_passes_exp
     let let_in = (3..6).filter(|i| crowd.admitted[*i]).count();
     assert_eq!(let_in, 3, "once it has expired, the room admits again");
 }
+
+/// waitingroom-distributed/README.md#durable-state: a node killed and restarted from its state
+/// before the others noticed its death replaces its earlier life in the membership; that
+/// life's departed places are dropped at the new life's first count (it counts the visitors
+/// itself), not held until its passes could have expired.
+#[test]
+fn a_life_replaced_by_its_restored_successor_holds_no_departed_places() {
+    let settings = Settings {
+        target_on_site: 3,
+        pass_expiry_ms: 60_000,
+        ticket_expiry_ms: 30_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 61);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    crowd.join(&mut net, NodeId(3));
+    crowd.run(&mut net, 3_000);
+    assert_eq!(
+        crowd.passes.len(),
+        1,
+        "one visitor on the site, let out by node 3"
+    );
+    let kept = net.node(NodeId(3)).durable();
+    net.kill(NodeId(3));
+    net.add_node_with(3, 62, |node, now| node.restore(now, &kept));
+    crowd.run(&mut net, 3_000);
+    let summary = net
+        .node(NodeId(1))
+        .summary()
+        .cloned()
+        .expect("rounds go on");
+    assert_eq!(summary.members, 3);
+    assert_eq!(
+        summary.departed,
+        [],
+        "the earlier life is counted by its successor"
+    );
+    assert_eq!(summary.on_site, 1);
+}

@@ -533,9 +533,9 @@ impl Node {
         }
         self.voters
             .members_now(self.cluster.membership().members.keys());
-        for id in gone {
-            self.swim.forget(id);
-            self.member_departed(now, id, version);
+        for life in gone {
+            self.swim.forget(life.id);
+            self.member_departed(now, &life, version);
         }
         for c in added {
             for ticket in self.forgets.remove(&c.id).unwrap_or_default() {
@@ -551,12 +551,13 @@ impl Node {
         }
     }
 
-    /// A member left the cluster (it died, was removed, or is cut off) with membership
-    /// `version`: the places it held at the last count, with its grant, stay counted until
-    /// whatever it may still have let out is gone ([`departed::counted_for`]), or until the
-    /// same process is counted again (the life removed, as the membership names it), so the site
-    /// does not fill past the target with visitors nobody counts any more.
-    fn member_departed(&mut self, now: Time, node: NodeId, version: u64) {
+    /// A member's life left the cluster (it died, was removed, is cut off, or a newer life of
+    /// the node took its place) with membership `version`: the places it held at the last
+    /// count, with its grant, stay counted until whatever it may still have let out is gone
+    /// ([`departed::counted_for`]), or until a process that counts that life's visitors is
+    /// counted (the same process back, or one restored from its state: `node/durable.rs`),
+    /// so the site does not fill past the target with visitors nobody counts any more.
+    fn member_departed(&mut self, now: Time, life: &Contact, version: u64) {
         if self.in_force.unlimited() {
             return;
         }
@@ -564,10 +565,10 @@ impl Node {
         // A node that has heard of no round knows nothing of what the member let out: the
         // whole target, as for a forgotten past (`node/durable.rs`).
         let target = self.in_force.settings().target_on_site;
-        let places = self.tag.places_of(node).unwrap_or(target);
-        self.tag.forget_places(node);
-        let life = (self.cluster.membership().removed.get(&node)).map(|c| c.incarnation);
-        (self.departed).member_departed(now, (node, life, version), places, expiry);
+        let places = self.tag.places_of(life.id).unwrap_or(target);
+        self.tag.forget_places(life.id);
+        let node = (life.id, Some(life.incarnation), version);
+        (self.departed).member_departed(now, node, places, expiry);
     }
 
     /// Re-initialises QPID for the membership just applied (see [`Qpid::apply`]): the root

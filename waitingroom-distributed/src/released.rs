@@ -4,7 +4,9 @@
 //! a bypass pass, so it must hold on every node for as long as the pass could be valid.
 //!
 //! The node that takes the release refuses the pass from then on, and sends it at once to every
-//! other member (`node/released.rs`), so that it outlives that node. It also travels with the
+//! other member (`node/released.rs`), so that it outlives that node; it confirms the release to
+//! its visitor only once more than half of the voters said they hold it ([`Confirming`]), since
+//! a node cut off from them may die before anyone heard of it. It also travels with the
 //! rounds, as the live settings do: each count carries the releases its subtree took in the
 //! last few intervals (so a round that fails to finish loses none), the root's result carries
 //! them down, and every node then refuses the pass too, and the node that counts it stops

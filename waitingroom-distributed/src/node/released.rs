@@ -1,7 +1,8 @@
 //! The released passes as cluster state (`released.rs`,
 //! waitingroom-distributed/README.md#passes-given-back): the catch-up of a node whose set
-//! differs from the root's, the whole set for a node that joins, and the set for a driver that
-//! keeps it on disk. The releases that travel with the rounds are routed in `routes.rs`.
+//! differs from the root's, the whole set for a node that joins, the set for a driver that
+//! keeps it on disk, and the confirmation of a release this node took (more than half of the
+//! voters hold it). The releases that travel with the rounds are routed in `routes.rs`.
 
 use std::collections::BTreeSet;
 

@@ -156,6 +156,12 @@ pub enum ChannelMsg {
     /// Released passes: an answer to [`ChannelMsg::ReleasesAsk`], or the whole set sent to a
     /// node that was just added.
     Releases(Page),
+    /// "I hold these releases": the answer to a release sent by the member that took it, which
+    /// confirms it to its visitor once a majority of the voters hold it.
+    ReleasesHeld {
+        /// The released passes' ticket ids.
+        tickets: Vec<waitingroom_core::TicketId>,
+    },
     /// TAG: please count your subtree.
     CountRequest(CountRequest),
     /// TAG: the counts of the sender's subtree (None when the sender refused the round).

@@ -43,7 +43,7 @@ use crate::outputs::{Event, Outbox, Output, Transmit};
 use crate::patch::SettingsPatch;
 use crate::qpid::Qpid;
 use crate::record_chain::RecordChain;
-use crate::released::Released;
+use crate::released::{Confirming, Released};
 use crate::swim::Swim;
 use crate::tag::Tag;
 use crate::timer::{Timer, TimerTable};
@@ -74,6 +74,8 @@ pub struct Node {
     records: RecordChain,
     /// Passes given back early (`released.rs`).
     released: Released,
+    /// The releases this node took and who holds them: answered once a majority does.
+    confirming: Confirming,
     /// The live settings known, and what of them is in force (`live.rs`, `events.rs`).
     in_force: InForce,
     swim: Swim,
@@ -142,6 +144,7 @@ impl Node {
             departed: DepartedPlaces::default(),
             records: RecordChain::default(),
             released: Released::default(),
+            confirming: Confirming::default(),
             in_force,
             swim: Swim::new(
                 cfg.seed,
@@ -484,7 +487,10 @@ impl Node {
         if let ChannelMsg::Releases(page) = &msg {
             // Releases are facts of the cluster, from anyone on a link: a joining node takes
             // them before it is a member.
-            return self.on_releases(now, page);
+            return self.on_releases(now, from, page);
+        }
+        if let ChannelMsg::ReleasesHeld { tickets } = &msg {
+            return self.on_releases_held(from, tickets);
         }
         if !self.is_member() {
             return Err(Ignored::NotInCluster);
@@ -515,7 +521,9 @@ impl Node {
             }
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
             ChannelMsg::ReleasesAsk { buckets } => self.on_releases_ask(now, from, &buckets),
-            ChannelMsg::Forget { .. } | ChannelMsg::Releases(_) => Ok(()),
+            ChannelMsg::Forget { .. }
+            | ChannelMsg::Releases(_)
+            | ChannelMsg::ReleasesHeld { .. } => Ok(()),
         }
     }
 
@@ -874,7 +882,8 @@ fn version_of(msg: &ChannelMsg) -> Option<u64> {
         | ChannelMsg::CountReply { .. }
         | ChannelMsg::Forget { .. }
         | ChannelMsg::ReleasesAsk { .. }
-        | ChannelMsg::Releases(_) => None,
+        | ChannelMsg::Releases(_)
+        | ChannelMsg::ReleasesHeld { .. } => None,
     }
 }
 

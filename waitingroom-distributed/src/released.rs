@@ -4,7 +4,9 @@
 //! a bypass pass, so it must hold on every node for as long as the pass could be valid.
 //!
 //! The node that takes the release refuses the pass from then on, and sends it at once to every
-//! other member (`node/released.rs`), so that it outlives that node. It also travels with the
+//! other member (`node/released.rs`), so that it outlives that node; it confirms the release to
+//! its visitor only once more than half of the voters said they hold it ([`Confirming`]), since
+//! a node cut off from them may die before anyone heard of it. It also travels with the
 //! rounds, as the live settings do: each count carries the releases its subtree took in the
 //! last few intervals (so a round that fails to finish loses none), the root's result carries
 //! them down, and every node then refuses the pass too, and the node that counts it stops
@@ -19,10 +21,10 @@
 //! it, with its membership. Two sets with the same entries have the same digest, whatever the
 //! order they were learned in: the merge keeps each ticket's latest `until`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
-use waitingroom_core::{TicketId, Time};
+use waitingroom_core::{NodeId, TicketId, Time};
 
 /// Most releases kept (the soonest-expiring go first beyond it).
 const RELEASED_KEPT: usize = 65_536;
@@ -345,6 +347,63 @@ impl Released {
     }
 }
 
+/// Most releases taken here whose holders are still followed (the oldest go first: a visitor
+/// asking again about one of those starts it over).
+const CONFIRMING_KEPT: usize = 4_096;
+
+/// How long the node that took a release waits, when asked about it again, before it sends it
+/// again to the members that have not said they hold it (the reliable channel retransmits in
+/// the meantime; only a channel dropped with a member removed loses it).
+pub(crate) const RELEASE_RESEND_MS: Time = 1_000;
+
+/// The releases this node took, with the members known to hold each. A release is confirmed to
+/// its visitor only once more than half of the voters hold it: a node cut off from them may die
+/// before it can tell anyone, and its visitor must not believe in a release lost with it
+/// (waitingroom-distributed/README.md#passes-given-back).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Confirming {
+    /// Ticket → the members that said they hold its release, and when it was last sent.
+    following: BTreeMap<TicketId, (BTreeSet<NodeId>, Time)>,
+    /// The same tickets, oldest first.
+    order: VecDeque<TicketId>,
+}
+
+impl Confirming {
+    /// This node (`me`) is asked at `now` for the release of `ticket`: followed from now on if
+    /// it was not, held by `me`. Whether to send it to the members not known to hold it: at
+    /// first, and again once [`RELEASE_RESEND_MS`] passed since it was last sent.
+    pub(crate) fn ask(&mut self, ticket: TicketId, me: NodeId, now: Time) -> bool {
+        if let Some((_, sent_at)) = self.following.get_mut(&ticket) {
+            if now.saturating_sub(*sent_at) < RELEASE_RESEND_MS {
+                return false;
+            }
+            *sent_at = now;
+            return true;
+        }
+        while self.order.len() >= CONFIRMING_KEPT {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            self.following.remove(&old);
+        }
+        self.following.insert(ticket, (BTreeSet::from([me]), now));
+        self.order.push_back(ticket);
+        true
+    }
+
+    /// Member `by` holds the release of `ticket`.
+    pub(crate) fn held(&mut self, ticket: TicketId, by: NodeId) {
+        if let Some((holders, _)) = self.following.get_mut(&ticket) {
+            holders.insert(by);
+        }
+    }
+
+    /// The members known to hold the release of `ticket` (empty if it is not followed).
+    pub(crate) fn holders(&self, ticket: TicketId) -> BTreeSet<NodeId> {
+        (self.following.get(&ticket)).map_or_else(BTreeSet::new, |(holders, _)| holders.clone())
+    }
+}
+
 /// Merges `more` into `list`, without copies, at most [`RELEASED_SENT`].
 pub(crate) fn merge(list: &mut Vec<Release>, more: &[Release]) {
     for r in more {
@@ -460,6 +519,29 @@ mod tests {
         }
         assert_eq!(joiner.digest(), member.digest());
         assert_eq!(joiner.all(), member.all());
+    }
+
+    #[test]
+    fn the_holders_of_a_release_are_followed_for_a_bounded_number_of_releases() {
+        let mut c = Confirming::default();
+        assert!(c.ask(TicketId(1), NodeId(1), 0), "sent at first");
+        assert!(!c.ask(TicketId(1), NodeId(1), 10), "not sent again at once");
+        c.held(TicketId(1), NodeId(2));
+        c.held(TicketId(9), NodeId(2));
+        assert_eq!(
+            c.holders(TicketId(1)),
+            BTreeSet::from([NodeId(1), NodeId(2)])
+        );
+        assert!(c.holders(TicketId(9)).is_empty(), "not taken here");
+        assert!(
+            c.ask(TicketId(1), NodeId(1), RELEASE_RESEND_MS),
+            "sent again later"
+        );
+        for t in 2..=CONFIRMING_KEPT as u64 {
+            c.ask(TicketId(t), NodeId(1), 0);
+        }
+        assert!(c.ask(TicketId(0), NodeId(1), 0));
+        assert!(c.holders(TicketId(1)).is_empty(), "the oldest went first");
     }
 
     #[test]

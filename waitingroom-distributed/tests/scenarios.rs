@@ -1016,8 +1016,7 @@ fn a_pass_given_back_frees_its_place_and_is_refused_everywhere() {
     assert_eq!(crowd.admitted, vec![true, true, false], "the site is full");
     let pass = crowd.passes[&0].clone();
     assert_eq!(pass.node, NodeId(1));
-    net.with(NodeId(3), |n, now| n.release_pass(now, &pass))
-        .expect("a valid pass is given back");
+    give_back(&mut net, NodeId(3), &pass);
     net.with(NodeId(3), |n, now| n.release_pass(now, &pass))
         .expect("twice is no error");
     let refused = net.with(NodeId(3), |n, now| n.validate_pass(now, &pass));
@@ -1057,6 +1056,24 @@ fn one_pass(n: u64, seed: u64) -> (Net, Crowd, waitingroom_core::Pass) {
     (net, crowd, pass)
 }
 
+/// Gives `pass` back at `node`: refused there at once, confirmed once a majority of the voters
+/// hold the release (the others answer within a round trip, long before the next round).
+fn give_back(net: &mut Net, node: NodeId, pass: &waitingroom_core::Pass) {
+    let back = |net: &mut Net| net.with(node, |n, now| n.release_pass(now, pass));
+    assert_eq!(
+        back(net),
+        Err(VisitorError::ReleasePending),
+        "held here alone"
+    );
+    assert_eq!(
+        net.with(node, |n, now| n.validate_pass(now, pass)),
+        Err(VisitorError::Released),
+        "refused at once where it was given back"
+    );
+    net.run_for(100);
+    assert_eq!(back(net), Ok(()), "confirmed once a majority holds it");
+}
+
 fn refused_everywhere(net: &mut Net, pass: &waitingroom_core::Pass) {
     for id in net.ids() {
         let valid = net.with(id, |n, now| n.validate_pass(now, pass));
@@ -1088,8 +1105,7 @@ fn a_node_that_missed_a_release_for_many_rounds_catches_up() {
             r.summary.released.clear();
         }
     });
-    net.with(NodeId(1), |n, now| n.release_pass(now, &pass))
-        .expect("a valid pass is given back");
+    give_back(&mut net, NodeId(1), &pass);
     crowd.run(&mut net, 10_000);
     // Long after the rounds stopped carrying it, by the digest alone.
     refused_everywhere(&mut net, &pass);
@@ -1104,13 +1120,23 @@ fn a_node_that_missed_a_release_for_many_rounds_catches_up() {
     for id in [1, 2] {
         net.cut(NodeId(3), NodeId(id));
     }
-    net.with(NodeId(2), |n, now| n.release_pass(now, &at_2))
-        .unwrap();
-    net.with(NodeId(3), |n, now| n.release_pass(now, &at_3))
-        .unwrap();
+    give_back(&mut net, NodeId(2), &at_2);
+    // Node 3 refuses the pass at once, but a majority does not hold the release: its visitor
+    // hears so for as long as it is cut off (it may die before anyone hears of it).
+    let at_3_back = |net: &mut Net| net.with(NodeId(3), |n, now| n.release_pass(now, &at_3));
+    assert_eq!(at_3_back(&mut net), Err(VisitorError::ReleasePending));
     net.run_for(20_000);
+    assert_eq!(at_3_back(&mut net), Err(VisitorError::ReleasePending));
     net.heal();
     net.run_for(15_000);
+    // Asked again, it asks the others again (what it sent while cut off was lost).
+    let _ = at_3_back(&mut net);
+    net.run_for(100);
+    assert_eq!(
+        at_3_back(&mut net),
+        Ok(()),
+        "confirmed once the others hold it"
+    );
     refused_everywhere(&mut net, &at_2);
     refused_everywhere(&mut net, &at_3);
     refused_everywhere(&mut net, &pass);
@@ -1122,8 +1148,7 @@ fn a_node_that_missed_a_release_for_many_rounds_catches_up() {
 #[test]
 fn a_node_that_joins_after_a_release_refuses_it_from_the_start() {
     let (mut net, mut crowd, pass) = one_pass(3, 43);
-    net.with(NodeId(2), |n, now| n.release_pass(now, &pass))
-        .expect("a valid pass is given back");
+    give_back(&mut net, NodeId(2), &pass);
     crowd.run(&mut net, 10_000);
     // Just after a round, so that the next one is far.
     let boundary = net.now.next_multiple_of(1_000);
@@ -1154,9 +1179,7 @@ fn a_release_reaches_every_member_at_once_and_outlives_the_node_that_took_it() {
     // Just after a round, so that the next one is far.
     let boundary = net.now.next_multiple_of(1_000);
     net.run_for(boundary - net.now + 50);
-    net.with(NodeId(2), |n, now| n.release_pass(now, &pass))
-        .expect("a valid pass is given back");
-    net.run_for(100);
+    give_back(&mut net, NodeId(2), &pass);
     assert!(net.now < boundary + 1_000, "before the next round");
     refused_everywhere(&mut net, &pass);
     net.kill(NodeId(2));
@@ -1166,6 +1189,47 @@ fn a_release_reaches_every_member_at_once_and_outlives_the_node_that_took_it() {
         assert!(!node.membership().contains(NodeId(2)), "node 2 is gone");
         assert!(node.is_released(pass.id), "node {id}");
     }
+}
+
+/// waitingroom-distributed/README.md#passes-given-back: a node cut off from every other member
+/// takes a release, then dies and starts again without its state. The others never heard of the
+/// release, so it was never confirmed to its visitor, who gives the pass back again at a node of
+/// the majority: confirmed there, and refused everywhere.
+#[test]
+fn a_release_taken_by_a_node_cut_off_that_dies_is_never_confirmed() {
+    let (mut net, mut crowd, pass) = one_pass(3, 45);
+    crowd.run(&mut net, 2_000);
+    for id in [1, 2] {
+        net.cut(NodeId(3), NodeId(id));
+    }
+    net.run_for(5_000);
+    let back = |net: &mut Net, id: u64| net.with(NodeId(id), |n, now| n.release_pass(now, &pass));
+    assert_eq!(
+        back(&mut net, 3),
+        Err(VisitorError::ReleasePending),
+        "held by node 3 alone, of three voters"
+    );
+    net.run_for(3_000);
+    assert_eq!(
+        back(&mut net, 3),
+        Err(VisitorError::ReleasePending),
+        "asked again while still cut off"
+    );
+    net.kill(NodeId(3));
+    net.heal();
+    net.add_node(3, 46);
+    net.run_for(10_000);
+    for id in net.ids() {
+        let valid = net.with(id, |n, now| n.validate_pass(now, &pass));
+        assert_eq!(
+            valid,
+            Ok(()),
+            "node {id}: the release went with node 3's life"
+        );
+    }
+    give_back(&mut net, NodeId(1), &pass);
+    net.run_for(3_000);
+    refused_everywhere(&mut net, &pass);
 }
 
 /// waitingroom-distributed/README.md#fairness-records: every round that lets anyone out is on

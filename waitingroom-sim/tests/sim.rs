@@ -436,3 +436,21 @@ fn the_swarm_prints_its_summary_and_its_exit_code_says_whether_a_seed_failed() {
         );
     }
 }
+
+#[test]
+fn a_release_taken_by_a_node_cut_off_is_given_back_again_until_a_majority_holds_it() {
+    // Swarm seeds 618 (a visitor's pass) and 1412 (the operator's bypass passes): a node cut
+    // off from the others takes a release and dies before they heard of it. It answered
+    // release_pending, so the pass was given back again until a node with a majority behind
+    // it confirmed the release; every node refuses it from then on.
+    for seed in [618, 1412] {
+        let r = run(&waitingroom_sim::swarm::draw(seed));
+        let pending = r.protocol_events.get("release-pending").copied();
+        assert!(pending.is_some_and(|n| n > 0), "seed {seed}: {r:#?}");
+        let failed = r.failed_checks();
+        assert!(
+            !failed.iter().any(|c| c.starts_with("released-pass")),
+            "seed {seed}: {failed:?}"
+        );
+    }
+}

@@ -52,6 +52,11 @@ pub enum VisitorError {
     /// A bypass pass is not extended (docs/operating.md#bypass-passes): the operator mints another.
     #[error("a bypass pass is not extended; mint another")]
     Bypass,
+    /// The pass is refused here, but not yet held by a majority of the nodes
+    /// (waitingroom-distributed/README.md#passes-given-back): give it back again, here or at
+    /// another node, until this is answered with success.
+    #[error("the release is not confirmed yet; give the pass back again")]
+    ReleasePending,
 }
 
 impl Node {
@@ -298,8 +303,10 @@ impl Node {
     /// (waitingroom-distributed/README.md#passes-given-back): the pass is refused here from now on
     /// and on every member as soon as the release sent to it arrives; its place is free here at
     /// once if this node counts it, else at the node that does when the release reaches it. Giving
-    /// it back twice is no error. Until when to refuse it: the longest the pass could still be
-    /// refreshed to (its session), at most a day.
+    /// it back twice is no error. Answered [`VisitorError::ReleasePending`] until a majority of
+    /// the voters hold the release: the visitor gives it back again until it is confirmed. Until
+    /// when to refuse it: the longest the pass could still be refreshed to (its session), at
+    /// most a day.
     pub fn release_pass(&mut self, now: Time, pass: &Pass) -> Result<(), VisitorError> {
         self.local.room().validate_pass(now, pass)?;
         let session = self.in_force.settings().pass_max_lifetime_ms;
@@ -313,8 +320,7 @@ impl Node {
             until,
         };
         self.local.room_mut().uncount_pass(release.ticket);
-        self.take_release(now, release);
-        Ok(())
+        self.take_release(now, release)
     }
 
     /// Tells `node` (the visitor's previous node) to drop its entry: now if it is a member, or

@@ -3,6 +3,7 @@
 //! answer sets the cookies too.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
@@ -216,6 +217,10 @@ pub(super) async fn refresh_pass(
         (status = 400, description = "`bad_json`, `missing_token`", body = ErrorBody),
         (status = 401, description = "`invalid_token`, `expired_token`", body = ErrorBody),
         (status = 403, description = "`cross_site`", body = ErrorBody),
+        (status = 503, description = "`release_pending` (with Retry-After): the release is not \
+            held by a majority of the nodes yet (this node is cut off from them) and the pass \
+            may still be taken elsewhere; give it back again, here or at another node",
+            body = ErrorBody),
     ))]
 pub(super) async fn release_pass(
     State(app): State<Arc<App>>,
@@ -227,7 +232,7 @@ pub(super) async fn release_pass(
     let token = token_from(b.pass.as_deref(), &headers, &app.cfg.cookies.pass)
         .or_else(|| cookies::bearer(&headers))
         .ok_or_else(|| ApiError::missing_token("pass"))?;
-    app.release_pass(token)?;
+    release_confirmed(&app, token).await?;
     let c = &app.cfg.cookies;
     let gone = c.clear(&c.pass);
     Ok(with_cookies(
@@ -235,6 +240,35 @@ pub(super) async fn release_pass(
         vec![gone],
     ))
 }
+
+/// Gives the pass back, asking again while the release is not yet held by a majority of the
+/// nodes (waitingroom-distributed/README.md#passes-given-back): their answers take a round trip.
+/// Still not confirmed after [`RELEASE_WAIT_MS`] (at most half the request timeout), as on a node
+/// cut off from the others, the visitor hears 503 `release_pending` with `Retry-After` and gives
+/// the pass back again, here or at another node.
+async fn release_confirmed(app: &App, token: &str) -> Result<(), ApiError> {
+    let wait = RELEASE_WAIT_MS.min(app.cfg.limits.request_timeout_ms / 2);
+    let deadline = Instant::now() + Duration::from_millis(wait);
+    loop {
+        match app.release_pass(token) {
+            Err(e) if e.code == "release_pending" => {
+                if Instant::now() >= deadline {
+                    app.metrics.releases_pending.inc();
+                    tracing::info!("release not confirmed by a majority of the nodes in time");
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(RELEASE_POLL_MS)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// How long a release is asked again before the visitor hears `release_pending`, ms.
+const RELEASE_WAIT_MS: u64 = 2_000;
+/// How often a release not confirmed yet is asked again meanwhile, ms (the node sends it again
+/// to the members that have not answered only once a second).
+const RELEASE_POLL_MS: u64 = 20;
 
 /// 204 for a valid pass (bearer token or cookie), 401 otherwise: an nginx `auth_request`
 /// target as is.

@@ -121,6 +121,9 @@ pub struct Metrics {
     pub rate_limited: Counter,
     /// Passes given back early at this node (`POST /api/pass/release`).
     pub passes_released: Counter,
+    /// Passes given back whose release no majority of the nodes confirmed in time: answered
+    /// 503 `release_pending`, the visitor gives it back again.
+    pub releases_pending: Counter,
     /// Writes to the state directory that failed, by file (`crate::app::state_dir`).
     pub state_write_failures: Family<FileLabels, Counter>,
     /// Bypass passes minted at this node (`POST /admin/passes`).
@@ -211,6 +214,7 @@ impl Metrics {
             shed: Family::default(),
             rate_limited: Counter::default(),
             passes_released: Counter::default(),
+            releases_pending: Counter::default(),
             state_write_failures: Family::default(),
             bypass_passes: Counter::default(),
             return_paths_refused: Counter::default(),
@@ -446,6 +450,11 @@ impl Metrics {
             "passes_released",
             "Passes given back early at this node (POST /api/pass/release)",
             self.passes_released.clone(),
+        );
+        r.register(
+            "releases_pending",
+            "Passes given back that no majority of the nodes confirmed in time (503 release_pending)",
+            self.releases_pending.clone(),
         );
         r.register(
             "bypass_passes_minted",
@@ -725,6 +734,7 @@ pub fn message_type(body: &Body) -> &'static str {
             ChannelMsg::Forget { .. } => "forget",
             ChannelMsg::ReleasesAsk { .. } => "releases_ask",
             ChannelMsg::Releases(_) => "releases",
+            ChannelMsg::ReleasesHeld { .. } => "releases_held",
         },
         Body::ChannelAck { .. } => "ack",
         Body::Tree(..) => "tree",

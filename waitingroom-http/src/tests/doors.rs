@@ -744,3 +744,41 @@ async fn a_pass_given_back_is_refused_and_its_place_freed() {
         .assert_error(StatusCode::FORBIDDEN, "cross_site");
     assert_eq!(n.verify(&other).await.status, StatusCode::NO_CONTENT);
 }
+
+/// A node that cannot reach a majority of the voters (here: it remembers voters 1, 2 and 3, and
+/// runs alone) takes a release but cannot confirm it: 503 `release_pending` with `Retry-After`,
+/// counted, the cookie kept, and the pass refused at this node all the same.
+#[tokio::test]
+async fn a_release_no_majority_holds_is_answered_release_pending() {
+    let n = TestNode::start(
+        Options {
+            limits: LimitOptions {
+                request_timeout_ms: Some(400),
+                forward_timeout_ms: Some(100),
+                ..Default::default()
+            },
+            ..options()
+        },
+        true,
+    );
+    let (_, pass) = n.ticket_and_pass().await;
+    let voters = waitingroom_distributed::voters::Voters {
+        epoch: 1_000_000,
+        set: [1, 2, 3].map(waitingroom_core::NodeId).into(),
+        ..Default::default()
+    };
+    n.app.driver.with(|node, _| node.remember_voters(&voters));
+    for tries in 1..=2 {
+        let r = n.post("/api/pass/release", json!({ "pass": pass })).await;
+        r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "release_pending");
+        assert!(r.headers.contains_key(header::RETRY_AFTER));
+        assert!(
+            !r.headers.contains_key(header::SET_COOKIE),
+            "the pass is kept"
+        );
+        assert_eq!(n.app.metrics.releases_pending.get(), tries);
+    }
+    assert_eq!(n.app.metrics.passes_released.get(), 0);
+    n.assert_pass_refused(&pass, StatusCode::UNAUTHORIZED, "released")
+        .await;
+}

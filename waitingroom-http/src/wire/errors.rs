@@ -217,6 +217,12 @@ impl From<VisitorError> for ApiError {
                 "bypass_pass",
                 "a bypass pass is not extended; the operator mints another",
             ),
+            // Taken here, but not yet held by a majority of the nodes: give it back again.
+            VisitorError::ReleasePending => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "release_pending",
+                "the release is not confirmed by a majority of the nodes yet; give the pass back again",
+            ),
         }
     }
 }

@@ -5,10 +5,11 @@
 
 use rand::RngExt;
 use waitingroom_core::{NodeId, Pass, Settings, SettingsError, TicketId, Time};
-use waitingroom_distributed::{LiveSettings, Mode, QueueingMethod, ScheduledEvent, SettingsPatch};
+use waitingroom_distributed::{
+    LiveSettings, Mode, QueueingMethod, ScheduledEvent, SettingsPatch, VisitorError,
+};
 
 use super::nodes::addr;
-use super::plays::Apart;
 use super::{Action, QpidRoom, bump};
 use crate::config::OperatorAction;
 use crate::room::Ctx;
@@ -302,7 +303,7 @@ impl QpidRoom {
     }
 
     /// Mints a bypass pass and gives it back at the node in `slot`: every node must refuse it
-    /// once the rounds have carried the release.
+    /// once the rounds have carried the release, once it is confirmed.
     fn bypass(&mut self, ctx: &mut Ctx, slot: usize, seed: [u8; 32]) {
         let clock = self.nodes.clock(slot, ctx.now);
         let id = u64::from_le_bytes(seed[..8].try_into().expect("8 bytes"));
@@ -317,11 +318,11 @@ impl QpidRoom {
             round: None,
             draw: None,
         };
-        let r = self.nodes.node(slot).release_pass(clock, &pass);
-        self.operated(ctx, slot, r.err().map(|e| e.to_string()));
-        self.released.push(pass.id);
-        let at = ctx.now + self.release_grace();
-        let i = self.released.len() - 1;
-        self.plan_at(ctx, at, Action::CheckReleased(i, Apart::default()));
+        let r = self.give_back_at(ctx, slot, &pass);
+        self.operated(ctx, slot, r.clone().err().map(|e| e.to_string()));
+        if r == Err(VisitorError::ReleasePending) {
+            // Not confirmed: the operator gives it back again until it is.
+            self.again_later(ctx, pass, 1);
+        }
     }
 }

@@ -51,6 +51,9 @@ enum Action {
     /// Every node must refuse the given-back pass (index into `released`), the cluster seen
     /// apart so far.
     CheckReleased(usize, plays::Apart),
+    /// The pass `giving_back[.0]`, whose release was not confirmed, is given back again (try
+    /// `.1 + 1`).
+    GiveBackAgain(usize, u32),
 }
 
 /// What the load balancer remembers of each visitor, as a client and a sticky balancer would.
@@ -112,8 +115,11 @@ pub(crate) struct QpidRoom {
     first_cut: Option<(Vec<usize>, Time, Time)>,
     /// The tickets replayers gave up for their pass.
     old_tickets: HashMap<u32, Ticket>,
-    /// Passes given back (by visitors or the operator), to check that every node refuses them.
-    released: Vec<TicketId>,
+    /// Passes given back (by visitors or the operator) whose release was confirmed, and when:
+    /// every node must refuse them.
+    released: Vec<(TicketId, Time)>,
+    /// Passes given back whose release was not confirmed, given back again (`plays.rs`).
+    giving_back: Vec<Pass>,
     /// The target the operator set last.
     target: u64,
     /// Whether the operator switched the room to passthrough.
@@ -125,7 +131,8 @@ pub(crate) struct QpidRoom {
     healed_at: Time,
     /// The operator's latest action (index into `--operator`), and how often it was made.
     operated_last: Option<(usize, u32)>,
-    /// Where and with what seed the operator makes an action again.
+    /// Where and with what seed the operator makes an action again, and where a pass whose
+    /// release was not confirmed is given back again.
     operator_rng: ChaCha8Rng,
     /// What the clock of the node that handed out the latest pass read when it did.
     last_pass_issued_at: Option<Time>,
@@ -141,6 +148,7 @@ fn error_name(e: &VisitorError) -> String {
         VisitorError::EventOver => "event-over".into(),
         VisitorError::Released => "released".into(),
         VisitorError::Bypass => "bypass".into(),
+        VisitorError::ReleasePending => "release-pending".into(),
     }
 }
 
@@ -220,6 +228,7 @@ impl QpidRoom {
             first_cut: None,
             old_tickets: HashMap::new(),
             released: Vec::new(),
+            giving_back: Vec::new(),
             target: cfg.settings().target_on_site,
             passthrough: false,
             ops_waiting: Vec::new(),
@@ -855,6 +864,7 @@ impl Room for QpidRoom {
                 Action::Operate(i) => self.operate(ctx, i),
                 Action::Confirm(i, version, author) => self.confirm(ctx, i, version, author),
                 Action::CheckReleased(i, apart) => self.check_refused(ctx, i, apart),
+                Action::GiveBackAgain(i, tries) => self.give_back_again(ctx, i, tries),
             },
             Ev::Arrive(_) | Ev::Visitor(_) | Ev::Tick => {}
         }

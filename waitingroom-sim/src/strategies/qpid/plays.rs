@@ -1,18 +1,25 @@
 //! The protocol's side of the visitors who play the rules (`BehaviourOptions`): a leave replayed
-//! with an old ticket, a pass given back and tried again, and whether every node refuses a
-//! given-back pass.
+//! with an old ticket, a pass given back (again while its release is not confirmed) and tried
+//! again, and whether every node refuses a given-back pass once its release was confirmed.
 
 use rand::RngExt;
-use waitingroom_core::Time;
+use waitingroom_core::{Pass, Time};
 use waitingroom_distributed::{Node, VisitorError, invariants};
 
 use super::nodes::slot_of_id;
-use super::{Action, QpidRoom};
+use super::{Action, QpidRoom, bump};
 use crate::room::Ctx;
 
 /// How many times a check of a given-back pass waits for the live nodes to be one cluster, or
 /// for nodes just started or unfrozen to have had the grace.
 const APART_WAITS: u32 = 20;
+
+/// How long a client told `release_pending` waits before it gives the pass back again.
+const RELEASE_RETRY_MS: Time = 500;
+
+/// Most tries at giving one pass back (two minutes of them): a release never confirmed is no
+/// promise, and the pass stays valid until it expires.
+const RELEASE_TRIES: u32 = 240;
 
 /// What a check of a given-back pass saw of the cluster so far.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,7 +80,9 @@ impl QpidRoom {
         }
     }
 
-    /// Visitor `v` gives their pass back at their node; whether it took it.
+    /// Visitor `v` gives their pass back at their node; whether it took it. A release not
+    /// confirmed yet (`release_pending`: the node is cut off from a majority of the voters) is
+    /// taken too: the visitor has left, and gives the pass back again until it is confirmed.
     pub(super) fn give_back(&mut self, ctx: &mut Ctx, v: u32) -> bool {
         let Some(pass) = self.visits.passes.get(v as usize).cloned().flatten() else {
             return false;
@@ -81,22 +90,87 @@ impl QpidRoom {
         let Some(s) = self.route(ctx, v) else {
             return false;
         };
-        let clock = self.nodes.clock(s, ctx.now);
-        let r = self.nodes.node(s).release_pass(clock, &pass);
-        self.drain(ctx, s);
-        if r.is_ok() {
-            self.released.push(pass.id);
+        let r = self.give_back_at(ctx, s, &pass);
+        if r == Err(VisitorError::ReleasePending) {
+            self.again_later(ctx, pass, 1);
         }
-        r.is_ok()
+        matches!(r, Ok(()) | Err(VisitorError::ReleasePending))
+    }
+
+    /// Gives `pass` back at the node in `slot`. Confirmed, every node must refuse it once the
+    /// rounds had time to carry it; not confirmed (`release_pending`), it is no promise yet.
+    pub(super) fn give_back_at(
+        &mut self,
+        ctx: &mut Ctx,
+        slot: usize,
+        pass: &Pass,
+    ) -> Result<(), VisitorError> {
+        let clock = self.nodes.clock(slot, ctx.now);
+        let r = self.nodes.node(slot).release_pass(clock, pass);
+        self.drain(ctx, slot);
+        match &r {
+            Ok(()) => {
+                self.released.push((pass.id, ctx.now));
+                let at = ctx.now + self.release_grace();
+                let i = self.released.len() - 1;
+                self.plan_at(ctx, at, Action::CheckReleased(i, Apart::default()));
+            }
+            Err(VisitorError::ReleasePending) => {
+                bump(&mut self.tallies.protocol_events, "release-pending");
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// `pass` was given back but its release not confirmed: it is given back again a little
+    /// later (try `tries + 1`), at a random serving node, as a client told `release_pending`
+    /// does.
+    pub(super) fn again_later(&mut self, ctx: &mut Ctx, pass: Pass, tries: u32) {
+        if tries >= RELEASE_TRIES {
+            bump(&mut self.tallies.protocol_events, "release-never-confirmed");
+            return;
+        }
+        self.giving_back.push(pass);
+        let i = self.giving_back.len() - 1;
+        self.plan_at(
+            ctx,
+            ctx.now + RELEASE_RETRY_MS,
+            Action::GiveBackAgain(i, tries),
+        );
+    }
+
+    /// Gives the pass `giving_back[i]` back again (its try `tries + 1`), at a random serving
+    /// node drawn from a stream of its own, so that the disturbances drawn after it stay those
+    /// of a run whose releases were all confirmed at once.
+    pub(super) fn give_back_again(&mut self, ctx: &mut Ctx, i: usize, tries: u32) {
+        let pass = self.giving_back[i].clone();
+        let serving: Vec<usize> = (self.nodes.serving().iter())
+            .map(|&s| s as usize)
+            .filter(|&s| !self.nodes.frozen(s, ctx.now))
+            .collect();
+        if serving.is_empty() {
+            self.again_later(ctx, pass, tries + 1);
+            return;
+        }
+        let slot = serving[self.operator_rng.random_range(0..serving.len())];
+        if self.give_back_at(ctx, slot, &pass) == Err(VisitorError::ReleasePending) {
+            self.again_later(ctx, pass, tries + 1);
+        }
     }
 
     /// Visitor `v` tries their given-back pass at a random node, and every node is asked
-    /// whether it refuses it. A refresh counts against the promise only at a node the release
-    /// had time to reach (`check_refused` says which).
+    /// whether it refuses it. Only a release confirmed to the visitor a grace ago is a promise
+    /// (one answered `release_pending` is given back again, and checked once confirmed), and a
+    /// refresh counts against it only at a node the release had time to reach
+    /// (`check_refused` says which).
     pub(super) fn try_given_back(&mut self, ctx: &mut Ctx, v: u32) {
         let Some(pass) = self.visits.passes.get(v as usize).cloned().flatten() else {
             return;
         };
+        let grace = self.release_grace();
+        let confirmed =
+            (self.released.iter()).position(|&(id, at)| id == pass.id && at + grace <= ctx.now);
         if let Some(s) = self.any_node(ctx) {
             let clock = self.nodes.clock(s, ctx.now);
             let r = self.nodes.node(s).refresh_pass(clock, &pass);
@@ -104,6 +178,7 @@ impl QpidRoom {
             let reached = self.settled(ctx.now) && self.one_cluster() && self.reached(s, ctx.now);
             if r.is_ok()
                 && reached
+                && confirmed.is_some()
                 && let Some(p) = ctx.promises.as_mut()
             {
                 p.fail(ctx.now, "released-pass-refreshed", || {
@@ -111,7 +186,7 @@ impl QpidRoom {
                 });
             }
         }
-        if let Some(i) = self.released.iter().position(|&r| r == pass.id) {
+        if let Some(i) = confirmed {
             self.check_refused(ctx, i, Apart::default());
         }
     }
@@ -152,7 +227,7 @@ impl QpidRoom {
             self.plan_at(ctx, at, Action::CheckReleased(i, apart));
             return;
         }
-        let id = self.released[i];
+        let (id, _) = self.released[i];
         let now = ctx.now;
         let (accepting, fresh): (Vec<usize>, Vec<usize>) = (0..self.nodes.slots.len())
             .filter(|&s| {

@@ -377,6 +377,21 @@ fn a_member_that_dies_before_a_newcomer_heard_any_round_holds_the_whole_target()
 }
 
 #[test]
+fn a_batch_handed_over_with_find_root_names_its_round_on_the_passes() {
+    // Swarm seed 9506, reduced: node 10, its clock behind, decides a round at 1,000 that a
+    // newer result supersedes before it reaches node 5; the rest of that round's batch reaches
+    // node 5 with findRoot, not deleteMin, and node 5 lets visitor 0 out under it. Their pass
+    // must still name that round, whose record node 10 published.
+    let line = "--seed 9506 --nodes 12 --users 249 --window-ms 8477 --churn 0 \
+        --clock-skew-ms 519 --admission batched --target-on-site unlimited \
+        --refresh-interval-ms 880 --ticket-expiry-ms 7259 --pass-expiry-ms 7332 \
+        --eviction-interval-ms 500 --max-time-ms 205431 --strict";
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert!(r.broken_promises.is_empty(), "{r:#?}");
+    assert_clean(&r);
+}
+
+#[test]
 fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
     let r = run(&small(
         5,

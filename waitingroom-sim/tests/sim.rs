@@ -392,6 +392,22 @@ fn a_batch_handed_over_with_find_root_names_its_round_on_the_passes() {
 }
 
 #[test]
+fn a_visitor_let_straight_through_as_a_round_is_decided_names_no_round() {
+    // Swarm seed 4198, reduced: visitor 470 joins node 1 at 9,000, the very instant its round 0
+    // is decided, and is let straight through. Their admission's time is that round's, but
+    // the round let out only those who joined before 9,000: their pass names no round (one
+    // naming round 0 would read to an audit as let in ahead of their turn).
+    let line = "--seed 4198 --nodes 1 --users 588 --window-ms 9936 --session-ms 11143 \
+        --latency 1-5 --churn 0 --admission sequential --target-on-site unlimited \
+        --refresh-interval-ms 501 --ticket-expiry-ms 5835 --pass-expiry-ms 7008 \
+        --eviction-interval-ms 250 --admit-straight-through --operator mode=queue_all@4155 \
+        --operator mode=normal@7860 --max-time-ms 209808 --strict";
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert!(r.broken_promises.is_empty(), "{r:#?}");
+    assert_clean(&r);
+}
+
+#[test]
 fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
     let r = run(&small(
         5,

@@ -408,6 +408,38 @@ fn a_visitor_let_straight_through_as_a_round_is_decided_names_no_round() {
 }
 
 #[test]
+fn a_replayed_ticket_gets_no_second_pass_from_the_node_the_visitor_moved_away_from() {
+    // Swarm seed 2452, reduced: node 2 freezes with visitor 51 queued; they check in at node 1
+    // and are queued there. Thawed, node 2 lets them out under a round it had been sent
+    // before; node 1 lets them out later, and they leave there. Replaying their ticket (node
+    // 1's, naming node 1's round) at node 2 gets no second pass from node 2's admission.
+    let line = "--seed 2452 --nodes 3 --users 465 --arrival flash --window-ms 17781 \
+        --jitter-ms 50 --abandon-probability 0.09018711927278728 --patience-ms 4941 \
+        --latency 50-150 --churn 0 --restart-delay-ms 1508 --partition-kind isolate \
+        --partition-ms 15000 --script freeze@6397 --script remove@8063 --freeze-ms 2013 \
+        --replayers 0.18701752365101135 --admission sequential --target-on-site unlimited \
+        --refresh-interval-ms 733 --ticket-expiry-ms 4192 --pass-expiry-ms 1278 \
+        --operator mode=reject@751 --operator mode=normal@7904 --max-time-ms 233343 --strict";
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert!(r.broken_promises.is_empty(), "{r:#?}");
+    assert_clean(&r);
+}
+
+#[test]
+fn a_node_that_lost_its_record_of_a_visitor_who_moved_away_may_let_them_out_again() {
+    // Swarm seed 5888, reduced: node 1 lets visitor 56 out while they are away; frozen, it
+    // cannot be reached, and they are queued at node 2. Their admission at node 1 lapses
+    // unclaimed; node 2 leaves the cluster, they come back to node 1, are queued there again
+    // and let out: one admission at a time, one pass, not a double admission.
+    let line = "--seed 5888 --nodes 2 --users 232 --window-ms 15772 --latency 1-5 --churn 0 \
+        --restarts 1 --restart-delay-ms 1788 --script freeze@5816 --script freeze@10835 \
+        --script remove@15968 --freeze-ms 4981 --wanderers 0.11548688057344475 \
+        --away-ms 4869 --target-on-site 100 --refresh-interval-ms 386 \
+        --ticket-expiry-ms 11376 --pass-expiry-ms 1385 --max-time-ms 256028 --strict";
+    assert_moved_not_double(line);
+}
+
+#[test]
 fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
     let r = run(&small(
         5,

@@ -376,6 +376,14 @@ fn a_member_that_dies_before_a_newcomer_heard_any_round_holds_the_whole_target()
     assert_within_target(line, 10);
 }
 
+/// Runs the command line `line` (a swarm seed's, reduced): every promise kept, nobody lost,
+/// nothing stalled.
+fn assert_promises_kept(line: &str) {
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert!(r.broken_promises.is_empty(), "{r:#?}");
+    assert_clean(&r);
+}
+
 #[test]
 fn a_batch_handed_over_with_find_root_names_its_round_on_the_passes() {
     // Swarm seed 9506, reduced: node 10, its clock behind, decides a round at 1,000 that a
@@ -386,9 +394,7 @@ fn a_batch_handed_over_with_find_root_names_its_round_on_the_passes() {
         --clock-skew-ms 519 --admission batched --target-on-site unlimited \
         --refresh-interval-ms 880 --ticket-expiry-ms 7259 --pass-expiry-ms 7332 \
         --eviction-interval-ms 500 --max-time-ms 205431 --strict";
-    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
-    assert!(r.broken_promises.is_empty(), "{r:#?}");
-    assert_clean(&r);
+    assert_promises_kept(line);
 }
 
 #[test]
@@ -402,9 +408,7 @@ fn a_visitor_let_straight_through_as_a_round_is_decided_names_no_round() {
         --refresh-interval-ms 501 --ticket-expiry-ms 5835 --pass-expiry-ms 7008 \
         --eviction-interval-ms 250 --admit-straight-through --operator mode=queue_all@4155 \
         --operator mode=normal@7860 --max-time-ms 209808 --strict";
-    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
-    assert!(r.broken_promises.is_empty(), "{r:#?}");
-    assert_clean(&r);
+    assert_promises_kept(line);
 }
 
 #[test]
@@ -420,9 +424,7 @@ fn a_replayed_ticket_gets_no_second_pass_from_the_node_the_visitor_moved_away_fr
         --replayers 0.18701752365101135 --admission sequential --target-on-site unlimited \
         --refresh-interval-ms 733 --ticket-expiry-ms 4192 --pass-expiry-ms 1278 \
         --operator mode=reject@751 --operator mode=normal@7904 --max-time-ms 233343 --strict";
-    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
-    assert!(r.broken_promises.is_empty(), "{r:#?}");
-    assert_clean(&r);
+    assert_promises_kept(line);
 }
 
 #[test]
@@ -450,9 +452,7 @@ fn operator_changes_made_late_go_through_in_the_order_meant() {
         --target-on-site 20 --refresh-interval-ms 589 --ticket-expiry-ms 11697 \
         --pass-expiry-ms 5880 --operator bypass@777 --operator mode=queue_all@1750 \
         --operator mode=normal@2823 --max-time-ms 216538 --strict";
-    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
-    assert!(r.broken_promises.is_empty(), "{r:#?}");
-    assert_clean(&r);
+    assert_promises_kept(line);
 }
 
 #[test]

@@ -257,6 +257,14 @@ impl WaitingRoom {
             Some(Visitor::Admitted { claim_by, .. }) if claim_by <= now => {
                 return Err(EngineError::TicketExpired);
             }
+            // A ticket another node issued since, naming another admission: the visitor moved
+            // there while this node could not be reached (and was to forget them). That
+            // node's admission is theirs; this one gives no second pass.
+            Some(Visitor::Admitted { eviction_time, .. })
+                if ticket.node != self.node && ticket.eviction_time != Some(eviction_time) =>
+            {
+                return Err(EngineError::WrongNode(ticket.node));
+            }
             Some(Visitor::Admitted {
                 eviction_time,
                 claim_by,
@@ -953,6 +961,31 @@ mod tests {
         assert_eq!(key(&there), key(&here));
         assert_eq!(key(&here), (a.ticket.id, 1_000, 61_000, 1_000));
         assert_eq!(heir.leave(9_001, &admitted), Err(EngineError::AlreadyLeft));
+    }
+
+    /// A visitor let out here who moved to another node meanwhile (this one could not be
+    /// reached) and was let out there by another round holds that node's ticket: shown here, it
+    /// gets no second pass, while that node's copy of this admission's ticket gets this one.
+    #[test]
+    fn a_ticket_another_node_issued_for_another_admission_gets_no_pass_here() {
+        let mut owner = queued_room(1);
+        let a = owner.join(0);
+        owner.evict(1_000);
+        let moved = Ticket {
+            node: NodeId(8),
+            eviction_time: Some(5_000),
+            ..a.ticket.clone()
+        };
+        assert_eq!(
+            owner.leave(6_000, &moved),
+            Err(EngineError::WrongNode(NodeId(8)))
+        );
+        let carried = Ticket {
+            eviction_time: Some(1_000),
+            ..moved
+        };
+        let pass = owner.leave(6_001, &carried).unwrap();
+        assert_eq!((pass.created_at, pass.eviction_time), (1_000, 1_000));
     }
 
     proptest! {

@@ -111,6 +111,17 @@ impl RecordChain {
         self.let_out.push_back((decided_at, round));
     }
 
+    /// The round whose record let out a visitor who joined at `join_time` and was let out as
+    /// decided at `decided_at`, if this node knows it ([`RecordChain::round_decided_at`]). A
+    /// round lets out only visitors who joined before its boundary (its cutoff is below it): a
+    /// visitor let straight through at the very instant of a boundary was let out by no round,
+    /// and their pass names none.
+    pub(crate) fn round_letting_out(&self, decided_at: Time, join_time: Time) -> Option<u64> {
+        (join_time < decided_at)
+            .then(|| self.round_decided_at(decided_at))
+            .flatten()
+    }
+
     /// The round whose record let out visitors decided at `decided_at` (a range's boundary, a
     /// pass's `eviction_time`), if this node knows it: the one whose range it let them out
     /// under, else the latest record of that time (deleteMin admission has no ranges).
@@ -230,6 +241,10 @@ mod tests {
         // Without a range (deleteMin admission), the latest record of the time.
         assert!(chain.learn(&record(8, 9_000)));
         assert_eq!(chain.round_decided_at(9_000), Some(8));
+        // A visitor who joined at the boundary itself was let out by no round of that time
+        // (straight through, at the instant a round was decided).
+        assert_eq!(chain.round_letting_out(9_000, 8_999), Some(8));
+        assert_eq!(chain.round_letting_out(9_000, 9_000), None);
     }
 
     /// A root that a count tells of a record it has not reached must not number its own yet;

@@ -65,7 +65,8 @@ pub struct Ledger {
     /// Admitted again by another node after they moved: the same round's admission carried
     /// over (same decision time, so the same pass: `WaitingRoom::leave` derives the pass from
     /// it), or, after their node could not be reached, a round of the node they moved to
-    /// (that node tells theirs to forget them: a pass from both is `second-pass`).
+    /// (that node tells theirs to forget them: a pass from both is `second-pass`); or by the
+    /// node they moved away from, once back there after it lost its record of them.
     pub moved_admissions: u64,
     /// Visitors told "admitted" without the waiting room reporting the admission as an event
     /// (straight-through admission does that).
@@ -190,7 +191,12 @@ impl Ledger {
             }
             let left = |by| self.moved_from.contains(&(a.v, by));
             let moved = left(self.by[i]) || left(a.by);
-            if a.by != self.by[i] && (a.decided_at == self.decided_at[i] || moved) {
+            // The node they moved away from lets them out again once they came back: it had
+            // no record of them left (it keeps one per ticket, and holding their first
+            // admission it would have answered with that one), so the first admission had
+            // lapsed unclaimed there or it was told to forget them.
+            let back = a.by == self.by[i] && left(a.by);
+            if back || a.by != self.by[i] && (a.decided_at == self.decided_at[i] || moved) {
                 // Not a second admission: the round that let them out, carried over by the node
                 // they could reach (its pass is the first one's: it dates from the round); or
                 // one of the two nodes is one they moved away from, which could not be reached
@@ -698,6 +704,13 @@ mod tests {
         };
         assert!(!l.admit(requeued, |_| true));
         assert_eq!((l.double_admissions, l.moved_admissions), (2, 2));
+        // Back at node 7 after its record of them lapsed, they are let out by it again.
+        let back = Admission {
+            decided_at: 9_000,
+            ..admission(0, 9_100, (0, 0), 7)
+        };
+        assert!(!l.admit(back, |_| true));
+        assert_eq!((l.double_admissions, l.moved_admissions), (2, 3));
     }
 
     #[test]

@@ -68,6 +68,16 @@ impl Node {
         from: (NodeId, Weight),
         admit: Option<Admission>,
     ) -> Result<(), Ignored> {
+        if let Some(Admission {
+            cutoff,
+            round: Some(round),
+            ..
+        }) = admit
+        {
+            // A batch handed over with findRoot is let out here like one a deleteMin brings:
+            // this node names its round.
+            self.records.let_out_by(cutoff, round);
+        }
         self.with_qpid(now, |q, ctx, local, out| {
             q.on_find_root(now, ctx, from, admit, local, out)
         })

@@ -167,9 +167,8 @@ impl Node {
         let same_admission = ticket.eviction_time == answer.ticket.eviction_time;
         answer.ticket.round = match answer.status {
             CheckInStatus::Admitted if same_admission => self.round_of(ticket),
-            CheckInStatus::Admitted => {
-                (answer.ticket.eviction_time).and_then(|at| self.records.round_decided_at(at))
-            }
+            CheckInStatus::Admitted => (answer.ticket.eviction_time)
+                .and_then(|at| (self.records).round_letting_out(at, answer.ticket.join_time)),
             _ => None,
         };
         Ok(self.with_cluster_position(now, answer, shown))
@@ -182,7 +181,7 @@ impl Node {
     /// record (waitingroom-distributed/README.md#fairness-records).
     fn round_of(&self, ticket: &Ticket) -> Option<u64> {
         let at = ticket.eviction_time?;
-        ticket.round.or_else(|| self.records.round_decided_at(at))
+        (ticket.round).or_else(|| self.records.round_letting_out(at, ticket.join_time))
     }
 
     /// An admitted visitor exchanges their ticket for a pass.
@@ -200,7 +199,7 @@ impl Node {
         pass.round = if ticket.eviction_time == Some(pass.eviction_time) {
             self.round_of(ticket)
         } else {
-            self.records.round_decided_at(pass.eviction_time)
+            (self.records).round_letting_out(pass.eviction_time, pass.queue_join_time)
         };
         Ok(pass)
     }

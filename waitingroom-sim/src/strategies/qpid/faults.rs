@@ -135,7 +135,12 @@ impl QpidRoom {
     /// The operator's action `i` (`--operator`), made at a random serving node. When no node
     /// serves (the whole cluster is restarting), the operator tries again a little later, and
     /// makes the actions after it only once it went through, in their order: a restarted
-    /// cluster keeps its live settings, so a change dropped would stay undone.
+    /// cluster keeps its live settings, so a change dropped would stay undone. Each of those
+    /// waits for the answer to the one before (the admin API answers after three rounds), as
+    /// an operator making one request at a time does: made at once at two nodes, two changes
+    /// are concurrent, and the one written later on the reference clock (or, at the same
+    /// instant, by the node with the larger id) ends up on top, whichever the operator meant
+    /// last (waitingroom-distributed/README.md#live-settings).
     pub(super) fn operate(&mut self, ctx: &mut Ctx, i: usize) {
         if self.ops_waiting.first().is_some_and(|&first| first != i) {
             self.ops_waiting.push(i);
@@ -150,8 +155,10 @@ impl QpidRoom {
             return;
         }
         if self.ops_waiting.first() == Some(&i) {
-            for next in std::mem::take(&mut self.ops_waiting).into_iter().skip(1) {
-                self.operate(ctx, next);
+            self.ops_waiting.remove(0);
+            if let Some(&next) = self.ops_waiting.first() {
+                let answered = ctx.now + 3 * self.settings.eviction_interval_ms;
+                self.plan_at(ctx, answered, Action::Operate(next));
             }
         }
     }

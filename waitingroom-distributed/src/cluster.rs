@@ -447,6 +447,7 @@ impl Cluster {
             self.formers.remove(&c.id);
             out.emit(Event::MemberAdded(c.clone()));
         }
+        self.learn_removed();
         Applied::Changed { gone, added }
     }
 
@@ -473,6 +474,21 @@ impl Cluster {
             next: 0,
             since: now,
         };
+    }
+
+    /// The lives the membership says were removed before this node saw them are former
+    /// members too: a node that joined after a member was cut off and removed would otherwise
+    /// never look for it, and a cut-off node that restarted and knows only addresses that are
+    /// gone since would stay a cluster apart for good.
+    fn learn_removed(&mut self) {
+        let members = &self.membership.members;
+        let unknown: Vec<Contact> = (self.membership.removed.values())
+            .filter(|c| !members.contains_key(&c.id) && !self.formers.contains_key(&c.id))
+            .cloned()
+            .collect();
+        for c in unknown {
+            self.remember_former(c);
+        }
     }
 
     fn remember_former(&mut self, contact: Contact) {

@@ -263,11 +263,13 @@ impl QpidRoom {
         };
         let skew = self.skew_of(slot);
         let now = ctx.now.saturating_add_signed(skew);
-        self.give_back_past(slot, &mut node, now);
+        let known = self.give_back_past(slot, &mut node, now);
         match seeds {
             None => node.start_cluster(now),
             Some(seeds) => node.join_cluster(now, seeds),
         }
+        // As the server does: its seeds may all be gone by the time it asks them.
+        node.discovered(&known);
         self.nodes.put(slot, node, (incarnation, skew, ctx.now));
         self.checker.started(slot);
         ctx.trace.note(ctx.now, "spawn", &[id, incarnation]);
@@ -290,17 +292,26 @@ impl QpidRoom {
         }
     }
 
-    /// A restarted node starts from what its earlier life kept, or, with `--cold-restarts`,
-    /// from nothing, assuming the worst (waitingroom-distributed/README.md#durable-state).
-    fn give_back_past(&mut self, slot: usize, node: &mut Node, now: Time) {
+    /// A restarted node starts from what its earlier life kept (its state directory: the
+    /// durable state, the releases and the voters), or, with `--cold-restarts`, from nothing,
+    /// assuming the worst (waitingroom-distributed/README.md#durable-state).
+    /// Returns the peers its earlier life knew, for it to look for besides its seeds.
+    fn give_back_past(&mut self, slot: usize, node: &mut Node, now: Time) -> Vec<String> {
         let kept = self.nodes.slots[slot].kept.take();
         match kept {
-            _ if self.nodes.slots[slot].incarnation == 0 => {}
+            _ if self.nodes.slots[slot].incarnation == 0 => Vec::new(),
             Some(kept) if !self.cfg.faults.cold_restarts => {
                 node.restore(now, &kept.durable);
                 node.restore_releases(now, &kept.releases);
+                if let Some(voters) = &kept.voters {
+                    node.remember_voters(voters);
+                }
+                kept.durable.peers
             }
-            _ => node.assume_forgotten_past(),
+            _ => {
+                node.assume_forgotten_past();
+                Vec::new()
+            }
         }
     }
 

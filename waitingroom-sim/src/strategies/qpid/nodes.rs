@@ -4,6 +4,7 @@
 
 use waitingroom_core::{NodeId, Time};
 use waitingroom_distributed::released::Release;
+use waitingroom_distributed::voters::Voters;
 use waitingroom_distributed::{Durable, Node};
 
 /// What a node's state directory holds when its process stops: taken at the stop, as a driver
@@ -11,6 +12,8 @@ use waitingroom_distributed::{Durable, Node};
 pub(super) struct Kept {
     pub(super) durable: Durable,
     pub(super) releases: Vec<Release>,
+    /// The voters it last agreed on (the state directory's `voters.json`).
+    pub(super) voters: Option<Voters>,
 }
 
 /// One node id's place in the cluster: the running node, if any, and its bookkeeping.
@@ -149,6 +152,7 @@ impl Nodes {
         s.kept = Some(Kept {
             durable: node.durable(),
             releases: node.releases(),
+            voters: node.agreed_voters().cloned(),
         });
         s.timer_at = None;
         self.alive[s.process as usize] = false;

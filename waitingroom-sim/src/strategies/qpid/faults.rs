@@ -156,10 +156,11 @@ impl QpidRoom {
     }
 
     /// The operator asks whether a round carried the version its action `i` made, as the
-    /// admin API answers (`"confirmed"`), and makes the action again at a serving node if not
-    /// and nothing newer was made since: a change whose node died before any round carried it
-    /// is lost (waitingroom-distributed/README.md#live-settings), and the operator, told so,
-    /// makes it again.
+    /// admin API answers (`"confirmed"`: a round of a root with a majority), and makes the
+    /// action again at a serving node if not and nothing newer was made since: a change whose
+    /// node died before any round carried it is lost, and one made on the minority side of a
+    /// partition is not in force where visitors are let out
+    /// (waitingroom-distributed/README.md#live-settings); the operator, told so, makes it again.
     pub(super) fn confirm(&mut self, ctx: &mut Ctx, i: usize, version: u64, author: NodeId) {
         if self
             .operated_last
@@ -169,7 +170,7 @@ impl QpidRoom {
         }
         let carried = (self.nodes.serving().to_vec().into_iter()).any(|s| {
             let summary = self.nodes.node(s as usize).summary();
-            summary.is_some_and(|s| s.settings.includes(author, version))
+            summary.is_some_and(|s| s.grants.is_some() && s.settings.includes(author, version))
         });
         if !carried {
             bump(&mut self.tallies.protocol_events, "operator-again");

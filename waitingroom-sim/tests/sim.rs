@@ -417,6 +417,24 @@ fn a_target_lowered_after_a_concurrent_raise_stays_lowered() {
 }
 
 #[test]
+fn a_change_made_on_the_minority_side_is_made_again_on_the_majority_side() {
+    // Swarm seed 3187: the operator lowers the target from 81 to 59 at a node on the minority
+    // side of a 4-3 split. Only that side's rounds carried it; told so, the operator made it
+    // again five times, each at a random node, all on the minority side, while the majority
+    // granted 81 places against 59 until the partition healed.
+    let line = "--seed 3187 --nodes 5 --users 7 --arrival flash --window-ms 7802 \
+        --abandon-probability 0.28168224503590306 --patience-ms 6748 --session-ms 11622 \
+        --reorder-probability 0.023091252127319106 --reorder-ms 169 --refused-connections \
+        --churn 0 --restart-delay-ms 2152 --partitions 2 --partition-kind split \
+        --partition-ms 45000 --script add@8949 --script add@8732 --freeze-ms 2289 \
+        --clock-step-ms 743 --bankers 0.07657215583132314 --bank-ms 21729 --away-ms 3726 \
+        --target-on-site 5 --refresh-interval-ms 699 --ticket-expiry-ms 11196 \
+        --pass-expiry-ms 1904 --eviction-interval-ms 250 --operator target=5@571 \
+        --operator target=81@3509 --operator target=59@7253 --max-time-ms 222692 --strict";
+    assert_within_target(line, 81);
+}
+
+#[test]
 fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
     let r = run(&small(
         5,

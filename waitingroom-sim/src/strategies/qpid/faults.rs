@@ -5,7 +5,9 @@
 
 use rand::RngExt;
 use waitingroom_core::{NodeId, Pass, Settings, SettingsError, TicketId, Time};
-use waitingroom_distributed::{LiveSettings, Mode, QueueingMethod, ScheduledEvent, SettingsPatch};
+use waitingroom_distributed::{
+    LiveSettings, Mode, Pause, QueueingMethod, ScheduledEvent, SettingsPatch,
+};
 
 use super::nodes::addr;
 use super::plays::Apart;
@@ -189,10 +191,23 @@ impl QpidRoom {
         if let Some((_, made)) = self.operated_last.as_mut() {
             *made += 1;
         }
-        let serving: Vec<usize> = (self.nodes.serving().iter())
+        let mut serving: Vec<usize> = (self.nodes.serving().iter())
             .map(|&s| s as usize)
             .filter(|&s| !self.nodes.frozen(s, ctx.now))
             .collect();
+        if again {
+            // Told that a change was not confirmed, the operator makes it again at a node whose
+            // status does not say it is cut off from the majority, if one serves.
+            let majority: Vec<usize> = (serving.iter().copied())
+                .filter(|&s| {
+                    let clock = self.nodes.clock(s, ctx.now);
+                    self.nodes.node(s).pause(clock) != Some(Pause::NoMajority)
+                })
+                .collect();
+            if !majority.is_empty() {
+                serving = majority;
+            }
+        }
         if serving.is_empty() {
             bump(&mut self.tallies.protocol_events, "operator-skipped");
             return false;

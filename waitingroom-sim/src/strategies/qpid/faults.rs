@@ -180,6 +180,30 @@ impl QpidRoom {
         }
     }
 
+    /// The serving nodes the operator may make a change at now. Told that a change was not
+    /// confirmed (`again`), the operator makes it at a node whose status does not say it is cut
+    /// off from the majority, if one serves.
+    fn operable(&mut self, now: Time, again: bool) -> Vec<usize> {
+        let serving: Vec<usize> = (self.nodes.serving().iter())
+            .map(|&s| s as usize)
+            .filter(|&s| !self.nodes.frozen(s, now))
+            .collect();
+        if !again {
+            return serving;
+        }
+        let majority: Vec<usize> = (serving.iter().copied())
+            .filter(|&s| {
+                let clock = self.nodes.clock(s, now);
+                self.nodes.node(s).pause(clock) != Some(Pause::NoMajority)
+            })
+            .collect();
+        if majority.is_empty() {
+            serving
+        } else {
+            majority
+        }
+    }
+
     /// Makes the operator's action `i` at a random serving node and plans the look at
     /// whether a round carried it. The node and seed of an action made `again` come from
     /// a stream of their own, so that the disturbances drawn after it stay those of a run
@@ -191,23 +215,7 @@ impl QpidRoom {
         if let Some((_, made)) = self.operated_last.as_mut() {
             *made += 1;
         }
-        let mut serving: Vec<usize> = (self.nodes.serving().iter())
-            .map(|&s| s as usize)
-            .filter(|&s| !self.nodes.frozen(s, ctx.now))
-            .collect();
-        if again {
-            // Told that a change was not confirmed, the operator makes it again at a node whose
-            // status does not say it is cut off from the majority, if one serves.
-            let majority: Vec<usize> = (serving.iter().copied())
-                .filter(|&s| {
-                    let clock = self.nodes.clock(s, ctx.now);
-                    self.nodes.node(s).pause(clock) != Some(Pause::NoMajority)
-                })
-                .collect();
-            if !majority.is_empty() {
-                serving = majority;
-            }
-        }
+        let serving = self.operable(ctx.now, again);
         if serving.is_empty() {
             bump(&mut self.tallies.protocol_events, "operator-skipped");
             return false;

@@ -16,8 +16,9 @@
 //! the same version everywhere. The other change is not lost: the node it was made at keeps
 //! its last changes ([`MAX_PENDING`]) and, when it adopts a version that does not include one
 //! (each version says, per node, the newest of its versions it builds on), makes it again on
-//! top of that version. So every change is applied, concurrent ones in the order they were
-//! made, or in the order their versions reached the root, each after the version it lost to.
+//! top of that version. Made again, a change writes only the settings that no later change
+//! wrote ([`FieldStamps`]). So every change is applied, concurrent changes to one setting in
+//! the order they were made, whichever version reached the root first.
 //! A change that no longer fits (an event that now overlaps one scheduled at once elsewhere)
 //! is dropped, and the node says so (`Event::SettingsChangeDropped`). The file configuration
 //! is version 0 and never travels: until the first change, every node keeps its own.
@@ -78,6 +79,73 @@ pub struct LiveSettings {
     /// Scheduled events, in start order (`events.rs`).
     #[serde(default)]
     pub events: Vec<ScheduledEvent>,
+    /// Which change last wrote each of the settings above that a patch sets (boxed: the
+    /// settings travel by value in every result and event).
+    #[serde(default)]
+    pub stamps: Box<FieldStamps>,
+}
+
+/// A change's stamp: when it was made on the reference clock, and the node it was made at.
+/// A change made on top of a version is stamped after every change that version holds, so
+/// stamps order the changes that built on each other as they were made.
+pub type ChangeStamp = (Time, NodeId);
+
+/// The stamp of the change that last wrote each setting a patch sets (all zero: the file's).
+/// A change made again on top of a version that won over it (see the module doc) writes a
+/// setting only if it is stamped later than the change that wrote it there: of two changes
+/// made at once to one setting the later stays, whichever of them a node heard first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldStamps {
+    /// Of [`LiveSettings::target_on_site`].
+    pub target_on_site: ChangeStamp,
+    /// Of [`LiveSettings::new_users_per_minute`].
+    pub new_users_per_minute: ChangeStamp,
+    /// Of [`LiveSettings::mode`].
+    pub mode: ChangeStamp,
+    /// Of [`LiveSettings::queueing_method`] (and the lottery it opens).
+    pub queueing_method: ChangeStamp,
+    /// Of [`LiveSettings::pass_expiry_ms`].
+    pub pass_expiry_ms: ChangeStamp,
+    /// Of [`LiveSettings::session_duration_ms`].
+    pub session_duration_ms: ChangeStamp,
+}
+
+/// The file's settings: written by no change.
+impl Default for FieldStamps {
+    fn default() -> Self {
+        let file = (0, NodeId(0));
+        FieldStamps {
+            target_on_site: file,
+            new_users_per_minute: file,
+            mode: file,
+            queueing_method: file,
+            pass_expiry_ms: file,
+            session_duration_ms: file,
+        }
+    }
+}
+
+impl FieldStamps {
+    /// The latest of them.
+    pub fn latest(&self) -> ChangeStamp {
+        let all = [
+            self.target_on_site,
+            self.new_users_per_minute,
+            self.mode,
+            self.queueing_method,
+            self.pass_expiry_ms,
+            self.session_duration_ms,
+        ];
+        all.into_iter().max().unwrap_or((0, NodeId(0)))
+    }
+}
+
+/// `value`, if a change stamped `stamp` sets it and is later than the one that `wrote` the
+/// setting (which it then becomes).
+fn later<T>(value: Option<T>, wrote: &mut ChangeStamp, stamp: ChangeStamp) -> Option<T> {
+    let value = value.filter(|_| stamp > *wrote)?;
+    *wrote = stamp;
+    Some(value)
 }
 
 /// Version 0 of the default settings: what a count from a node that sends none stands for
@@ -105,6 +173,7 @@ impl LiveSettings {
             lottery_since: 0,
             lottery_seed: None,
             events: Vec::new(),
+            stamps: Box::default(),
         }
     }
 
@@ -179,8 +248,8 @@ impl LiveSettings {
     }
 
     /// The next version, written by `author` at `now` (reference clock): these with `patch`
-    /// applied, checked against the file's other settings. A lottery it opens draws its ids
-    /// from `seed`.
+    /// applied, checked against the file's other settings. A setting that a later change wrote
+    /// ([`FieldStamps`]) keeps its value. A lottery it opens draws its ids from `seed`.
     pub fn patched(
         &self,
         patch: &SettingsPatch,
@@ -189,15 +258,29 @@ impl LiveSettings {
     ) -> Result<LiveSettings, SettingsError> {
         patch.check_bounds()?;
         let p = patch;
-        let method = p.queueing_method.unwrap_or(self.queueing_method);
+        let (stamp, mut stamps) = ((now, author), *self.stamps);
+        let method = later(p.queueing_method, &mut stamps.queueing_method, stamp)
+            .unwrap_or(self.queueing_method);
         let lottery_opens = method == QueueingMethod::Random && self.queueing_method != method;
+        let rate = later(
+            p.new_users_per_minute,
+            &mut stamps.new_users_per_minute,
+            stamp,
+        );
+        let pass_expiry = later(p.pass_expiry_ms, &mut stamps.pass_expiry_ms, stamp);
+        let session = later(
+            p.session_duration_ms,
+            &mut stamps.session_duration_ms,
+            stamp,
+        );
         let next = LiveSettings {
-            target_on_site: p.target_on_site.unwrap_or(self.target_on_site),
-            new_users_per_minute: p.new_users_per_minute.unwrap_or(self.new_users_per_minute),
-            mode: p.mode.unwrap_or(self.mode),
+            target_on_site: later(p.target_on_site, &mut stamps.target_on_site, stamp)
+                .unwrap_or(self.target_on_site),
+            new_users_per_minute: rate.unwrap_or(self.new_users_per_minute),
+            mode: later(p.mode, &mut stamps.mode, stamp).unwrap_or(self.mode),
             queueing_method: method,
-            pass_expiry_ms: p.pass_expiry_ms.unwrap_or(self.pass_expiry_ms),
-            session_duration_ms: p.session_duration_ms.unwrap_or(self.session_duration_ms),
+            pass_expiry_ms: pass_expiry.unwrap_or(self.pass_expiry_ms),
+            session_duration_ms: session.unwrap_or(self.session_duration_ms),
             lottery_since: if lottery_opens {
                 now
             } else {
@@ -208,6 +291,7 @@ impl LiveSettings {
             } else {
                 self.lottery_seed
             },
+            stamps: Box::new(stamps),
             ..self.next(author, now)
         };
         next.validate(file)?;
@@ -423,6 +507,16 @@ impl Change {
         }
     }
 
+    /// This change, made on top of `live`: a patch is stamped after every change `live`
+    /// holds, so it writes its settings over theirs whatever this node's clock says, and it
+    /// keeps that stamp when it is made again ([`FieldStamps`]).
+    fn on_top_of(mut self, live: &LiveSettings) -> Change {
+        if let Change::Patch(_, (_, now, _)) = &mut self {
+            *now = (*now).max(live.stamps.latest().0.saturating_add(1));
+        }
+        self
+    }
+
     /// The next version after `live` with this change, checked against the file settings.
     fn apply(&self, live: &LiveSettings, file: &Settings) -> Result<LiveSettings, SettingsError> {
         match self {
@@ -531,6 +625,7 @@ impl InForce {
     /// carried to the others by the next rounds; kept, to be made again on top of any version
     /// that wins over it without it (see the module doc).
     pub(crate) fn change(&mut self, change: Change) -> Result<LiveSettings, SettingsError> {
+        let change = change.on_top_of(&self.live);
         let next = change.apply(&self.live, &self.file)?;
         self.adopt(&next)?;
         if self.pending.len() == MAX_PENDING {
@@ -711,9 +806,16 @@ mod tests {
         assert!(old.is_older_than(&new));
         let cleared = SettingsPatch::from_json(&json!({"new_users_per_minute": null})).unwrap();
         let newer = new
-            .patched(&cleared, (NodeId(1), 0, SEED), &file())
+            .patched(&cleared, (NodeId(1), 1, SEED), &file())
             .unwrap();
         assert_eq!(newer.new_users_per_minute, None);
+        // A change stamped before the one that wrote the cap leaves it (made again on top of a
+        // version that won over it: `InForce::change` stamps a new change after its base).
+        let older = new
+            .patched(&cleared, (NodeId(1), 0, SEED), &file())
+            .unwrap();
+        assert_eq!(older.new_users_per_minute, Some(600));
+        assert!(new.is_older_than(&older));
         // Two changes made at once: the higher author wins, everywhere.
         let other = old
             .patched(&cleared, (NodeId(1), 0, SEED), &file())
@@ -941,6 +1043,37 @@ mod tests {
         closed.mode = Mode::Reject;
         assert_eq!(closed.in_force_at(1_500).mode, Mode::Reject);
     }
+    /// Two nodes change one setting at once, and the one whose clock is behind changes it
+    /// again: the latest change stays, whichever node heard the other's first. The change
+    /// that lost is still made again on top (the version includes it), leaving the later
+    /// value; a change made on top of a version comes after all it holds, whatever the clock.
+    #[test]
+    fn of_two_changes_to_one_setting_made_at_once_the_later_stays() {
+        let mut one = InForce::new(&file(), live());
+        let mut two = InForce::new(&file(), live());
+        let target = |n: u64, (node, at): (u64, Time)| {
+            let patch = SettingsPatch {
+                target_on_site: Some(n),
+                ..SettingsPatch::default()
+            };
+            Change::Patch(patch, (NodeId(node), at, SEED))
+        };
+        one.change(target(49, (1, 2_107))).unwrap();
+        two.change(target(92, (2, 1_227))).unwrap();
+        let lowered = two.change(target(33, (2, 2_198))).unwrap();
+        one.adopt(&lowered).unwrap();
+        let merged = one.live().clone();
+        assert_eq!((merged.version, merged.author), (3, NodeId(1)));
+        assert_eq!(merged.target_on_site, 33, "the earlier change is no later");
+        assert!(merged.includes(NodeId(1), 3) && merged.includes(NodeId(2), 2));
+        two.adopt(&merged).unwrap();
+        assert_eq!(two.live(), &merged);
+        let raised = two.change(target(60, (2, 1_000))).unwrap();
+        assert_eq!(raised.stamps.target_on_site, (2_199, NodeId(2)));
+        one.adopt(&raised).unwrap();
+        assert_eq!(one.live().target_on_site, 60);
+    }
+
     /// Two nodes' changes made at once: the earlier wins the tie, the later is made again on
     /// top of it at the node it was made at, and an event that no longer fits is dropped and
     /// reported, not lost without a word.

@@ -742,13 +742,15 @@ impl Node {
     }
 
     /// Whether the latest round's result carried live settings that include `version` (the
-    /// change it carries, or that change made again on top of a concurrent one): the root had
+    /// change it carries, or that change made again on top of a concurrent one), from a root
+    /// that held a majority of the voters: the part of the cluster that lets visitors out had
     /// it, and so will every member that took that result. A version that lost to another
-    /// without being made again is not confirmed.
+    /// without being made again is not confirmed, nor one only a cut-off minority carries
+    /// (the majority's rounds go on under their own settings until the partition heals).
     pub fn settings_confirmed(&self, version: &LiveSettings) -> bool {
-        self.tag
-            .summary()
-            .is_some_and(|s| s.settings.includes(version.author, version.version))
+        self.tag.summary().is_some_and(|s| {
+            s.grants.is_some() && s.settings.includes(version.author, version.version)
+        })
     }
 
     /// The voters of the majority rule, as this node last agreed on them.

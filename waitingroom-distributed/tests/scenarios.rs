@@ -700,6 +700,45 @@ fn straight_through_admission_only_while_nobody_waits() {
     assert!(total <= 10, "{total}");
 }
 
+/// waitingroom-distributed/README.md#live-settings: a change made on the minority side of a
+/// partition is carried by that side's rounds but not confirmed, for the majority, which lets
+/// visitors out, goes on under its own settings (the operator, told so, makes it again there);
+/// once the partition heals it is in force everywhere, and confirmed.
+#[test]
+fn a_change_made_on_the_minority_side_of_a_partition_is_not_confirmed() {
+    let settings = Settings {
+        target_on_site: 50,
+        ..queued_settings()
+    };
+    let mut net = Net::new(5, settings, AdmissionMode::Range, 3);
+    net.run_for(2_000);
+    for minority in [4, 5] {
+        for majority in [1, 2, 3] {
+            net.cut(NodeId(minority), NodeId(majority));
+        }
+    }
+    net.run_for(20_000);
+    let lowered = change(&mut net, 4, serde_json::json!({"target_on_site": 7}));
+    net.run_for(3_000);
+    let carried = |n: &Node| {
+        n.summary()
+            .is_some_and(|s| s.settings.includes(lowered.author, lowered.version))
+    };
+    assert!(
+        carried(net.node(NodeId(5))),
+        "the minority's rounds carry it"
+    );
+    assert!(!net.node(NodeId(4)).settings_confirmed(&lowered));
+    assert_eq!(net.node(NodeId(1)).room().settings().target_on_site, 50);
+    net.heal();
+    net.run_for(20_000);
+    for id in 1..=5 {
+        let n = net.node(NodeId(id));
+        assert!(n.settings_confirmed(&lowered), "node {id}");
+        assert_eq!(n.room().settings().target_on_site, 7, "node {id}");
+    }
+}
+
 /// The seed every lottery of these tests draws from (a server draws a fresh one each time).
 const LOTTERY_SEED: [u8; 32] = [5; 32];
 

@@ -153,7 +153,7 @@ impl Ctx {
             &[u64::from(v), a.decided_at, a.at, u64::from(a.by)],
         );
         let (on_site, lapsed) = (self.ledger.on_site, self.ledger.has_lapsed(v));
-        let first = self.ledger.admit(a, alive);
+        self.ledger.admit(a, alive);
         if let Some(p) = self.promises.as_mut() {
             if lapsed && !self.ledger.has_lapsed(v) {
                 p.admitted_again(v);
@@ -166,8 +166,9 @@ impl Ctx {
             self.visitors.phase[v as usize],
             Phase::Abandoned | Phase::Refused
         );
-        if first && gone {
-            // Nobody comes to claim the place: it is held until the claim window closes.
+        if gone && self.ledger.on_site > on_site {
+            // Nobody comes to claim the place (a first admission, or one that let them out
+            // again after they were queued again): it is held until the claim window closes.
             let at = self.now + self.cfg.protocol.ticket_expiry_ms;
             self.sched.at(at, Ev::Visitor(v));
         }

@@ -246,8 +246,9 @@ fn visitor_step(ctx: &mut Ctx, room: &mut dyn Room, v: u32) {
         Phase::OnSite => on_site_step(ctx, room, v),
         Phase::Banking => banking_step(ctx, room, v),
         Phase::Released => tries_released_pass(ctx, room, v),
-        // The claim window of an admission nobody came for has closed.
-        Phase::Abandoned | Phase::Refused => ctx.ledger.place_freed(),
+        // The claim window of an admission nobody came for has closed: its place is free,
+        // unless they were queued again (they hold none) or it was freed already.
+        Phase::Abandoned | Phase::Refused => ctx.ledger.lapse(v),
         Phase::Coming | Phase::Done => {}
     }
 }

@@ -477,6 +477,64 @@ fn operator_changes_made_late_go_through_in_the_order_meant() {
 }
 
 #[test]
+fn a_visitor_who_gave_up_after_being_queued_again_holds_only_the_place_a_round_gives_them() {
+    // Swarm seed 1690: visitor 48 is let out, queued again at another node (no place), and
+    // gives up; their node still has them queued and a round lets them out again. Their first
+    // admission's claim window freed a place they no longer held, and the second admission's
+    // place was never freed: one place held for good, one over the target once rounds filled it.
+    let line = "--seed 1690 --nodes 3 --users 184 --window-ms 6316 \
+        --abandon-probability 0.13459257272120007 --patience-ms 10246 --latency 1-5 \
+        --reorder-ms 125 --churn 1 --restarts 2 --restart-delay-ms 974 --partition-kind split \
+        --partition-ms 300 --clock-skew-ms 776 --freeze-ms 3029 --clock-step-ms 1527 \
+        --bank-ms 15345 --replayers 0.1691049268909049 --away-ms 2385 --target-on-site 100 \
+        --refresh-interval-ms 661 --ticket-expiry-ms 6709 --pass-expiry-ms 4721 \
+        --operator bypass@207 --operator bypass@1324 --max-time-ms 213132 --strict";
+    assert_within_target(line, 100);
+}
+
+#[test]
+fn a_target_lowered_after_a_concurrent_raise_stays_lowered() {
+    // Swarm seed 703: the operator sets the target to 49 at node 3, then to 92 and 33 at node
+    // 5, whose clock is behind and which had not heard of the 49. Node 3 then hears of the 33
+    // and made its 49 again on top of it: the cluster went back to 49 and granted 44 places
+    // and held against 33.
+    let line = "--seed 703 --nodes 8 --users 5 --window-ms 6355 --jitter-ms 300 \
+        --abandon-probability 0.27158500789363804 --patience-ms 4480 \
+        --latency pareto:20:1.5:400 --duplicate-probability 0.00927406814812265 \
+        --refused-connections --churn 0 --restart-delay-ms 2363 --partition-kind split \
+        --partition-ms 2000 --clock-skew-ms 1356 --script freeze@3789 --script freeze@1011 \
+        --script clock-step@973 --script clock-step@7429 --script remove@1908 \
+        --script add@7700 --freeze-ms 910 --clock-step-ms 999 --bank-ms 24525 \
+        --wanderers 0.24745650256126642 --away-ms 2397 --target-on-site 1 \
+        --refresh-interval-ms 645 --ticket-expiry-ms 5438 --pass-expiry-ms 7262 \
+        --admit-straight-through --operator bypass@775 --operator target=49@1044 \
+        --operator target=92@1261 --operator target=33@2232 --operator mode=queue_all@2811 \
+        --operator bypass@3333 --operator mode=normal@3430 --operator bypass@4816 \
+        --max-time-ms 240375 --strict";
+    // The largest target set: what `assert_within_target` bounds the whole run by; the
+    // checks against each target in force are the run's own (`grant_violations`).
+    assert_within_target(line, 92);
+}
+
+#[test]
+fn a_change_made_on_the_minority_side_is_made_again_on_the_majority_side() {
+    // Swarm seed 3187: the operator lowers the target from 81 to 59 at a node on the minority
+    // side of a 4-3 split. Only that side's rounds carried it; told so, the operator made it
+    // again five times, each at a random node, all on the minority side, while the majority
+    // granted 81 places against 59 until the partition healed.
+    let line = "--seed 3187 --nodes 5 --users 7 --arrival flash --window-ms 7802 \
+        --abandon-probability 0.28168224503590306 --patience-ms 6748 --session-ms 11622 \
+        --reorder-probability 0.023091252127319106 --reorder-ms 169 --refused-connections \
+        --churn 0 --restart-delay-ms 2152 --partitions 2 --partition-kind split \
+        --partition-ms 45000 --script add@8949 --script add@8732 --freeze-ms 2289 \
+        --clock-step-ms 743 --bankers 0.07657215583132314 --bank-ms 21729 --away-ms 3726 \
+        --target-on-site 5 --refresh-interval-ms 699 --ticket-expiry-ms 11196 \
+        --pass-expiry-ms 1904 --eviction-interval-ms 250 --operator target=5@571 \
+        --operator target=81@3509 --operator target=59@7253 --max-time-ms 222692 --strict";
+    assert_within_target(line, 81);
+}
+
+#[test]
 fn visitors_turned_away_while_the_room_rejects_are_not_lost() {
     let r = run(&small(
         5,

@@ -6,7 +6,7 @@
 use rand::RngExt;
 use waitingroom_core::{NodeId, Pass, Settings, SettingsError, TicketId, Time};
 use waitingroom_distributed::{
-    LiveSettings, Mode, QueueingMethod, ScheduledEvent, SettingsPatch, VisitorError,
+    LiveSettings, Mode, Pause, QueueingMethod, ScheduledEvent, SettingsPatch, VisitorError,
 };
 
 use super::nodes::addr;
@@ -164,10 +164,11 @@ impl QpidRoom {
     }
 
     /// The operator asks whether a round carried the version its action `i` made, as the
-    /// admin API answers (`"confirmed"`), and makes the action again at a serving node if not
-    /// and nothing newer was made since: a change whose node died before any round carried it
-    /// is lost (waitingroom-distributed/README.md#live-settings), and the operator, told so,
-    /// makes it again.
+    /// admin API answers (`"confirmed"`: a round of a root with a majority), and makes the
+    /// action again at a serving node if not and nothing newer was made since: a change whose
+    /// node died before any round carried it is lost, and one made on the minority side of a
+    /// partition is not in force where visitors are let out
+    /// (waitingroom-distributed/README.md#live-settings); the operator, told so, makes it again.
     pub(super) fn confirm(&mut self, ctx: &mut Ctx, i: usize, version: u64, author: NodeId) {
         if self
             .operated_last
@@ -177,11 +178,35 @@ impl QpidRoom {
         }
         let carried = (self.nodes.serving().to_vec().into_iter()).any(|s| {
             let summary = self.nodes.node(s as usize).summary();
-            summary.is_some_and(|s| s.settings.includes(author, version))
+            summary.is_some_and(|s| s.grants.is_some() && s.settings.includes(author, version))
         });
         if !carried {
             bump(&mut self.tallies.protocol_events, "operator-again");
             let _ = self.make(ctx, i, true);
+        }
+    }
+
+    /// The serving nodes the operator may make a change at now. Told that a change was not
+    /// confirmed (`again`), the operator makes it at a node whose status does not say it is cut
+    /// off from the majority, if one serves.
+    fn operable(&mut self, now: Time, again: bool) -> Vec<usize> {
+        let serving: Vec<usize> = (self.nodes.serving().iter())
+            .map(|&s| s as usize)
+            .filter(|&s| !self.nodes.frozen(s, now))
+            .collect();
+        if !again {
+            return serving;
+        }
+        let majority: Vec<usize> = (serving.iter().copied())
+            .filter(|&s| {
+                let clock = self.nodes.clock(s, now);
+                self.nodes.node(s).pause(clock) != Some(Pause::NoMajority)
+            })
+            .collect();
+        if majority.is_empty() {
+            serving
+        } else {
+            majority
         }
     }
 
@@ -196,10 +221,7 @@ impl QpidRoom {
         if let Some((_, made)) = self.operated_last.as_mut() {
             *made += 1;
         }
-        let serving: Vec<usize> = (self.nodes.serving().iter())
-            .map(|&s| s as usize)
-            .filter(|&s| !self.nodes.frozen(s, ctx.now))
-            .collect();
+        let serving = self.operable(ctx.now, again);
         if serving.is_empty() {
             bump(&mut self.tallies.protocol_events, "operator-skipped");
             return false;

@@ -62,8 +62,10 @@ struct Kept {
     durable: Mutex<Disk>,
     /// The durable-change count on disk, read without waiting for a write in flight.
     written: AtomicU64,
-    /// Whether the last write of the node's state, and of the releases, failed.
-    failing: [AtomicBool; 2],
+    /// Whether the last write of the node's state failed.
+    node_failing: AtomicBool,
+    /// Whether the last write of the releases failed.
+    releases_failing: AtomicBool,
 }
 
 /// The node's state on disk (`super::state_dir`): a whole file and the journal after it.
@@ -145,7 +147,8 @@ impl Driver {
                 journal_bytes: 0,
             }),
             written: AtomicU64::new(durable.wrapping_sub(1)),
-            failing: Default::default(),
+            node_failing: AtomicBool::new(false),
+            releases_failing: AtomicBool::new(false),
         });
         self
     }
@@ -184,7 +187,7 @@ impl Driver {
                 bytes.map(|bytes| disk.journal_bytes += bytes)
             }
         };
-        kept.failing[0].store(written.is_err(), Ordering::Release);
+        (kept.node_failing).store(written.is_err(), Ordering::Release);
         match written {
             Ok(()) => {
                 disk.saved = changes;
@@ -209,7 +212,7 @@ impl Driver {
         let Some(Kept {
             dir: state,
             releases: saved,
-            failing,
+            releases_failing,
             ..
         }) = &self.state
         else {
@@ -228,7 +231,7 @@ impl Driver {
         saved.1 = now;
         let count = releases.len();
         let written = state.write_releases(releases);
-        failing[1].store(written.is_err(), Ordering::Release);
+        releases_failing.store(written.is_err(), Ordering::Release);
         match written {
             Ok(()) => {
                 tracing::debug!(count, "releases kept on disk");
@@ -283,7 +286,10 @@ impl Driver {
     /// Whether the state directory could not be written at the last try (the node's state or
     /// the releases).
     pub fn state_dir_failing(&self) -> bool {
-        (self.state.as_ref()).is_some_and(|k| k.failing.iter().any(|f| f.load(Ordering::Acquire)))
+        let failing = |k: &Kept| {
+            k.node_failing.load(Ordering::Acquire) || k.releases_failing.load(Ordering::Acquire)
+        };
+        self.state.as_ref().is_some_and(failing)
     }
 
     /// Whether the last write of the voters file failed.

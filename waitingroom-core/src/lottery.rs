@@ -292,6 +292,7 @@ mod tests {
             version: 1,
             prev: String::new(),
             lottery: false,
+            through: 0,
         }
     }
 }

@@ -13,7 +13,13 @@
 //! [`audit`] checks a published list of records, and the passes visitors hold against it:
 //! signatures, the chain, cutoffs that never go back, and that each pass's queue key is covered
 //! by the round that let it out (a pass let out before its round's cutoff reached it is an
-//! inversion: someone who joined later got in earlier).
+//! inversion: someone who joined later got in earlier), or, for a visitor let straight through at
+//! join, that the round named granted places for that (`through`) and no more passes than it
+//! granted name it so.
+//!
+//! A round that grants places visitors may take straight through at join (nobody waited) is
+//! recorded too, with how many places it granted in all (`through`): such a visitor is let out
+//! under the grant that round's result gave their node, and their pass names that round.
 
 use std::collections::BTreeMap;
 
@@ -80,6 +86,17 @@ pub struct RoundRecord {
     /// among visitors who share one join time, and need not grow from round to round.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lottery: bool,
+    /// Places the round granted the members in all, when visitors may be let straight through
+    /// at join (under a member's grant while it lives: its share of the places the round left
+    /// free, and of a range's its own queue did not use up): at most this many passes name the
+    /// round without its cutoff covering them. Absent: none (and so in records signed before
+    /// the field existed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub through: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize)]
@@ -152,8 +169,10 @@ pub fn link(jws: &str) -> String {
 pub struct AdmittedPass {
     /// The round the pass names.
     pub round: u64,
-    /// When that round was decided (the pass's `eviction_time`): with the number it names one
-    /// record, also where two roots gave their rounds the same number (a [`Finding::Fork`]).
+    /// When its holder was let out (the pass's `eviction_time`): for a visitor let out by a
+    /// round, when that round was decided, which with the number names one record, also where
+    /// two roots gave their rounds the same number (a [`Finding::Fork`]); for one let straight
+    /// through, when they joined, after the round whose grant let them through.
     pub decided_at: Time,
     /// The visitor's queue key.
     pub key: QueueKey,
@@ -200,6 +219,16 @@ pub enum Finding {
         /// The first round listed.
         round: u64,
     },
+    /// More passes name round `round` as the one whose grant let them straight through than
+    /// the places it granted for that.
+    BeyondThrough {
+        /// The round.
+        round: u64,
+        /// How many passes name it that way.
+        passes: u64,
+        /// The places it granted for them.
+        through: u64,
+    },
     /// A pass names a round the list does not hold (no record of that number decided when the
     /// pass says).
     UnknownRound {
@@ -229,6 +258,7 @@ impl Finding {
             Finding::BadRecord { .. }
                 | Finding::BrokenChain { .. }
                 | Finding::Misnumbered { .. }
+                | Finding::BeyondThrough { .. }
                 | Finding::UnknownRound { .. }
                 | Finding::Inversion { .. }
         )
@@ -259,13 +289,39 @@ pub fn audit(records: &[String], keys: &VerifyingKeySet, passes: &[AdmittedPass]
     let mut report = Audit::default();
     let chain = check_chain(records, keys, &mut report.findings);
     report.rounds = chain.len();
+    // Passes let straight through under each round's grants.
+    let mut through: BTreeMap<(u64, Time), u64> = BTreeMap::new();
     for pass in passes {
-        if let Some(f) = check_pass(&chain, pass) {
-            report.findings.push(f);
+        match check_pass(&chain, pass) {
+            Checked::Through(round) => *through.entry(round).or_default() += 1,
+            Checked::Found(f) => report.findings.push(f),
+            Checked::Fine => {}
+        }
+    }
+    for (round, passes) in through {
+        let through = chain.get(&round).map_or(0, |r| r.through);
+        if passes > through {
+            let round = round.0;
+            (report.findings).push(Finding::BeyondThrough {
+                round,
+                passes,
+                through,
+            });
         }
     }
     report.passes = passes.len();
     report
+}
+
+/// What [`check_pass`] makes of one pass.
+enum Checked {
+    /// Covered by its round, and by no earlier one.
+    Fine,
+    /// Let straight through under the grants of this round (number, decision time): counted
+    /// against its `through`.
+    Through((u64, Time)),
+    /// Something to say.
+    Found(Finding),
 }
 
 /// The valid records by round and decision time (both sides of a fork kept: each names its own
@@ -308,29 +364,64 @@ fn check_chain(
             }
             None => findings.push(Finding::BrokenChain { round: r.round }),
         }
-        (by_round.entry((r.round, r.decided_at_ms))).or_insert_with(|| r.clone());
+        // Two roots that decided one round number at one time (a fork) both granted places for
+        // joins: a pass let through names the round the same way under either's grant.
+        let fresh = !seen.contains_key(&link(jws));
+        (by_round.entry((r.round, r.decided_at_ms)))
+            .and_modify(|kept| {
+                kept.through = kept.through.saturating_add(r.through * u64::from(fresh))
+            })
+            .or_insert_with(|| r.clone());
         seen.insert(link(jws), (r, false));
     }
     by_round
 }
 
 /// A pass's key must be covered by its round and by no earlier one.
-fn check_pass(chain: &BTreeMap<(u64, Time), RoundRecord>, pass: &AdmittedPass) -> Option<Finding> {
-    let Some(own) = chain.get(&(pass.round, pass.decided_at)) else {
-        return Some(Finding::UnknownRound { pass: *pass });
+fn check_pass(chain: &BTreeMap<(u64, Time), RoundRecord>, pass: &AdmittedPass) -> Checked {
+    let round = pass.round;
+    let Some((&at, own)) = named_round(chain, round, pass.decided_at) else {
+        return Checked::Found(Finding::UnknownRound { pass: *pass });
     };
+    if at.1 != pass.decided_at {
+        return Checked::Through(at);
+    }
     if !own.cutoff.covers(&pass.key) {
-        return Some(Finding::Inversion { pass: *pass });
+        // A round that granted places for joins let everyone it counted out, so a key it does
+        // not cover joined after its count, at its decision's instant: let straight through
+        // under its grants.
+        if own.through > 0 {
+            return Checked::Through(at);
+        }
+        return Checked::Found(Finding::Inversion { pass: *pass });
     }
     // Cutoffs never go back along the chain, so the first round covering the key is found by
     // a scan of the earlier ones (a binary search would trust what the audit checks).
     chain
-        .range(..(pass.round, 0))
+        .range(..(round, 0))
         .find(|(_, r)| r.cutoff.covers(&pass.key))
-        .map(|(&(round, _), _)| Finding::Late {
-            pass: *pass,
-            covered_by: round,
+        .map_or(Checked::Fine, |(&(covered_by, _), _)| {
+            Checked::Found(Finding::Late {
+                pass: *pass,
+                covered_by,
+            })
         })
+}
+
+/// The record a pass names: round `round` decided at `at` (let out by it), else a record of
+/// that number that granted places for joins (its holder let straight through under that
+/// round's grant when they joined, at `at`): the latest decided before `at`, or, the join's
+/// clock behind the root's, the first (two only where two roots gave their rounds one number).
+fn named_round(
+    chain: &BTreeMap<(u64, Time), RoundRecord>,
+    round: u64,
+    at: Time,
+) -> Option<(&(u64, Time), &RoundRecord)> {
+    let through = |(_, r): &(&(u64, Time), &RoundRecord)| r.through > 0;
+    chain.get_key_value(&(round, at)).or_else(|| {
+        let before = chain.range((round, 0)..=(round, at)).rev().find(through);
+        before.or_else(|| chain.range((round, at)..=(round, Time::MAX)).find(through))
+    })
 }
 
 #[cfg(test)]
@@ -373,6 +464,7 @@ mod tests {
             version: 3,
             prev: prev.to_owned(),
             lottery: false,
+            through: 0,
         }
     }
 
@@ -522,6 +614,58 @@ mod tests {
             ]
         );
         assert_eq!(violations(&a).len(), 2);
+    }
+
+    /// A round that granted places for joins covers as many straight-through passes as it
+    /// granted, no more.
+    #[test]
+    fn straight_through_passes_count_against_their_rounds_through() {
+        // Round 0 lets everyone out before 1000 and grants 2 places for joins; round 1 none.
+        let mut first = record(0, "", 1000);
+        first.through = 2;
+        let first = sign_record(&key(), &first);
+        let second = sign_record(&key(), &record(1, &link(&first), 2000));
+        let records = [first, second];
+        // Let through when they joined, at 1500, under round 0's grant.
+        let joined = |ticket| AdmittedPass {
+            round: 0,
+            decided_at: 1500,
+            key: k(1500, ticket),
+        };
+        let a = audit(&records, &keys(), &[joined(1), joined(2)]);
+        assert_eq!(a.findings, []);
+        let a = audit(&records, &keys(), &[joined(1), joined(2), joined(3)]);
+        assert_eq!(
+            violations(&a),
+            [Finding::BeyondThrough {
+                round: 0,
+                passes: 3,
+                through: 2
+            }]
+        );
+        // A round that granted no places for joins lets nobody through.
+        let after_one = AdmittedPass {
+            round: 1,
+            decided_at: 2500,
+            key: k(2500, 4),
+        };
+        let a = audit(&records, &keys(), &[after_one]);
+        assert_eq!(violations(&a), [Finding::UnknownRound { pass: after_one }]);
+        // Another root's round 1 of the same time (a fork) granted a place for a join.
+        let mut other = record(1, &link(&records[0]), 2000);
+        (other.through, other.root) = (1, NodeId(2));
+        let forked = [
+            records[0].clone(),
+            records[1].clone(),
+            sign_record(&key(), &other),
+        ];
+        let a = audit(&forked, &keys(), &[after_one]);
+        assert_eq!(a.findings, [Finding::Fork { round: 1 }]);
+        // A record that grants no places for joins reads as one signed before the field existed.
+        let old = serde_json::to_string(&record(0, "", 1000)).unwrap();
+        assert!(!old.contains("through"));
+        let read: RoundRecord = serde_json::from_str(&old).unwrap();
+        assert_eq!(read.through, 0);
     }
 
     #[test]

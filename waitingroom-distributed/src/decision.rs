@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use waitingroom_core::round_records::RoundRecord;
 use waitingroom_core::{NodeId, QueueKey, Time};
 
 use crate::config::AdmissionMode;
@@ -144,7 +145,6 @@ impl Decider {
         let behind = p.records.behind(&counts.ranges);
         let may_grant = majority && !held && !behind;
         let o = self.outcome(&counts, (may_grant, on_site), cutoff, p.settings);
-        let rate = self.rate.sample(now, counts.admitted_total);
         let everyone_in = counts.queued <= o.admit;
         let straight = if everyone_in { o.free - o.admit } else { 0 };
         let by_range = self.mode == AdmissionMode::Range;
@@ -152,6 +152,9 @@ impl Decider {
         let granted = if unlimited { 0 } else { straight };
         let grants = grants(&counts, o.admit, o.max_key.is_some(), granted, by_range);
         let (admit, max_key) = (o.admit, o.max_key);
+        let grants_given = majority.then_some(grants.grants);
+        let in_use = counts.queued > 0 || on_site > 0 || admit > 0;
+        let record = record(&p, (&stamp, version), &o, (grants_given.as_deref(), in_use));
         let summary = Summary {
             stamp,
             bounds,
@@ -160,33 +163,20 @@ impl Decider {
             queued: counts.queued,
             on_site,
             admitted: admit,
-            rate_milli_per_s: rate,
+            rate_milli_per_s: self.rate.sample(now, counts.admitted_total),
             free_places: straight,
             members: counts.nodes,
             places: grants.places,
-            grants: majority.then_some(grants.grants),
+            grants: grants_given,
             voters: p.voters.voters().clone(),
             settings: p.settings.live().clone(),
             departed: p.departed.list().to_vec(),
             released: counts.released.clone(),
-            record: (admit > 0)
-                .then(|| (p.records).next_record(&stamp, (admit, max_key), version, o.lottery)),
+            record,
             lost,
         };
         out.emit(Event::CountCompleted(Box::new(summary.clone())));
-        let range = (by_range && admit > 0).then(|| AdmitRange {
-            cutoff,
-            max_key,
-            version,
-            decided_at: stamp.time,
-            record: summary.record.clone(),
-        });
-        let batch = (!by_range && admit > 0).then_some(Admission {
-            count: admit,
-            cutoff,
-            version,
-            round: summary.record.as_ref().map(|r| r.round),
-        });
+        let (range, batch) = admissions(by_range, &summary, max_key);
         Decision {
             reported: counts.ranges,
             summary,
@@ -285,6 +275,54 @@ impl Decider {
             .and_then(|i| counts.smallest.get(i as usize).copied());
         (admit, max_key)
     }
+}
+
+/// What the round of `summary` lets out, if anyone: a range up to `max_key` (or everyone
+/// before its boundary), or a batch for the deleteMin modes, each naming the round's record.
+fn admissions(
+    by_range: bool,
+    summary: &Summary,
+    max_key: Option<QueueKey>,
+) -> (Option<AdmitRange>, Option<Admission>) {
+    let (admit, cutoff, version) = (summary.admitted, summary.stamp.time, summary.version);
+    let range = (by_range && admit > 0).then(|| AdmitRange {
+        cutoff,
+        max_key,
+        version,
+        decided_at: cutoff,
+        record: summary.record.clone(),
+    });
+    let batch = (!by_range && admit > 0).then_some(Admission {
+        count: admit,
+        cutoff,
+        version,
+        round: summary.record.as_ref().map(|r| r.round),
+    });
+    (range, batch)
+}
+
+/// The record of round `stamp`, if it lets anyone out of the queue or grants places joins may
+/// take (`granted`, none without a majority): a member lets a visitor straight through only
+/// under the grant of a recorded round, and their pass names that round, so the record says
+/// how many places the round granted in all (`through`)
+/// (waitingroom-distributed/README.md#fairness-records). Joins take places only with
+/// `admit_straight_through` and a limit on the site; and a room with nobody waiting or on the
+/// site (`in_use` false) records no round, so an idle room keeps no records (its first
+/// visitor waits a round).
+fn record(
+    p: &Parts<'_>,
+    (stamp, version): (&Stamp, u64),
+    o: &Outcome,
+    (granted, in_use): (Option<&[(NodeId, u64)]>, bool),
+) -> Option<RoundRecord> {
+    let joins = p.settings.settings().admit_straight_through && !p.settings.unlimited();
+    let total: u64 = granted.map_or(0, |g| g.iter().map(|&(_, places)| places).sum());
+    let through = if joins && in_use { total } else { 0 };
+    let claims = (o.admit, o.max_key);
+    (o.admit > 0 || through > 0).then(|| RoundRecord {
+        through,
+        ..(p.records).next_record(stamp, claims, version, o.lottery)
+    })
 }
 
 /// Places a round at `boundary` may fill, with `on_site` taken: the target's room, at most

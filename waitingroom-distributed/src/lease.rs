@@ -57,6 +57,16 @@ impl Pause {
     }
 }
 
+/// How a visitor was let straight through at join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Through {
+    /// Under the grant of this recorded round, which their pass names
+    /// (waitingroom-distributed/README.md#fairness-records).
+    Granted(u64),
+    /// Without a place: passthrough, or no limit on the site.
+    Unplaced,
+}
+
 /// This node's grant.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Lease {
@@ -69,6 +79,9 @@ pub(crate) struct Lease {
     asked: Option<(Stamp, Time)>,
     /// Places left in the grant.
     places: u64,
+    /// When the round whose result gave the grant was decided (its `Stamp::time`, its
+    /// record's `decided_at_ms`): a visitor let straight through under it names that round.
+    granted_at: Time,
     /// When the latest grant expires (0: never granted). Kept when the places are given up:
     /// passes may be refreshed until then (see [`Lease::is_live`]).
     expires: Time,
@@ -125,6 +138,7 @@ impl Lease {
         match (self.asked, places) {
             (Some((asked, at)), Some(places)) if asked == stamp => {
                 self.places = places;
+                self.granted_at = stamp.time;
                 self.expires = at.saturating_add(self.life);
                 true
             }
@@ -210,23 +224,28 @@ impl Lease {
 
     /// Takes one straight-through place for a visitor joining an empty queue (`queued_here`
     /// wait here): only while the last count (`last`) let everyone in and this node's grant
-    /// has a place left. Passthrough lets everyone through, and with no limit on the site
-    /// nobody needs a place.
+    /// has a place left, and only under the grant of a recorded round (`recorded`: the round
+    /// decided at a time, if this node knows its record), which their pass then names.
+    /// Passthrough lets everyone through, and with no limit on the site nobody needs a place.
     pub(crate) fn take_place(
         &mut self,
         now: Time,
-        queued_here: u64,
-        last: Option<&Summary>,
+        (queued_here, last): (u64, Option<&Summary>),
         settings: &InForce,
-    ) -> bool {
+        recorded: impl FnOnce(Time) -> Option<u64>,
+    ) -> Option<Through> {
         let everyone_in = last.is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
         if settings.current().mode == Mode::Passthrough {
-            return true;
+            return Some(Through::Unplaced);
         }
         if !settings.settings().admit_straight_through || queued_here > 0 || !everyone_in {
-            return false;
+            return None;
         }
-        settings.unlimited() || self.take(now)
+        if settings.unlimited() {
+            return Some(Through::Unplaced);
+        }
+        let round = recorded(self.granted_at)?;
+        self.take(now).then_some(Through::Granted(round))
     }
 
     /// Why this node lets nobody out at `now`, if it does not, with a limit on the site: the

@@ -40,6 +40,9 @@ pub(crate) struct RecordChain {
     /// The latest boundaries this node let visitors out at, with the round whose range it let
     /// them out under: named on their passes before any other record of that time.
     let_out: VecDeque<(Time, u64)>,
+    /// The latest records learned that granted places for joins (`through`), by boundary and
+    /// round: a visitor is let straight through only under the grant of one of them.
+    granting: VecDeque<(Time, u64)>,
 }
 
 impl RecordChain {
@@ -66,6 +69,7 @@ impl RecordChain {
             version,
             prev: self.chain.1.clone(),
             lottery,
+            through: 0,
         }
     }
 
@@ -87,7 +91,23 @@ impl RecordChain {
             self.recorded.pop_front();
         }
         self.recorded.push_back(key);
+        if record.through > 0 {
+            if self.granting.len() >= RECORDED_KEPT {
+                self.granting.pop_front();
+            }
+            self.granting
+                .push_back((record.decided_at_ms, record.round));
+        }
         true
+    }
+
+    /// The round decided at `decided_at` whose record granted places for joins, if this node
+    /// knows it: a visitor let straight through under that round's grant names it on their
+    /// pass (waitingroom-distributed/README.md#fairness-records).
+    pub(crate) fn round_granting_joins(&self, decided_at: Time) -> Option<u64> {
+        (self.granting.iter().rev())
+            .find(|(t, _)| *t == decided_at)
+            .map(|&(_, round)| round)
     }
 
     /// Whether one of `ranges` (a count carried them up) carries a record at or past the next

@@ -729,6 +729,7 @@ mod tests {
                 version: 2,
                 prev: String::new(),
                 lottery: false,
+                through: 0,
             }),
         };
         let mut r = request(1_000);
@@ -853,6 +854,7 @@ mod tests {
                 version: 2,
                 prev: String::new(),
                 lottery: false,
+                through: 0,
             }),
             lost: Vec::new(),
         };

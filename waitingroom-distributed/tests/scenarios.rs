@@ -687,17 +687,78 @@ fn straight_through_admission_only_while_nobody_waits() {
     let mut net = Net::new(3, settings, AdmissionMode::Range, 14);
     net.run_for(2_500);
     let mut crowd = Crowd::default();
-    for i in 0..30 {
+    // An idle room records no round, so it lets nobody straight through: the first visitor
+    // waits for the next round, which lets them out and is recorded with the places it grants
+    // for joins (waitingroom-distributed/README.md#fairness-records).
+    let first = net.ids()[0];
+    crowd.join(&mut net, first);
+    assert!(!crowd.admitted[0], "let through under a round on no record");
+    crowd.run(&mut net, 1_100);
+    assert!(crowd.admitted[0]);
+    for i in 1..30 {
         let ids = net.ids();
         crowd.join(&mut net, ids[i % ids.len()]);
     }
     // The cluster had 10 free places, split over 3 nodes: at most 10 got in at once.
     let at_once = crowd.admitted.iter().filter(|a| **a).count();
-    assert!(at_once > 0 && at_once <= 10, "{at_once}");
+    assert!(at_once > 1 && at_once <= 10, "{at_once}");
     crowd.run(&mut net, 5_000);
     // The rest wait: the site is full and passes last a minute.
     let total = crowd.admitted.iter().filter(|a| **a).count();
     assert!(total <= 10, "{total}");
+}
+
+/// waitingroom-distributed/README.md#fairness-records: a visitor let straight through at join
+/// leaves with a pass naming the round whose grant let them through, published by their node;
+/// its record granted places for joins, at least as many as the passes that name it that way,
+/// and its cutoff does not cover them (they joined after it was decided).
+#[test]
+fn straight_through_passes_name_a_round_whose_record_counts_them() {
+    use std::collections::BTreeMap;
+    let settings = Settings {
+        target_on_site: 10,
+        pass_expiry_ms: 60_000,
+        admit_straight_through: true,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 14);
+    net.run_for(2_500);
+    let mut crowd = Crowd::default();
+    let first = net.ids()[0];
+    crowd.join(&mut net, first);
+    crowd.run(&mut net, 1_100);
+    for i in 1..30 {
+        let ids = net.ids();
+        crowd.join(&mut net, ids[i % ids.len()]);
+    }
+    let mut published = BTreeMap::new();
+    for (n, e) in &net.events {
+        if let Event::RoundRecorded(r) = e {
+            published.insert((*n, r.round), (**r).clone());
+        }
+    }
+    let mut named: BTreeMap<u64, u64> = BTreeMap::new();
+    for (i, ticket) in crowd.tickets.iter().enumerate().skip(1) {
+        if !crowd.admitted[i] {
+            continue;
+        }
+        let pass = (net.with(ticket.node, |n, now| n.leave(now, ticket))).expect("a pass");
+        let round = pass.round.expect("a straight-through pass names its round");
+        let record = (published.get(&(pass.node, round))).expect("its node published the round");
+        let key = ticket.key_on(ticket.node);
+        assert!(!record.cutoff.covers(&key) && key.join_time >= record.decided_at_ms);
+        *named.entry(round).or_default() += 1;
+    }
+    assert!(!named.is_empty(), "some were let straight through");
+    for (round, passes) in named {
+        let through = (published.iter())
+            .find(|((_, r), _)| *r == round)
+            .map(|(_, record)| record.through);
+        assert!(
+            through >= Some(passes),
+            "round {round}: {passes} passes, {through:?}"
+        );
+    }
 }
 
 /// waitingroom-distributed/README.md#live-settings: a change made on the minority side of a

@@ -280,6 +280,7 @@ mod tests {
             version: 2,
             prev,
             lottery: false,
+            through: 0,
         }
     }
 

@@ -30,12 +30,16 @@ pub struct Promises {
     window: Time,
     /// Each visitor's pass (id, creation) since their latest admission.
     passes: HashMap<u32, (u64, Time)>,
-    /// Visitors let straight through (their pass names no round).
+    /// Visitors let straight through (their pass names the round whose grant let them
+    /// through, or none when they needed no place).
     straight: HashSet<u32>,
-    /// Rounds recorded, by number and decision time: their cutoffs. Two roots may give their
-    /// rounds one number (a fork the audit lists): a pass names its round by both, as the audit
-    /// reads it (`waitingroom_core::round_records::AdmittedPass`).
-    records: BTreeMap<(u64, Time), Cutoff>,
+    /// Rounds recorded, by number and decision time: their cutoffs, and the places they granted
+    /// for joins let straight through not yet named by a pass. Two roots may give their rounds
+    /// one number (a fork the audit lists): a pass names its round by both, as the audit reads
+    /// it (`waitingroom_core::round_records::AdmittedPass`).
+    records: BTreeMap<(u64, Time), (Cutoff, u64)>,
+    /// The records taken, by round, decision time and root.
+    roots: HashSet<(u64, Time, NodeId)>,
     /// (visitor, round named and when it was decided, queue key as the audit reads it off the
     /// pass) of every pass handed out by a leave.
     named: Vec<(u32, Option<NamedRound>, QueueKey)>,
@@ -102,9 +106,17 @@ impl Promises {
         self.passes.remove(&v);
     }
 
-    /// The record of round `round`, decided at `decided_at`.
-    pub fn recorded(&mut self, round: u64, decided_at: Time, cutoff: Cutoff) {
-        self.records.entry((round, decided_at)).or_insert(cutoff);
+    /// The record of round `round`, decided at `decided_at` by `root`: its cutoff, and the
+    /// places it granted for joins let straight through (`through`). Two roots that decided one
+    /// round number at one time (a fork) both granted places: a pass let through names the
+    /// round the same way under either's grant, as the audit counts them.
+    pub fn recorded(&mut self, (round, decided_at, root): (u64, Time, NodeId), at: (Cutoff, u64)) {
+        let fresh = self.roots.insert((round, decided_at, root));
+        let (cutoff, through) = at;
+        (self.records)
+            .entry((round, decided_at))
+            .and_modify(|(_, kept)| *kept += through * u64::from(fresh))
+            .or_insert((cutoff, through));
     }
 
     /// Visitor `v` was handed `pass` by a leave (`fresh`) or a refresh: one admission, one
@@ -136,25 +148,55 @@ impl Promises {
     }
 
     /// At the end of the run: every pass handed out by a leave names a recorded round that
-    /// covers its holder, unless they were let straight through.
+    /// covers its holder, or, let straight through, the round whose grant let them through (one
+    /// of the places it granted for that), as the audit reads them
+    /// (`waitingroom_core::round_records::audit`); a straight-through pass names none when it
+    /// needed no place (passthrough, no limit on the site).
     pub fn finish(&mut self, now: Time) {
         for (v, round, key) in std::mem::take(&mut self.named) {
-            match round {
-                None if self.straight.contains(&v) => {}
-                None => self.fail(now, "pass-without-round", || {
-                    format!("visitor {v}'s pass names no round")
+            let straight = self.straight.contains(&v);
+            let Some((r, at)) = round else {
+                if !straight {
+                    self.fail(now, "pass-without-round", || {
+                        format!("visitor {v}'s pass names no round")
+                    });
+                }
+                continue;
+            };
+            match self.named_round((r, at), &key, straight) {
+                Some(true) => {}
+                Some(false) => self.fail(now, "pass-not-covered", || {
+                    format!("visitor {v}'s round {r} does not cover their key")
                 }),
-                Some((r, at)) => match self.records.get(&(r, at)) {
-                    Some(cutoff) if cutoff.covers(&key) => {}
-                    Some(_) => self.fail(now, "pass-not-covered", || {
-                        format!("visitor {v}'s round {r} does not cover their key")
-                    }),
-                    None => self.fail(now, "round-unrecorded", || {
-                        format!("visitor {v}'s round {r} decided at {at} has no record")
-                    }),
-                },
+                None => self.fail(now, "round-unrecorded", || {
+                    format!("visitor {v}'s round {r} decided at {at} has no record")
+                }),
             }
         }
+    }
+
+    /// Whether round `r` covers a pass let out at `at` with `key` (None: no such record):
+    /// decided then and its cutoff covers the key; or, for a visitor let straight through
+    /// (`straight`), that round or another of that number with a place for a join left, which
+    /// the pass takes: the latest decided before, else the first (the join's clock may be
+    /// behind the root's), as the audit picks it.
+    fn named_round(&mut self, (r, at): NamedRound, key: &QueueKey, straight: bool) -> Option<bool> {
+        if let Some((cutoff, through)) = self.records.get_mut(&(r, at)) {
+            let placed = straight && !cutoff.covers(key) && *through > 0;
+            *through -= u64::from(placed);
+            return Some(placed || cutoff.covers(key));
+        }
+        if !straight {
+            return None;
+        }
+        let left = |(_, (_, through)): &(&(u64, Time), &(Cutoff, u64))| *through > 0;
+        let before = (self.records.range((r, 0)..=(r, at)).rev()).find(left);
+        let found = before.or_else(|| self.records.range((r, at)..=(r, Time::MAX)).find(left));
+        let at = *found?.0;
+        if let Some((_, through)) = self.records.get_mut(&at) {
+            *through -= 1;
+        }
+        Some(true)
     }
 }
 
@@ -198,10 +240,10 @@ mod tests {
             id: TicketId(u64::MAX),
             node: NodeId(u64::MAX),
         };
-        p.recorded(0, 0, cutoff(100));
-        p.recorded(1, 1_000, cutoff(50));
+        p.recorded((0, 0, NodeId(1)), (cutoff(100), 0));
+        p.recorded((1, 1_000, NodeId(1)), (cutoff(50), 0));
         // Another root's round 1 (a fork), decided later: its passes are checked against it.
-        p.recorded(1, 3_000, cutoff(100));
+        p.recorded((1, 3_000, NodeId(2)), (cutoff(100), 0));
         let mut forked = pass(4, 9, Some(1));
         forked.eviction_time = 3_000;
         p.pass_handed(9, 10, &forked, true);

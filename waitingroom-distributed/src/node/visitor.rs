@@ -10,7 +10,7 @@ use waitingroom_core::{CheckIn, CheckInStatus, EngineError, NodeId, Pass, Ticket
 
 use super::{Node, OffsetFrom, next_boundary};
 use crate::cluster::Phase;
-use crate::lease::Pause;
+use crate::lease::{Pause, Through};
 use crate::membership::Contact;
 use crate::messages::ChannelMsg;
 use crate::outputs::Outbox;
@@ -74,15 +74,24 @@ impl Node {
         }
         let queued_here = self.local.room().queued();
         let last = self.tag.summary();
-        let straight_through = (self.lease).take_place(now, queued_here, last, &self.in_force);
+        let records = &self.records;
+        let through = (self.lease).take_place(now, (queued_here, last), &self.in_force, |at| {
+            records.round_granting_joins(at)
+        });
+        let straight_through = through.is_some();
         // waitingroom-distributed/README.md#scheduled-events and
         // waitingroom-distributed/README.md#random-queueing: the join time a pre-queue or a lottery
         // stamps.
         let stamp = self.in_force.live().join_stamp(self.reference_time(now));
-        let answer = self
+        let mut answer = self
             .local
             .room_mut()
             .join_stamped(now, stamp, straight_through);
+        if let Some(Through::Granted(round)) = through {
+            // Their pass names the round whose grant let them through, whatever node serves
+            // the leave (waitingroom-distributed/README.md#fairness-records).
+            answer.ticket.round = Some(round);
+        }
         if straight_through {
             let key = answer.ticket.key_on(self.id());
             let mut out = Outbox::default();

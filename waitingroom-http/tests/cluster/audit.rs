@@ -83,6 +83,7 @@ fn record(crypto: &Crypto, round: u64, prev: &str) -> String {
         version: 1,
         prev: prev.to_owned(),
         lottery: false,
+        through: 0,
     })
 }
 

@@ -1,7 +1,8 @@
 //! `waitingroom-node audit`: checks a cluster's published admission records
 //! (docs/operating.md#fairness-records) — signatures against its keys, the hash chain, round
 //! numbers, cutoffs that never go back — and passes visitors hold against them (each covered by the
-//! round it names, by no earlier one), with `waitingroom_core::round_records::audit`; and its
+//! round it names, by no earlier one, or one of the places for straight-through joins that
+//! round granted), with `waitingroom_core::round_records::audit`; and its
 //! lotteries (docs/operating.md#random-queueing): each revealed seed against its commitment, and
 //! each lottery pass's id against the seed and its draw, with
 //! `waitingroom_core::lottery::audit_draws`.
@@ -212,7 +213,7 @@ fn print_text(
     println!("rounds checked: {}", report.rounds);
     println!("passes checked: {}", report.passes);
     println!(
-        "passes naming no round (let straight through, or bypass): {}",
+        "passes naming no round (bypass, or let through while the site had no limit or the room was in passthrough): {}",
         passes.without_round
     );
     println!(

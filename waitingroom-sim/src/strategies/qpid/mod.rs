@@ -182,7 +182,7 @@ fn on_event(
         Event::CountCompleted(_) => {}
         other => {
             if let (Event::RoundRecorded(r), Some(p)) = (&other, ctx.promises.as_mut()) {
-                p.recorded(r.round, r.decided_at_ms, r.cutoff);
+                p.recorded((r.round, r.decided_at_ms, r.root), (r.cutoff, r.through));
             }
             let (name, about) = match &other {
                 Event::Joined { version } => ("joined", *version),

@@ -16,7 +16,8 @@
 # Checks:
 #   - the most passes valid at once at the origin is at most the target;
 #   - no visitor lost (kept checking in and never let in by the end), and no place lost (a
-#     ticket refused while its visitor kept checking in: it joins again, at the back);
+#     ticket refused while its visitor kept checking in: it joins again, at the back; a banked
+#     visitor refused once the admission it held on to lapsed is not one: it must be refused);
 #   - no double pass (one admission, two different passes: at the origin, or handed to one
 #     visitor);
 #   - `waitingroom-node audit` over the round records and every pass handed out: no violation.
@@ -49,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --heal-s) HEAL_S="$2"; shift 2 ;;
     --json) JSON=1; shift ;;
     --keep) KEEP="$2"; shift 2 ;;
-    *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 [[ -n "$SEED" ]] || SEED=$((RANDOM * 32768 + RANDOM))
@@ -371,7 +372,7 @@ summary="$(jq -n --argjson seed "$SEED" --argjson duration "$DURATION" --argjson
      load_max_on_site: ($l.max_on_site // null), visitors: ($l.users // null),
      admitted: ($l.admitted // null), lost: ($l.lost // null),
      double_passes_origin: ($o.double_passes // null), double_passes_load: ($l.double_passes // null),
-     rejoined: ($l.rejoined // null), abandoned: ($l.abandoned // null),
+     rejoined: ($l.rejoined // null), lapsed: ($l.lapsed // null), abandoned: ($l.abandoned // null),
      errors: ($l.errors // null), error_reasons: ($l.error_reasons // {}),
      audit_status: $audit_status, audit_violations: ($a.violations // null),
      audit_rounds: ($a.rounds // null), audit_passes: ($a.passes // null),
@@ -390,7 +391,7 @@ if ((JSON)); then
     jq -c . <<<"$summary"
 else
     jq -r '"swarm: seed \(.seed): \(.wall_s) s wall, disturbances \(.disturbances | to_entries | map("\(.key) \(.value)") | join(", "))\(if .link_cuts then "" else " (no link cuts)" end)",
-        "swarm: most passes valid at once at the origin \(.most_valid_at_once) (target \(.target); the load generator counts \(.load_max_on_site)); \(.admitted)/\(.visitors) let in, lost \(.lost), abandoned \(.abandoned), tickets refused while checking in \(.rejoined)",
+        "swarm: most passes valid at once at the origin \(.most_valid_at_once) (target \(.target); the load generator counts \(.load_max_on_site)); \(.admitted)/\(.visitors) let in, lost \(.lost), abandoned \(.abandoned), tickets refused while checking in \(.rejoined), banked admissions lapsed \(.lapsed)",
         "swarm: double passes \(.double_passes_origin) at the origin, \(.double_passes_load) handed to one visitor; audit: exit \(.audit_status), \(.audit_violations) violations over \(.audit_rounds) rounds and \(.audit_passes) passes, \(.passes_without_round) passes without a round",
         "swarm: errors \(.errors) \(.error_reasons | tostring)",
         "swarm: after healing: \(.nodes_after | to_entries | map("node \(.key + 1) \(.value.ready), \(.value.members // "?") members\(if .value.paused then ", paused \(.value.paused | tostring)" else "" end)") | join("; "))",

@@ -68,6 +68,16 @@ impl From<&RoundRecord> for Decided {
     }
 }
 
+/// Where a node's records want filling in from a peer ([`RoundLog::sync_point`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncPoint {
+    /// Ask for the records after this round (None: from the first).
+    pub after: Option<u64>,
+    /// The round of the first record whose predecessor is missing (None: no hole, only what
+    /// may have come after the newest).
+    pub hole: Option<u64>,
+}
+
 /// The records this node knows, newest last.
 #[derive(Debug)]
 pub struct RoundLog {
@@ -159,6 +169,76 @@ impl RoundLog {
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         remember(&mut recent, Decided::from(record));
         link
+    }
+
+    /// Keeps `jws`, a record another node published (`crate::app::records_sync`), if it is a
+    /// record of this cluster (its signature checked) not kept yet: as [`RoundLog::record`]
+    /// keeps one this node signed. Returns its claims when it was new here.
+    pub fn keep_signed(&self, jws: &str) -> Option<RoundRecord> {
+        let record = self.crypto.verify_record(jws).ok()?;
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = insertion_point(&records, record.round, jws)?;
+        if let Some(file) = &self.file {
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(e) = writeln!(file, "{jws}") {
+                tracing::error!(error = %e, round = record.round, "rounds log: cannot append");
+            }
+        }
+        records.insert(at, (record.round, jws.to_owned()));
+        if records.len() > self.kept {
+            records.pop_front();
+        }
+        drop(records);
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        remember(&mut recent, Decided::from(&record));
+        Some(record)
+    }
+
+    /// Where this node's records want filling in from a peer: from before the first hole (a
+    /// record whose `prev` is no record kept of the round before it; from the first for a log
+    /// that does not start at round 0 while it has room), else after the newest kept
+    /// (whatever came after it). Holes at or below `skip_below` are not asked about again (no
+    /// peer had them). One pass over the records, each link hashed: the caller asks every few
+    /// seconds, not per request.
+    pub fn sync_point(&self, skip_below: Option<u64>) -> SyncPoint {
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        let skipped = |round: u64| skip_below.is_some_and(|s| round <= s);
+        let first = records.front().and_then(|(_, jws)| claims(jws));
+        if let Some(first) = &first
+            && (first.round > 0 || !first.prev.is_empty())
+            && records.len() < self.kept
+            && !skipped(first.round)
+        {
+            let hole = Some(first.round);
+            return SyncPoint { after: None, hole };
+        }
+        // Links of the records of the round before the one at hand, and of the one at hand.
+        let (mut before, mut current): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+        let mut current_round = None;
+        for (i, (round, jws)) in records.iter().enumerate() {
+            if current_round != Some(*round) {
+                let adjacent = current_round == Some(round.wrapping_sub(1));
+                before = std::mem::take(&mut current);
+                if !adjacent {
+                    before.clear();
+                }
+                current_round = Some(*round);
+            }
+            current.push(round_records::link(jws));
+            let missing = i > 0 && claims(jws).is_none_or(|r| !before.contains(&r.prev));
+            if missing && !skipped(*round) {
+                // From before the round it follows (a fork's other side may be kept already).
+                let after = round.checked_sub(2).map(|r| r.min(records[i - 1].0));
+                return SyncPoint {
+                    after,
+                    hole: Some(*round),
+                };
+            }
+        }
+        SyncPoint {
+            after: records.back().map(|(round, _)| *round),
+            hole: None,
+        }
     }
 
     /// The fairness figure of the records decided in the hour before `now`. Lottery rounds
@@ -327,6 +407,52 @@ mod tests {
             "the oldest goes past the bound"
         );
         assert_eq!(log.last().map(|(r, _)| r), Some(3));
+    }
+
+    /// A node that missed rounds (a hole in its list, or the start) asks from before the first
+    /// hole, and keeps what a peer signed with the cluster key, in round order, once; a record
+    /// signed with another key is not kept. Without a hole it asks after the newest.
+    #[test]
+    fn the_records_missed_are_asked_for_and_kept_once() {
+        let crypto = Arc::new(Crypto::generate());
+        let peer = RoundLog::new(crypto.clone(), 10);
+        let mut prev = String::new();
+        for round in 0..5 {
+            prev = peer.record(&record(round, prev));
+        }
+        let all = peer.after(None, 10);
+        let log = RoundLog::new(crypto.clone(), 10);
+        let newest = |after| SyncPoint { after, hole: None };
+        assert_eq!(log.sync_point(None), newest(None));
+        // Rounds 0, 1 and 4 kept: 2 and 3 missed.
+        for i in [0, 1, 4] {
+            assert!(log.keep_signed(&all[i]).is_some());
+        }
+        assert!(log.keep_signed(&all[4]).is_none(), "kept once");
+        let hole = log.sync_point(None);
+        let want = SyncPoint {
+            after: Some(1),
+            hole: Some(4),
+        };
+        assert_eq!(hole, want);
+        assert_eq!(log.sync_point(Some(4)), newest(Some(4)), "a hole left");
+        let other = RoundLog::new(Arc::new(Crypto::generate()), 10);
+        other.record(&record(2, String::new()));
+        let forged = other.after(None, 10);
+        assert!(log.keep_signed(&forged[0]).is_none(), "another key");
+        for jws in peer.after(hole.after, 10) {
+            log.keep_signed(&jws);
+        }
+        assert_eq!(log.after(None, 10), all, "in round order");
+        assert_eq!(log.sync_point(None), newest(Some(4)));
+        // A log that starts after round 0 asks from the first.
+        let late = RoundLog::new(crypto, 10);
+        assert!(late.keep_signed(&all[3]).is_some());
+        let want = SyncPoint {
+            after: None,
+            hole: Some(3),
+        };
+        assert_eq!(late.sync_point(None), want);
     }
 
     /// The fairness figure: rounds whose cutoff went back, and at most how many pairs they let

@@ -92,13 +92,16 @@ pub fn public_router(app: Arc<App>) -> Router {
     )
 }
 
-/// The internal listener's routes: peer traffic, metrics, the cluster view, health. Anything
-/// else is 404.
+/// The internal listener's routes: peer traffic, metrics, the cluster view, the round records,
+/// health. Anything else is 404.
 pub fn internal_router(app: Arc<App>) -> Router {
+    // The round records too: peers fill in those they missed (`crate::app::records_sync`).
+    let rounds = table(vec![("/api/rounds", get(ops::rounds))]);
     let routes = peer_routes()
         .merge(internal_ops())
         .merge(admin_routes(&app))
-        .merge(health());
+        .merge(health())
+        .merge(rounds);
     guarded(finish(routes, app.clone(), internal_fallback), &app)
 }
 

@@ -9,6 +9,7 @@
 //! - `rate_limit.rs`: the per-client join limit;
 //! - `voters_file.rs`: the majority rule's voters, kept on disk across restarts;
 //! - `readiness.rs`: whether a balancer should send visitors here (`/readyz`), and why not;
+//! - `records_sync.rs`: the round records this node missed, filled in from its peers;
 //! - `state_dir.rs`: `--state-dir`, what a restart must not forget (the passes given back).
 
 pub(crate) mod driver;
@@ -16,6 +17,7 @@ pub(crate) mod leaves;
 pub(crate) mod operations;
 pub(crate) mod rate_limit;
 pub(crate) mod readiness;
+pub(crate) mod records_sync;
 pub(crate) mod state_dir;
 pub(crate) mod voters_file;
 

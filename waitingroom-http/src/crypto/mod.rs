@@ -162,6 +162,12 @@ impl Crypto {
         round_records::sign_record(self.keys.current(), record)
     }
 
+    /// Checks a round record another node signed (any key of the ring, `typ` `wr-round+jwt`)
+    /// and returns its claims.
+    pub fn verify_record(&self, jws: &str) -> Result<RoundRecord, round_records::RecordError> {
+        round_records::verify_record(self.keys.public(), jws)
+    }
+
     /// Signs lottery records with the current key (`typ` `wr-lottery+jwt`), reusing the
     /// signature of a record signed before.
     pub fn sign_lotteries(&self, records: Vec<LotteryRecord>) -> Vec<String> {

@@ -168,6 +168,12 @@ impl Transport {
         }
     }
 
+    /// The client every peer request goes with (its TLS settings included): for the requests
+    /// that are not protocol messages (`crate::app::records_sync`).
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// Whether peers take this node's signatures: what they answered its requests, and the
     /// valid requests it heard (the peer routes note those).
     pub fn standing(&self) -> &Standing {

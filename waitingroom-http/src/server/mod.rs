@@ -254,6 +254,7 @@ fn start_node(
     });
     tokio::spawn(app.driver.clone().run_timer());
     tokio::spawn(app.clone().watch_readiness());
+    tokio::spawn(crate::app::records_sync::run(app.clone()));
     Ok(app)
 }
 

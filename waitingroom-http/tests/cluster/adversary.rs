@@ -111,6 +111,37 @@ async fn a_banked_admission_lapses_and_gets_no_pass() {
     let _ = std::fs::remove_file(token_file);
 }
 
+/// The load generator's banked visitors (`--banked`) hold on to their admission past its claim
+/// window, so the room refuses their tickets, as it must: counted as `lapsed`, not as places
+/// lost (`rejoined`, which `scripts/swarm.sh` fails on). They join again and are let in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_counts_a_lapsed_banked_admission_apart_from_a_place_lost() {
+    let extra = ["--target-on-site", "1", "--ticket-expiry-ms", "1500"];
+    let cl = Cluster::start("lapsed", 1, &extra).await;
+    let out = Command::new(BIN)
+        .args(["load", "--url", cl.url(0), "--users", "3"])
+        .args([
+            "--concurrency",
+            "3",
+            "--max-seconds",
+            "30",
+            "--progress-s",
+            "0",
+        ])
+        .args(["--banked", "1", "--bank-ms", "2500", "--json"])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["lapsed"].as_u64().unwrap() >= 1, "{report}");
+    assert_eq!(report["rejoined"], 0, "{report}");
+    assert_eq!(
+        (report["lost"].clone(), report["admitted"].clone()),
+        (json!(0), json!(3)),
+        "{report}"
+    );
+}
+
 /// `waitingroom_on_site` of each of `nodes`.
 async fn on_site(c: &reqwest::Client, nodes: &[String]) -> Vec<f64> {
     let mut counts = Vec::new();

@@ -155,6 +155,48 @@ async fn every_node_publishes_the_same_round_records_and_they_audit_clean() {
     }
 }
 
+/// docs/operating.md#fairness-records: any node answers for the whole cluster. A node that
+/// joins after rounds let visitors out (as one stopped, cut off or restarting while they did)
+/// fills in their records from its peers: within a few seconds it publishes the same list as
+/// the others, and the audit of its records with the passes handed out before it came is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_missed_rounds_fills_in_their_records_from_its_peers() {
+    // 10 places for 100 visitors: many more rounds than a result carries the ranges of (a
+    // node that joins learns those from the protocol itself).
+    let extra = [
+        "--target-on-site",
+        "10",
+        "--ticket-expiry-ms",
+        "2500",
+        "--pass-expiry-ms",
+        "2500",
+    ];
+    let mut cl = Cluster::start("rounds-late", 2, &extra).await;
+    load_then_audit(&cl, (100, Disturb::None), 0).await;
+    let c = client();
+    let list = |v: Value| v["rounds"].as_array().unwrap().clone();
+    let before = list(get_json(&c, format!("{}/api/rounds", cl.url(0))).await);
+    assert!(before.len() >= 10, "{} records", before.len());
+    cl.grow(1).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let late = list(get_json(&c, format!("{}/api/rounds", cl.url(2))).await);
+        if late.len() >= before.len() {
+            assert_eq!(late[..before.len()], before[..], "the same records");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 3 holds {} of {} records",
+            late.len(),
+            before.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let text = audit_file(&cl, 2, &cl.dir.join("passes.txt"), true);
+    assert!(text.contains("violations: 0"), "{text}");
+}
+
 /// docs/operating.md#fairness-records: the same with node 3 SIGKILLed 1.5 s into the run: nobody is
 /// lost, the survivors' records audit clean, and the passes of the visitors re-queued from
 /// node 3 are covered by their rounds (a late pass or a fork is listed, not a violation).

@@ -50,8 +50,10 @@
 //!   `--abandon`, `--come-back`: `roles.rs`) or `--origin`: `double_passes` (visitors
 //!   handed two different passes for one admission), `origin_accepted`/`origin_refused` (passes
 //!   the origin's gate let through or sent to the room), `abandoned` (not lost), `came_back`;
-//!   and for every run `rejoined`: visitors whose ticket was refused (401) while they kept
-//!   checking in, who joined again as the waiting page does.
+//!   `lapsed` (banked visitors refused once the admission they held on to lapsed unclaimed,
+//!   who joined again: refused as they must be); and for every run `rejoined`: visitors whose
+//!   ticket was refused (401) while they kept checking in, who joined again as the waiting
+//!   page does (each also said on stderr).
 //!
 //! Every request that fails is asked again after a back-off, as the waiting page does: from
 //! the `Retry-After` of a 503 or 429, else from 200 ms; doubled each time up to 5 s, with up to

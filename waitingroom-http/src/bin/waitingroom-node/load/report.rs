@@ -34,6 +34,7 @@ pub(super) struct Report {
     pass_lost: u64,
     retried_later: u64,
     rejoined: u64,
+    lapsed: u64,
     abandoned: u64,
     came_back: u64,
     double_passes: u64,
@@ -84,6 +85,7 @@ pub(super) fn report(args: &LoadArgs, s: &Shared, elapsed_s: f64) -> Report {
         pass_lost: get(&c.pass_lost),
         retried_later: get(&c.retried_later),
         rejoined: get(&c.rejoined),
+        lapsed: get(&c.lapsed),
         abandoned: get(&c.abandoned),
         came_back: get(&c.came_back),
         double_passes: get(&c.double_passes),
@@ -233,10 +235,10 @@ pub(super) fn print_text(r: &Report) {
             r.readmissions
         );
     }
-    if r.rejoined + r.abandoned + r.came_back + r.double_passes > 0 {
+    if r.rejoined + r.lapsed + r.abandoned + r.came_back + r.double_passes > 0 {
         println!(
-            "tickets refused while checking in (joined again) {}; abandoned {}; came back {}; handed two different passes {}",
-            r.rejoined, r.abandoned, r.came_back, r.double_passes
+            "tickets refused while checking in (joined again) {}; banked admissions lapsed (joined again) {}; abandoned {}; came back {}; handed two different passes {}",
+            r.rejoined, r.lapsed, r.abandoned, r.came_back, r.double_passes
         );
     }
     if r.origin_accepted + r.origin_refused > 0 {

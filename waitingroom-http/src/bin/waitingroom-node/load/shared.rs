@@ -116,6 +116,9 @@ pub(super) struct Counters {
     /// Visitors whose ticket was refused (401) at a check-in and who joined again, as the
     /// waiting page does: their place was lost while they kept checking in.
     pub(super) rejoined: AtomicU64,
+    /// Banked visitors refused at a check-in once their unclaimed admission lapsed, who joined
+    /// again: refused as they must be, not a place lost.
+    pub(super) lapsed: AtomicU64,
     /// Visitors who gave up before they were let in (`--abandon`): not lost.
     pub(super) abandoned: AtomicU64,
     /// Visitors who went away and came back (`--come-back`).

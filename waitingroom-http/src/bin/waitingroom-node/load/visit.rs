@@ -333,7 +333,7 @@ impl Visit<'_> {
             r.backoff_ms(self.failed - 1)
         });
         if let Some(Reply::Status(StatusCode::UNAUTHORIZED, ..)) = failed {
-            return self.ticket_refused(failed.as_ref(), wait).await;
+            return self.ticket_refused(&ticket, failed.as_ref(), wait).await;
         }
         s.error(Endpoint::Checkin, failed.as_ref());
         let after_ms = within_ticket_life(&ticket, wait);
@@ -342,12 +342,25 @@ impl Visit<'_> {
 
     /// The ticket was refused at a check-in (expired, or no longer valid): as the waiting
     /// page does, wait, then join again. Its place is lost; a visitor who was away expected
-    /// that, one who kept checking in counts as `rejoined` (and its check-in as an error).
-    async fn ticket_refused(&mut self, reply: Option<&Reply>, wait: u64) -> Status {
+    /// that, and so did a banked visitor who held on to its admission past the claim window
+    /// (the room must refuse it then: waitingroom-distributed/README.md#one-admission-one-pass),
+    /// counted as `lapsed`; one who kept checking in counts as `rejoined` (and its check-in as
+    /// an error).
+    async fn ticket_refused(&mut self, ticket: &str, reply: Option<&Reply>, wait: u64) -> Status {
         let s = self.s;
-        if !self.away {
+        if self.role == Role::Banked && self.admission_seen {
+            inc(&s.counters.lapsed);
+        } else if !self.away {
             s.error(Endpoint::Checkin, reply);
             inc(&s.counters.rejoined);
+            // Rare, and what a swarm run is after: whose ticket, refused when.
+            let expires_at = claims::<TicketClaims>(ticket).map_or(0, |c| c.expires_at);
+            eprintln!(
+                "load: a {:?} visitor's ticket was refused while it kept checking in (admitted: {}): expires at {expires_at}, refused at {}",
+                self.role,
+                self.admission_seen,
+                now_ms()
+            );
         }
         self.away = false;
         if !s.sleep(wait).await {

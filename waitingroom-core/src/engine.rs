@@ -217,9 +217,17 @@ impl WaitingRoom {
     /// node) is queued again under its original join time, so the visitor keeps their place.
     /// An admitted ticket is not refreshed: it expires when its claim window closes
     /// (waitingroom-distributed/README.md#one-admission-one-pass).
+    ///
+    /// A queued ticket another node issued, for a visitor this node let out and whose admission
+    /// lapsed here unclaimed, is queued again too: the visitor never learned of the admission
+    /// (this node could not be reached, and another queued them meanwhile), so they keep their
+    /// place under their join time, to be let out again by a round.
     pub fn check_in(&mut self, now: Time, ticket: &Ticket) -> Result<CheckIn, EngineError> {
         if now >= ticket.expires_at {
             return Err(EngineError::TicketExpired);
+        }
+        if ticket.eviction_time.is_none() && ticket.node != self.node {
+            self.sweep_lapsed(now, ticket.id);
         }
         let mut ticket = ticket.clone();
         match self
@@ -439,6 +447,17 @@ impl WaitingRoom {
         });
         self.visitors.remove(ticket);
         true
+    }
+
+    /// Drops the record of `ticket` if it is an admission whose claim window has closed: its
+    /// place is free, as [`WaitingRoom::cleanup`] would free it.
+    fn sweep_lapsed(&mut self, now: Time, ticket: TicketId) {
+        if let Some(Visitor::Admitted { claim_by, .. }) = self.visitors.get(ticket).map(|r| r.state)
+            && claim_by <= now
+        {
+            self.on_site -= 1;
+            self.visitors.remove(ticket);
+        }
     }
 
     /// Stops counting the pass `ticket` got here: it was refreshed on another node, which
@@ -941,6 +960,29 @@ mod tests {
         );
         assert_eq!(heir.leave(12_000, &ticket), Err(EngineError::TicketExpired));
         assert_eq!(heir.on_site(), 0);
+    }
+
+    /// A visitor let out here who never heard of it (this node could not be reached), and was
+    /// queued at another node meanwhile, comes back with that node's ticket: told of the
+    /// admission while it holds, and once it has lapsed queued again under their join time,
+    /// the lapsed place freed.
+    #[test]
+    fn a_lapsed_admission_never_heard_of_is_queued_again_with_another_nodes_ticket() {
+        let mut owner = queued_room(1);
+        let a = owner.join(0);
+        owner.evict(1_000);
+        assert_eq!(owner.on_site(), 1);
+        let mut elsewhere = WaitingRoom::new(owner.settings().clone(), NodeId(8), 2).unwrap();
+        let moved = elsewhere.check_in(2_000, &a.ticket).unwrap();
+        assert_eq!(moved.status, CheckInStatus::Queued { position: 1 });
+        let moved = elsewhere.check_in(9_000, &moved.ticket).unwrap().ticket;
+        let told = owner.check_in(10_500, &moved).unwrap();
+        assert_eq!(told.status, CheckInStatus::Admitted, "while it holds");
+        let back = owner.check_in(11_000, &moved).unwrap();
+        assert_eq!(back.status, CheckInStatus::Queued { position: 1 });
+        assert_eq!(back.ticket.join_time, a.ticket.join_time);
+        assert_eq!(owner.on_site(), 0, "the lapsed admission's place is free");
+        assert_eq!(owner.evict(11_500), vec![a.ticket.id], "let out by a round");
     }
 
     /// Any room serving the leave of one admission hands out the same pass: same id, same

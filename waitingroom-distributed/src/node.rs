@@ -207,6 +207,7 @@ impl Node {
         self.arm(now + self.cfg.settings.cleanup_interval_ms, Timer::Cleanup);
         self.arm(now + self.cfg.probe_interval_ms, Timer::Probe);
         self.swim.started(now);
+        self.past.started(now);
         self.arm(now + 2 * self.cfg.probe_interval_ms, Timer::FormerProbe);
         self.tag.start(now);
     }

@@ -1930,6 +1930,56 @@ fn a_whole_cluster_restarted_without_state_holds_the_target_until_the_passes_exp
     assert_eq!(let_in, 3, "once it has expired, the room admits again");
 }
 
+/// waitingroom-distributed/README.md#restart-grace: the visitors waiting when the whole cluster
+/// went down found nobody to check in at, and their tickets ran out meanwhile; the restarted
+/// nodes take them back under their join times, and let them out when the passes free places.
+#[test]
+fn tickets_that_ran_out_while_the_whole_cluster_was_down_keep_their_places() {
+    let settings = Settings {
+        target_on_site: 3,
+        pass_expiry_ms: 60_000,
+        ticket_expiry_ms: 30_000,
+        ..queued_settings()
+    };
+    let mut net = Net::new(3, settings, AdmissionMode::Range, 54);
+    net.run_for(2_000);
+    let mut crowd = Crowd::default();
+    for i in 0..6 {
+        crowd.join(&mut net, NodeId(1 + i % 3));
+        crowd.run(&mut net, 500);
+    }
+    crowd.run(&mut net, 3_000);
+    assert_eq!(crowd.passes.len(), 3, "three on the site, three waiting");
+    let kept: Vec<Durable> = (1..=3).map(|id| net.node(NodeId(id)).durable()).collect();
+    for id in 1..=3 {
+        net.kill(NodeId(id));
+    }
+    net.run_for(31_000);
+    let now = net.now;
+    let waiting: Vec<usize> = (0..6).filter(|i| !crowd.admitted[*i]).collect();
+    assert!(
+        waiting.iter().all(|&i| crowd.tickets[i].expires_at <= now),
+        "every waiting ticket ran out while nobody was up"
+    );
+    for (id, kept) in (1..=3).zip(&kept) {
+        net.add_node_with(id, 55, |node, now| node.restore(now, kept));
+    }
+    // A ticket refused here would fail the crowd's check-in.
+    crowd.run(&mut net, 40_000);
+    assert!(
+        crowd.all_admitted(),
+        "the waiting are let in once the passes expire"
+    );
+    let joined = |i: usize| crowd.tickets[i].join_time;
+    let let_out = |i: usize| crowd.passes[&i].eviction_time;
+    assert!(
+        waiting
+            .windows(2)
+            .all(|w| joined(w[0]) > joined(w[1]) || let_out(w[0]) <= let_out(w[1])),
+        "in the order they joined before the restart"
+    );
+}
+
 /// waitingroom-distributed/README.md#durable-state: a node killed and restarted from its state
 /// before the others noticed its death replaces its earlier life in the membership; that
 /// life's departed places are dropped at the new life's first count (it counts the visitors

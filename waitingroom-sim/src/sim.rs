@@ -10,7 +10,7 @@ use std::time::Instant;
 use waitingroom_core::Time;
 use waitingroom_distributed::QueueingMethod;
 
-use crate::config::{OperatorAction, RunConfig, Strategy};
+use crate::config::{Disturbance, OperatorAction, RunConfig, Strategy};
 use crate::metrics::{Admission, RunReport, peak_memory};
 use crate::progress::{self, Progress};
 use crate::room::{Ctx, Play, Reply, Room};
@@ -276,6 +276,12 @@ fn after_reply(ctx: &mut Ctx, room: &mut dyn Room, v: u32, reply: Reply) {
             }
             take_pass(ctx, room, v);
         }
+        Reply::Refused if sat_out_claim_window(ctx, room, v) => {
+            // Refused after they let their admission lapse: they lost nothing they kept.
+            ctx.ledger.lapse(v);
+            ctx.visitors.phase[v as usize] = Phase::Abandoned;
+            ctx.visitors.unfinished -= 1;
+        }
         Reply::Refused => {
             ctx.visitors.phase[v as usize] = Phase::Refused;
             ctx.visitors.unfinished -= 1;
@@ -354,6 +360,30 @@ fn after_claim_window(ctx: &Ctx, room: &dyn Room, v: u32) -> bool {
         (Some(&(_, end)), Some(issued_at)) => issued_at >= end,
         _ => ctx.ledger.has_lapsed(v),
     }
+}
+
+/// Whether banker `v`, refused, still holds the admission they banked and was refused once its
+/// claim window could have closed by the clock of the node that refused them: at most the
+/// widest spread of two nodes' clocks before it closed by the clock of the node that issued
+/// it. Every node checks a ticket's times against its own clock, and the admitted ticket's
+/// expiry is the claim window's end (waitingroom-distributed/README.md#one-admission-one-pass),
+/// which the banker's check-ins do not move: a banker who sat on their admission until it
+/// closed while they could not reach a node (the whole cluster restarting) let it lapse, as
+/// one refused while still banking ([`banking_step`]).
+fn sat_out_claim_window(ctx: &Ctx, room: &dyn Room, v: u32) -> bool {
+    if !ctx.plays.bank_until.contains_key(&v) {
+        return false;
+    }
+    let Some((closes, _)) = room.claim_window_end(v) else {
+        // Queued again since: the admission is no longer what they hold.
+        return false;
+    };
+    let f = &ctx.cfg.faults;
+    let steps = (f.script.iter())
+        .filter(|s| s.what == Disturbance::ClockStep)
+        .count() as Time;
+    let spread = (2 * f.clock_skew_ms).saturating_add(steps.saturating_mul(f.clock_step_ms));
+    ctx.now.saturating_add(spread) >= closes
 }
 
 /// A waiting wanderer goes away once, for `away_ms`, skipping their check-ins.

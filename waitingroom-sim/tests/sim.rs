@@ -338,6 +338,71 @@ fn a_banker_nobody_can_answer_and_a_refused_visitor_hold_no_place() {
 }
 
 #[test]
+fn visitors_who_kept_checking_in_through_whole_cluster_restarts_are_not_lost() {
+    // Swarm seed 8028: every node restarts twice, 1.2 s down each time; a wanderer's ticket,
+    // checked at every try with nobody up, runs out just after the second restart, and the
+    // restarted nodes refused it (4 lost). Seed 1083: a restart of 3.3 s, and a restarted node
+    // whose clock runs 2.4 s ahead of the issuer's found the tickets of those who checked in
+    // just before the restart expired (2 lost). Restarted nodes take such tickets back
+    // (waitingroom-distributed/README.md#restart-grace).
+    assert_promises_kept(
+        "--seed 8028 --strategy qpid --nodes 5 --users 340 --window-ms 7006 \
+         --session-ms 14086 --latency 50-150 --churn 0 --restart-delay-ms 1202 \
+         --partition-kind isolate --partition-ms 300 --script restart-all@5630 \
+         --script restart-all@7408 --freeze-ms 1489 --clock-step-ms 1207 --bank-ms 19554 \
+         --wanderers 0.1867770813338657 --away-ms 2120 --admission sequential \
+         --target-on-site unlimited --refresh-interval-ms 856 --ticket-expiry-ms 5267 \
+         --pass-expiry-ms 5717 --max-time-ms 201018 --strict",
+    );
+    assert_promises_kept(
+        "--seed 1083 --strategy qpid --nodes 2 --users 11 --arrival poisson \
+         --window-ms 16402 --jitter-ms 300 --session-ms 5667 --latency 1-5 \
+         --loss-probability 0.020582414683411467 --duplicate-probability 0.015269327731055616 \
+         --reorder-probability 0.06472222873518967 --reorder-ms 81 --churn 0 \
+         --restart-delay-ms 3273 --partitions 1 --partition-kind isolate --partition-ms 300 \
+         --clock-skew-ms 1958 --script restart-all@5817 --freeze-ms 685 --clock-step-ms 212 \
+         --bank-ms 10398 --wanderers 0.07052059152263414 --away-ms 1045 --target-on-site 3 \
+         --refresh-interval-ms 375 --ticket-expiry-ms 6555 --pass-expiry-ms 1110 \
+         --eviction-interval-ms 250 --operator event=3981:14203:shuffle@1579 \
+         --max-time-ms 254971 --strict",
+    );
+}
+
+#[test]
+fn a_visitor_let_out_by_a_frozen_node_and_queued_elsewhere_is_not_lost() {
+    // Swarm seed 5417: node 7 lets a visitor out and freezes before they hear of it; node 12
+    // queues them under their join time; node 12 crashes and they come back to node 7 with
+    // node 12's ticket after the admission lapsed there. Node 7 refused the ticket as one of a
+    // lapsed admission they never knew of (1 lost); it queues them again now.
+    assert_promises_kept(
+        "--seed 5417 --strategy qpid --nodes 12 --users 142 --window-ms 18558 \
+         --session-ms 12584 --churn 2 --restarts 2 --restart-delay-ms 1082 --partition-ms 15000 \
+         --clock-skew-ms 1476 --script freeze@12077 --script crash-root@15212 --script add@5786 \
+         --freeze-ms 662 --clock-step-ms 422 --bank-ms 24952 --wanderers 0.1974199519886355 \
+         --away-ms 1935 --target-on-site 80 --refresh-interval-ms 948 --ticket-expiry-ms 4031 \
+         --pass-expiry-ms 1240 --admit-straight-through --operator mode=reject@1979 \
+         --operator target=56@3896 --operator mode=normal@6654 --max-time-ms 273263 --strict",
+    );
+}
+
+#[test]
+fn a_banker_whose_claim_window_closed_while_nobody_could_answer_let_it_lapse() {
+    // Swarm seed 4002: two bankers stop banking and ask for their pass just before their
+    // admission's claim window closes, while every node is down for a restart; the restarted
+    // nodes refuse the lapsed admission, as they refuse any (the claim window does not move).
+    // They sat on their admission: they lost nothing they kept, as a banker refused while
+    // still banking.
+    assert_promises_kept(
+        "--seed 4002 --strategy qpid --nodes 3 --users 214 --arrival flash --window-ms 17616 \
+         --patience-ms 17062 --session-ms 2024 --latency 1 --churn 1 --restart-delay-ms 1284 \
+         --partitions 2 --partition-kind split --script restart-all@7024 --freeze-ms 2907 \
+         --clock-step-ms 883 --bankers 0.10188273378058282 --bank-ms 5610 --away-ms 851 \
+         --target-on-site 100 --refresh-interval-ms 596 --ticket-expiry-ms 6324 \
+         --pass-expiry-ms 7746 --max-time-ms 255895 --strict",
+    );
+}
+
+#[test]
 fn a_visitor_queued_again_after_their_node_died_holds_no_place_until_let_out_again() {
     // Swarm seed 952: node 2 lets visitors out, every node restarts, node 2 dies; its
     // visitors check in at node 1 with a fresh ticket and are queued there under their join

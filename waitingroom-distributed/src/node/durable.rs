@@ -111,6 +111,9 @@ pub(super) struct Past {
     changes: u64,
     /// The changes outside the room when a driver last took a delta or the whole.
     rest_taken: Option<u64>,
+    /// When this process started (its own clock): the start of its restart grace
+    /// ([`Past::takes_expired`]).
+    started: Option<Time>,
 }
 
 impl Past {
@@ -123,6 +126,25 @@ impl Past {
 
     pub(super) fn changed(&mut self) {
         self.changes += 1;
+    }
+
+    /// The process started (its timers began) at `now`.
+    pub(super) fn started(&mut self, now: Time) {
+        self.started = Some(now);
+    }
+
+    /// Whether a queued visitor's ticket that expired at `expired_at` is still taken at `now`
+    /// (waitingroom-distributed/README.md#restart-grace): this process started less than a
+    /// ticket expiry (`expiry`) ago, and the ticket expired at most a ticket expiry before it
+    /// started. While the node was down (with the rest of its cluster, perhaps) its visitors'
+    /// check-ins found nobody to answer them and their tickets ran out; a process cannot tell
+    /// how long it was down, nor whether any other node took check-ins meanwhile, so every
+    /// ticket that ran out within one ticket life of its start gets one ticket life from the
+    /// start to check in again. Its holder keeps their place under their join time.
+    pub(super) fn takes_expired(&self, now: Time, expired_at: Time, expiry: Time) -> bool {
+        self.started.is_some_and(|start| {
+            now < start.saturating_add(expiry) && expired_at.saturating_add(expiry) > start
+        })
     }
 
     /// In a cluster with others: they hold this node's departed places, so a forgotten past

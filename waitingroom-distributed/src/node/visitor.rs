@@ -155,6 +155,15 @@ impl Node {
             previous_position: None,
             ..ticket.clone()
         };
+        let expiry = self.in_force.settings().ticket_expiry_ms;
+        if ticket.eviction_time.is_none()
+            && now >= ticket.expires_at
+            && self.past.takes_expired(now, ticket.expires_at, expiry)
+        {
+            // It ran out around this process' start, while nobody may have been there to
+            // answer: it lives for this check-in, which gives it a fresh expiry.
+            unclamped.expires_at = now.saturating_add(1);
+        }
         if requeued && let Some(t) = self.tag.decided_join_time(&ticket.key_on(ticket.node)) {
             // The cluster had let them out; they keep that admission (`Tag::decided_join_time`).
             unclamped.join_time = t;

@@ -136,9 +136,9 @@ impl Decider {
         let cutoff = stamp.time;
         // A version the count carried that does not fit here is still passed on.
         let _ = p.settings.adopt(&counts.settings);
-        let unlimited = p.settings.unlimited();
+        let (unlimited, unguarded) = (p.settings.unlimited(), p.settings.unguarded());
         let counted: BTreeSet<NodeId> = counts.per_node.iter().map(|n| n.node).collect();
-        let majority = (p.voters).vote(&counts.voters, &counted, &counts.seen, unlimited);
+        let majority = (p.voters).vote(&counts.voters, &counted, &counts.seen, unguarded);
         let on_site = on_site_with_departed(now, &counts, p.departed);
         let (held, lost) = self.held_back(now, &counts, stamp, p.lease, unlimited);
         // A record this root missed: it goes on from it next round (`RecordChain::behind`).

@@ -226,7 +226,8 @@ impl Lease {
     /// wait here): only while the last count (`last`) let everyone in and this node's grant
     /// has a place left, and only under the grant of a recorded round (`recorded`: the round
     /// decided at a time, if this node knows its record), which their pass then names.
-    /// Passthrough lets everyone through, and with no limit on the site nobody needs a place.
+    /// Passthrough lets everyone through (under a live grant, unless the file sets no limit
+    /// either: `InForce::unguarded`), and with no limit on the site nobody needs a place.
     pub(crate) fn take_place(
         &mut self,
         now: Time,
@@ -236,7 +237,7 @@ impl Lease {
     ) -> Option<Through> {
         let everyone_in = last.is_some_and(|s| s.queued <= s.admitted && s.grants.is_some());
         if settings.current().mode == Mode::Passthrough {
-            return Some(Through::Unplaced);
+            return (settings.unguarded() || self.is_live(now)).then_some(Through::Unplaced);
         }
         if !settings.settings().admit_straight_through || queued_here > 0 || !everyone_in {
             return None;
@@ -265,6 +266,7 @@ impl Lease {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::LiveSettings;
     use crate::messages::LostRound;
     use crate::testing::stamp;
 
@@ -315,6 +317,34 @@ mod tests {
         assert!(!lease.grant(stamp(2_000), None));
         assert_eq!(lease.places(2_001), 0);
         assert!(!lease.is_live(2_001));
+    }
+
+    /// Passthrough lifted by the live settings over a file with a target lets visitors
+    /// through only under a live grant: a node cut off from the majority never hears the
+    /// operator put the limit back. With no target in the file either, nothing is guarded.
+    #[test]
+    fn passthrough_over_a_limit_lets_through_only_under_a_live_grant() {
+        use waitingroom_core::Settings;
+        let through = |file: &Settings, lease: &mut Lease, now: Time| {
+            let live = LiveSettings::from_file(file, Mode::Passthrough, None);
+            let settings = InForce::new(file, live);
+            (lease.take_place(now, (0, None), &settings, |_| None)).is_some()
+        };
+        let limited = Settings {
+            target_on_site: 5,
+            ..Settings::default()
+        };
+        let mut lease = Lease::new(1_000);
+        assert!(!through(&limited, &mut lease, 1_000), "never granted");
+        lease.ask(stamp(1_000), 1_000);
+        lease.grant(stamp(1_000), Some(0));
+        assert!(through(&limited, &mut lease, 3_999), "no place needed");
+        assert!(!through(&limited, &mut lease, 4_000), "the grant lapsed");
+        let unlimited = Settings {
+            target_on_site: Settings::UNLIMITED,
+            ..Settings::default()
+        };
+        assert!(through(&unlimited, &mut lease, 4_000));
     }
 
     /// A round whose result never came is held as lost for a grant's life plus the longest a

@@ -621,6 +621,17 @@ impl InForce {
             && (now.new_users_per_minute.is_none() || now.mode == Mode::Passthrough)
     }
 
+    /// Whether nothing limits admission for good: [`InForce::unlimited`], with no target in the
+    /// file either. Only then may a node let visitors out with no majority behind it. A limit
+    /// lifted live (passthrough, or the target taken off) comes back with the round that
+    /// carries the operator's next change, which a node cut off from the majority never
+    /// hears: it lets visitors through only under a live grant from a root that holds a
+    /// majority, so it stops within a grant's life of being cut off
+    /// (waitingroom-distributed/README.md#admission-leases).
+    pub(crate) fn unguarded(&self) -> bool {
+        self.unlimited() && self.file.is_unlimited()
+    }
+
     /// An operator's change made at this node: the next version, in force here at once and
     /// carried to the others by the next rounds; kept, to be made again on top of any version
     /// that wins over it without it (see the module doc).

@@ -132,7 +132,7 @@ impl Node {
             addr: cfg.addr.as_str().into(),
         };
         let in_force = InForce::new(&cfg.settings, cfg.live());
-        let pause = (!in_force.unlimited()).then_some(Pause::NoGrant);
+        let pause = (!in_force.unguarded()).then_some(Pause::NoGrant);
         Ok(Node {
             cluster: Cluster::new(me, cfg.max_tree_degree, cfg.join_timeout_ms),
             local: Local::new(room),
@@ -623,8 +623,10 @@ impl Node {
     /// Why this node lets nobody out at `now`, if it does not
     /// (waitingroom-distributed/README.md#admission-leases).
     pub fn pause(&self, now: Time) -> Option<Pause> {
-        if self.in_force.unlimited() {
+        if self.in_force.unguarded() {
             None
+        } else if self.in_force.unlimited() {
+            (!self.lease.is_live(now)).then_some(Pause::NoGrant)
         } else if self.is_member() {
             self.lease.pause(now, self.tag.summary())
         } else {

@@ -277,14 +277,14 @@ impl Electorate {
 
     /// The majority rule at the root: whether the members `counted` (whose newest voters are
     /// `theirs`, and who have had `their_seen`) hold a majority of the newest voters known,
-    /// which they then become. With no limit on the site (`unlimited`) there is nothing to
-    /// protect, and no rule holds admission back.
+    /// which they then become. With no limit on the site for good (`unguarded`:
+    /// `InForce::unguarded`) there is nothing to protect, and no rule holds admission back.
     pub(crate) fn vote(
         &mut self,
         theirs: &Voters,
         counted: &BTreeSet<NodeId>,
         their_seen: &BTreeSet<NodeId>,
-        unlimited: bool,
+        unguarded: bool,
     ) -> bool {
         self.voters.adopt(theirs);
         let had_company = self.seen.len() > 1;
@@ -295,7 +295,7 @@ impl Electorate {
             let seen = self.seen.union(their_seen).copied().collect();
             self.voters.next(counted, &seen)
         };
-        let majority = next.is_some() || unlimited;
+        let majority = next.is_some() || unguarded;
         if let Some(next) = next {
             self.voters = next;
         }

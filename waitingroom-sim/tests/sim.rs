@@ -678,3 +678,36 @@ fn a_release_taken_by_a_node_cut_off_is_given_back_again_until_a_majority_holds_
         );
     }
 }
+
+#[test]
+fn a_node_cut_off_in_passthrough_stops_letting_visitors_through_when_its_grant_lapses() {
+    // Swarm seed 6664: the operator opens passthrough, a 3-2 split cuts two nodes off, and
+    // the operator goes back to normal on the majority side. The cut-off side never hears of
+    // it: letting everyone through with no majority behind it, it filled the site past the
+    // target for the 45 s the partition lasted.
+    let line = "--seed 6664 --strategy qpid --nodes 5 --users 355 --window-ms 14065 \
+        --patience-ms 9392 --latency 1 --churn 0 --restart-delay-ms 3510 --partitions 2 \
+        --partition-kind split --partition-ms 45000 --freeze-ms 453 --clock-step-ms 67 \
+        --bank-ms 4010 --away-ms 1807 --target-on-site 80 --refresh-interval-ms 338 \
+        --ticket-expiry-ms 7343 --pass-expiry-ms 1657 --operator mode=passthrough@1613 \
+        --operator mode=normal@2629 --max-time-ms 259217 --strict";
+    let r = run(&RunConfig::from_flags(line.split_whitespace()).unwrap());
+    assert_eq!(r.grant_violations, 0, "{r:#?}");
+    assert!(r.broken_promises.is_empty(), "{r:#?}");
+    assert_clean(&r);
+}
+
+#[test]
+fn a_node_that_heard_no_round_before_its_restart_holds_its_peers_places() {
+    // Swarm seed 8187: node 2 joins node 1's cluster, hears no round before node 1 dies, and
+    // restarts from its kept state. It kept no places for node 1, whose visitors were still
+    // on the site, and founded a cluster that let in up to the whole target beside them.
+    let line = "--seed 8187 --strategy qpid --nodes 1 --users 30 --arrival poisson \
+        --window-ms 9454 --latency 50-150 --churn 1 --restarts 2 --restart-delay-ms 2649 \
+        --partition-kind isolate --partition-ms 2000 --script restart-all@2265 \
+        --script restart-all@8033 --freeze-ms 1473 --clock-step-ms 482 --bank-ms 28662 \
+        --away-ms 831 --target-on-site 10 --refresh-interval-ms 826 --ticket-expiry-ms 6287 \
+        --pass-expiry-ms 5491 --operator mode=reject@3298 --operator mode=normal@6602 \
+        --max-time-ms 230223 --strict";
+    assert_within_target(line, 10);
+}

@@ -209,8 +209,11 @@ impl Node {
 
     /// The other members and the places each held after the last round: a member this node
     /// counted with may not come back to the cluster it finds after a restart (it is cut off,
-    /// or the others restart without it), and nobody else would count what it let out.
+    /// or the others restart without it), and nobody else would count what it let out. While
+    /// this node has heard of no round it knows nothing of what they let out: each holds the
+    /// whole target, as for a member departed then (`Node::member_departed`).
     fn peer_places(&self) -> Vec<Departed> {
+        let unknown = self.in_force.settings().target_on_site;
         let membership = self.cluster.membership();
         (membership.members.values())
             .filter(|c| c.id != self.id())
@@ -218,7 +221,7 @@ impl Node {
                 until: 0,
                 node: c.id,
                 version: membership.version,
-                places: self.tag.places_of(c.id).unwrap_or(0),
+                places: self.tag.places_of(c.id).unwrap_or(unknown),
                 incarnation: Some(c.incarnation),
             })
             .filter(|d| d.places > 0)
@@ -369,6 +372,22 @@ mod tests {
         after.in_force.adopt(&newer.unwrap()).unwrap();
         after.apply_settings();
         assert_eq!(after.room().settings().target_on_site, 9);
+    }
+
+    /// A member that has heard of no round knows nothing of what its peers let out: kept, each
+    /// holds the whole target, and a node restored from that counts them from its restart on.
+    #[test]
+    fn peers_of_a_node_that_heard_no_round_hold_the_whole_target() {
+        let trio = tree(2, &[1, 2, 3], &[(1, 2), (1, 3)]);
+        let before = member(testing::config(2, 1, settings()), &trio);
+        let kept = before.durable();
+        let held: Vec<(NodeId, u64)> = (kept.peer_places.iter())
+            .map(|d| (d.node, d.places))
+            .collect();
+        assert_eq!(held, [(NodeId(1), 3), (NodeId(3), 3)]);
+        let mut after = Node::new(testing::config(2, 2, settings())).unwrap();
+        after.restore(0, &kept);
+        assert_eq!(after.departed.on_site(1, 0), 6);
     }
 
     /// A change made just before a restart and beaten by a version made elsewhere without it

@@ -246,7 +246,7 @@ impl Node {
         self.refusable(pass)?;
         // Only under a live grant: a node cut off from the majority must not keep its visitors
         // on the site past what the others count.
-        if !self.in_force.unlimited() && !self.lease.is_live(now) {
+        if !self.in_force.unguarded() && !self.lease.is_live(now) {
             let why = self.pause(now).unwrap_or(Pause::NoGrant);
             return Err(VisitorError::Paused(why));
         }

@@ -125,12 +125,15 @@ pub fn converged(nodes: &[&Node]) -> bool {
     live == listed && nodes.iter().all(|n| n.is_settled() && same(n))
 }
 
+/// A settled membership as the one-root check groups nodes: its version and its members.
+type RootsKey = (u64, Vec<NodeId>);
+
 /// Checks the invariants over the live nodes. `quiet` says no message is in flight.
 pub fn check(nodes: &[&Node], quiet: bool) -> Vec<Violation> {
     let mut out = Vec::new();
     // At most one root per settled membership. The members of one shared tree are listed (and
     // compared) once, not once per node that applied it.
-    let mut keys: Vec<((u64, Vec<NodeId>), Vec<(usize, NodeId)>)> = Vec::new();
+    let mut keys: Vec<(RootsKey, Vec<(usize, NodeId)>)> = Vec::new();
     let mut key_of: BTreeMap<*const Membership, usize> = BTreeMap::new();
     for (at, n) in nodes.iter().enumerate().filter(|(_, n)| n.is_settled()) {
         let m = n.shared_membership();
@@ -142,7 +145,7 @@ pub fn check(nodes: &[&Node], quiet: bool) -> Vec<Violation> {
             keys[k].1.push((at, n.id()));
         }
     }
-    let mut roots: BTreeMap<&(u64, Vec<NodeId>), Vec<(usize, NodeId)>> = BTreeMap::new();
+    let mut roots: BTreeMap<&RootsKey, Vec<(usize, NodeId)>> = BTreeMap::new();
     for (key, found) in &keys {
         roots.entry(key).or_default().extend(found);
     }

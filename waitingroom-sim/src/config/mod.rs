@@ -612,7 +612,8 @@ mod tests {
              --warmup-ms 1500 --jitter-ms 40 --abandon-probability 0.25 --patience-ms 8000 \
              --session-ms 3000 \
              --latency pareto:5:1.5:900 --loss-probability 0.05 --duplicate-probability 0.1 \
-             --reorder-probability 0.2 --reorder-ms 30 --refused-connections \
+             --reorder-probability 0.2 --reorder-ms 30 --refused-connections --regions 2 \
+             --inter-region-latency 40-90 \
              --churn 2 --restarts 1 --restart-delay-ms 900 --cold-restarts --partitions 3 \
              --partition-kind split \
              --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \

@@ -60,9 +60,14 @@ pub(crate) struct Cluster {
     /// A joining node that no seed answers for this long starts a cluster of its own.
     join_timeout: Time,
     phase: Phase,
-    membership: Membership,
+    /// Shared, never edited in place: a tree received is kept as it came (in the simulator,
+    /// one copy serves every node that applied it), and an edit makes a new one.
+    membership: Arc<Membership>,
     /// `membership.view()`, kept because every probe carries it.
     view: View,
+    /// This node's tree neighbours in `membership`, in id order, kept because every count
+    /// asks for them (finding them scans every edge).
+    neighbours: Vec<NodeId>,
     /// The lowest-id member, whose clock is the cluster's reference (`Node::reference_time`),
     /// kept because every visitor operation asks for it.
     reference: Option<NodeId>,
@@ -109,9 +114,9 @@ pub(crate) enum Asking {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Change {
     /// Apply it (it came from another member).
-    Apply(Membership),
+    Apply(Arc<Membership>),
     /// Broadcast it, then apply it (this node decided it).
-    Commit(Membership),
+    Commit(Arc<Membership>),
 }
 
 /// What applying a membership changed.
@@ -138,8 +143,9 @@ impl Cluster {
             max_degree,
             join_timeout,
             phase: Phase::Idle,
-            membership: Membership::default(),
+            membership: Arc::default(),
             view: Membership::default().view(),
+            neighbours: Vec::new(),
             reference: None,
             formers: BTreeMap::new(),
             seed_addrs: Vec::new(),
@@ -170,6 +176,11 @@ impl Cluster {
         &self.membership
     }
 
+    /// The membership applied, shared.
+    pub(crate) fn shared_membership(&self) -> &Arc<Membership> {
+        &self.membership
+    }
+
     /// The applied membership's view, as probes carry it.
     pub(crate) fn view(&self) -> View {
         self.view
@@ -184,11 +195,12 @@ impl Cluster {
     fn derive(&mut self) {
         self.view = self.membership.view();
         self.reference = self.membership.members.keys().next().copied();
+        self.neighbours = self.membership.neighbours(self.me.id);
     }
 
     /// This node's tree neighbours, in id order.
     pub(crate) fn neighbours(&self) -> Vec<NodeId> {
-        self.membership.neighbours(self.me.id)
+        self.neighbours.clone()
     }
 
     /// A former member.
@@ -232,7 +244,7 @@ impl Cluster {
 
     /// The same membership under a new version: every node re-derives its pointers from it.
     pub(crate) fn refreshed(&self) -> Membership {
-        let mut refreshed = self.membership.clone();
+        let mut refreshed = Membership::clone(&self.membership);
         refreshed.version = refreshed.version.saturating_add(1);
         refreshed
     }
@@ -302,7 +314,7 @@ impl Cluster {
         if let Some(existing) = self.membership.members.get(&contact.id) {
             if existing.incarnation == contact.incarnation {
                 // Our answer was lost, or is on its way: say it again.
-                out.raw(contact, Body::tree(self.membership.clone()));
+                out.raw(contact, Body::shared_tree(self.membership.clone()));
                 return Ok(None);
             }
             if existing.incarnation > contact.incarnation {
@@ -317,10 +329,9 @@ impl Cluster {
 
     /// Sends `m` to all its members but this node (§4.7: the node that changed the tree
     /// broadcasts it).
-    pub(crate) fn broadcast(&self, m: &Membership, out: &mut Outbox) {
-        let shared = Arc::new(m.clone());
+    pub(crate) fn broadcast(&self, m: &Arc<Membership>, out: &mut Outbox) {
         for c in m.members.values().filter(|c| c.id != self.me.id) {
-            out.raw(c.clone(), Body::shared_tree(shared.clone()));
+            out.raw(c.clone(), Body::shared_tree(m.clone()));
         }
     }
 
@@ -334,7 +345,7 @@ impl Cluster {
         let behind = view.version < mine.version;
         let conflicting = view.version == mine.version && view.digest != mine.digest;
         if behind || conflicting {
-            out.raw(peer.clone(), Body::tree(self.membership.clone()));
+            out.raw(peer.clone(), Body::shared_tree(self.membership.clone()));
         }
     }
 
@@ -353,7 +364,7 @@ impl Cluster {
     pub(crate) fn on_tree(
         &mut self,
         from: &Contact,
-        m: Membership,
+        m: Arc<Membership>,
         out: &mut Outbox,
     ) -> Result<Change, Ignored> {
         let includes_me = self.includes_me(&m);
@@ -376,14 +387,17 @@ impl Cluster {
                 if m.version > ours.version {
                     return Ok(Change::Apply(m));
                 }
-                if m.version == ours.version && m != *ours {
+                // The same shared tree is the same membership, without comparing it member by
+                // member.
+                if m.version == ours.version && !Arc::ptr_eq(&m, ours) && m != *ours {
                     // Two changes made concurrently from one membership: merge deterministically.
-                    return Ok(Change::Commit(ours.merged(&m, self.max_degree)));
+                    let merged = ours.merged(&m, self.max_degree);
+                    return Ok(Change::Commit(Arc::new(merged)));
                 }
                 if m.version < ours.version
                     && let Some(c) = ours.members.get(&from.id)
                 {
-                    out.raw(c.clone(), Body::tree(ours.clone()));
+                    out.raw(c.clone(), Body::shared_tree(ours.clone()));
                 }
                 Err(Ignored::StaleVersion)
             }
@@ -411,7 +425,7 @@ impl Cluster {
     /// Makes `m` this node's membership if it lists this node: diffs the members, remembers
     /// those gone as former members, and tells the driver. A membership that removed this node
     /// makes a member rejoin.
-    pub(crate) fn apply(&mut self, m: Membership, out: &mut Outbox) -> Applied {
+    pub(crate) fn apply(&mut self, m: Arc<Membership>, out: &mut Outbox) -> Applied {
         if !self.includes_me(&m) {
             let removed_me = m.is_gone(self.me.id, self.me.incarnation);
             if removed_me && self.is_member() {
@@ -458,8 +472,8 @@ impl Cluster {
         out.emit(Event::Rejoining);
         let old = std::mem::take(&mut self.membership);
         self.derive();
-        for c in old.members.into_values() {
-            self.remember_former(c);
+        for c in old.members.values() {
+            self.remember_former(c.clone());
         }
         // The first seeds are the best bets; any former member may be alive too.
         for c in self.formers.values() {
@@ -549,7 +563,7 @@ impl Cluster {
                 return Ok(Some(vec![from.addr.to_string()]));
             }
             // It is behind: show it our membership.
-            out.raw(from.clone(), Body::tree(ours.clone()));
+            out.raw(from.clone(), Body::shared_tree(ours.clone()));
             return Ok(None);
         }
         let theirs = Standing::of(cluster, version);
@@ -563,7 +577,7 @@ impl Cluster {
         }
         // A partition healed and the other side ranks higher: leave ours and join theirs.
         if let Some(next) = ours.with_removed(self.me.id, self.me.incarnation, self.max_degree) {
-            self.broadcast(&next, out);
+            self.broadcast(&Arc::new(next), out);
         }
         Ok(Some(vec![from.addr.to_string()]))
     }
@@ -576,7 +590,7 @@ impl Cluster {
                 self.membership
                     .with_removed(self.me.id, self.me.incarnation, self.max_degree)
         {
-            self.broadcast(&next, out);
+            self.broadcast(&Arc::new(next), out);
         }
         self.phase = Phase::Stopped;
     }
@@ -725,7 +739,7 @@ mod tests {
             panic!("joining");
         };
         assert_eq!(seeds, &["n1".to_string(), "n9".to_string()]);
-        cluster.membership = line();
+        cluster.membership = Arc::new(line());
         cluster.phase = Phase::Member;
         let probed: Vec<String> = cluster
             .former_candidates()

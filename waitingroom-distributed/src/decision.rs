@@ -491,7 +491,7 @@ mod tests {
             node.handle_timeout(at);
             said(node);
             if let Some(r) = first {
-                let env = peers.channel(2, node, ChannelMsg::CountResult(Box::new(r)));
+                let env = peers.channel(2, node, ChannelMsg::CountResult(r.into()));
                 assert_eq!(node.handle_message(at, env), Ok(()));
             }
             let stamp = Stamp {

@@ -122,6 +122,7 @@ fn a_count_result_with_a_u64_max_histogram() {
         else {
             return false;
         };
+        let r = std::sync::Arc::make_mut(r);
         r.summary.below.iter_mut().for_each(|b| *b = u64::MAX);
         true
     });

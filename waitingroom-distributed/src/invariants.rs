@@ -10,9 +10,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use waitingroom_core::NodeId;
 
+use crate::membership::Membership;
 use crate::messages::Weight;
 use crate::node::Node;
 
@@ -112,29 +114,46 @@ pub fn converged(nodes: &[&Node]) -> bool {
     let Some(first) = nodes.first() else {
         return true;
     };
-    let m = first.membership();
+    let m = first.shared_membership();
     let live: BTreeMap<NodeId, u64> = nodes
         .iter()
         .map(|n| (n.id(), n.contact().incarnation))
         .collect();
     let listed: BTreeMap<NodeId, u64> = m.members.values().map(|c| (c.id, c.incarnation)).collect();
-    live == listed && nodes.iter().all(|n| n.is_settled() && n.membership() == m)
+    // Nodes that applied one shared tree hold the same membership without a comparison.
+    let same = |n: &Node| Arc::ptr_eq(n.shared_membership(), m) || **n.shared_membership() == **m;
+    live == listed && nodes.iter().all(|n| n.is_settled() && same(n))
 }
+
+/// A settled membership as the one-root check groups nodes: its version and its members.
+type RootsKey = (u64, Vec<NodeId>);
 
 /// Checks the invariants over the live nodes. `quiet` says no message is in flight.
 pub fn check(nodes: &[&Node], quiet: bool) -> Vec<Violation> {
     let mut out = Vec::new();
-    // At most one root per settled membership.
-    let mut roots: BTreeMap<(u64, Vec<NodeId>), Vec<NodeId>> = BTreeMap::new();
-    for n in nodes.iter().filter(|n| n.is_settled()) {
-        let m = n.membership();
-        let key = (m.version, m.members.keys().copied().collect());
-        let entry = roots.entry(key).or_default();
+    // At most one root per settled membership. The members of one shared tree are listed (and
+    // compared) once, not once per node that applied it.
+    let mut keys: Vec<(RootsKey, Vec<(usize, NodeId)>)> = Vec::new();
+    let mut key_of: BTreeMap<*const Membership, usize> = BTreeMap::new();
+    for (at, n) in nodes.iter().enumerate().filter(|(_, n)| n.is_settled()) {
+        let m = n.shared_membership();
+        let k = *key_of.entry(Arc::as_ptr(m)).or_insert_with(|| {
+            keys.push(((m.version, m.members.keys().copied().collect()), Vec::new()));
+            keys.len() - 1
+        });
         if n.is_root() {
-            entry.push(n.id());
+            keys[k].1.push((at, n.id()));
         }
     }
-    for ((version, _), r) in roots {
+    let mut roots: BTreeMap<&RootsKey, Vec<(usize, NodeId)>> = BTreeMap::new();
+    for (key, found) in &keys {
+        roots.entry(key).or_default().extend(found);
+    }
+    let roots = roots.into_iter().map(|(key, mut found)| {
+        found.sort_unstable();
+        (key, found.into_iter().map(|(_, id)| id).collect::<Vec<_>>())
+    });
+    for (&(version, _), r) in roots {
         if r.len() > 1 {
             out.push(Violation::MultipleRoots { version, roots: r });
         }
@@ -169,7 +188,10 @@ pub fn check(nodes: &[&Node], quiet: bool) -> Vec<Violation> {
 
 fn check_qpid(nodes: &[&Node], out: &mut Vec<Violation>) {
     let by_id: BTreeMap<NodeId, &Node> = nodes.iter().map(|n| (n.id(), *n)).collect();
-    let head = |id: NodeId| by_id.get(&id).map_or(Weight::Empty, |n| n.weights().0);
+    // Each node's own weight, read once (reading it builds the node's weight table).
+    let heads: BTreeMap<NodeId, Weight> =
+        by_id.iter().map(|(&id, n)| (id, n.weights().0)).collect();
+    let head = |id: NodeId| heads.get(&id).copied().unwrap_or(Weight::Empty);
     let minimum = by_id
         .keys()
         .map(|&id| head(id))
@@ -209,13 +231,14 @@ fn check_qpid(nodes: &[&Node], out: &mut Vec<Violation>) {
     }
     // QPID node invariant: the weight kept for every branch away from the root is exact.
     let m = nodes[0].membership();
+    let mut branches = Branches::new(m, &head);
     for (&id, node) in &by_id {
         let (_, table) = node.weights();
         for (&nb, believed) in &table {
             if node.parent() == Some(nb) {
                 continue;
             }
-            let actual = branch_min(m, id, nb, &head);
+            let actual = branches.min(id, nb);
             if *believed != Some(actual) {
                 out.push(Violation::StaleWeight {
                     node: id,
@@ -228,23 +251,74 @@ fn check_qpid(nodes: &[&Node], out: &mut Vec<Violation>) {
     }
 }
 
-/// The smallest head on `nb`'s side of the edge (`from`, `nb`).
-fn branch_min(
-    m: &crate::membership::Membership,
-    from: NodeId,
-    nb: NodeId,
-    head: &dyn Fn(NodeId) -> Weight,
-) -> Weight {
-    let mut seen = BTreeSet::from([from, nb]);
-    let mut todo = vec![nb];
-    let mut best = Weight::Empty;
-    while let Some(n) = todo.pop() {
-        best = best.min(head(n));
-        for x in m.neighbours(n) {
-            if seen.insert(x) {
-                todo.push(x);
-            }
+/// The smallest head on either side of the tree's edges, each side computed once: one side of
+/// an edge is the node beyond it and the sides beyond that node's other edges, so the checks of
+/// every weight table of a tree cost one walk per edge instead of one walk of the tree per
+/// table entry.
+struct Branches<'a> {
+    adj: BTreeMap<NodeId, Vec<NodeId>>,
+    head: &'a dyn Fn(NodeId) -> Weight,
+    known: BTreeMap<(NodeId, NodeId), Weight>,
+}
+
+impl<'a> Branches<'a> {
+    fn new(m: &crate::membership::Membership, head: &'a dyn Fn(NodeId) -> Weight) -> Self {
+        let mut adj: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
+        for &(a, b) in &m.edges {
+            adj.entry(a).or_default().push(b);
+            adj.entry(b).or_default().push(a);
+        }
+        Branches {
+            adj,
+            head,
+            known: BTreeMap::new(),
         }
     }
-    best
+
+    /// The smallest head on `nb`'s side of the edge (`from`, `nb`); for two nodes that are
+    /// not neighbours, of everything reachable from `nb` without passing `from`.
+    fn min(&mut self, from: NodeId, nb: NodeId) -> Weight {
+        let is_edge = from != nb && self.adj.get(&from).is_some_and(|n| n.contains(&nb));
+        if !is_edge {
+            return self.reachable_min(from, nb);
+        }
+        if let Some(&w) = self.known.get(&(from, nb)) {
+            return w;
+        }
+        // Depth-first, without recursion: a side is known once the sides beyond it are.
+        let mut stack = vec![(from, nb, false)];
+        while let Some((f, n, expanded)) = stack.pop() {
+            if self.known.contains_key(&(f, n)) {
+                continue;
+            }
+            let beyond: Vec<NodeId> = self.adj[&n].iter().copied().filter(|&x| x != f).collect();
+            if !expanded {
+                stack.push((f, n, true));
+                stack.extend(beyond.iter().map(|&x| (n, x, false)));
+                continue;
+            }
+            let best = beyond
+                .iter()
+                .map(|&x| self.known[&(n, x)])
+                .fold((self.head)(n), Weight::min);
+            self.known.insert((f, n), best);
+        }
+        self.known[&(from, nb)]
+    }
+
+    /// The smallest head reachable from `nb` without passing `from`.
+    fn reachable_min(&self, from: NodeId, nb: NodeId) -> Weight {
+        let mut seen = BTreeSet::from([from, nb]);
+        let mut todo = vec![nb];
+        let mut best = Weight::Empty;
+        while let Some(n) = todo.pop() {
+            best = best.min((self.head)(n));
+            for &x in self.adj.get(&n).into_iter().flatten() {
+                if seen.insert(x) {
+                    todo.push(x);
+                }
+            }
+        }
+        best
+    }
 }

@@ -84,7 +84,7 @@ pub enum Body {
     /// newest voters the sender knows (filled in as it is sent, `Node::send_raw`): a node that
     /// joins learns them with its membership, so it never takes itself and other newcomers for
     /// a cluster without voters (`voters.rs`).
-    Tree(Arc<Membership>, Voters),
+    Tree(Arc<Membership>, Arc<Voters>),
     /// SWIM indirect probe: please ping `target` for me.
     PingReq {
         /// Who to ping.
@@ -172,8 +172,9 @@ pub enum ChannelMsg {
         counts: Option<Box<Counts>>,
     },
     /// TAG result, flooded down the tree after a completed count: the cluster-wide picture,
-    /// and in range admission the set of visitors to let out.
-    CountResult(Box<CountResult>),
+    /// and in range admission the set of visitors to let out. Shared: the copies a node passes
+    /// on to its children, keeps until they are acknowledged and resends are one result.
+    CountResult(Arc<CountResult>),
 }
 
 /// A QPID weight: the smallest queue key on one side of a link, or empty.
@@ -235,7 +236,7 @@ impl Body {
     /// A tree message for `m`, shared with the other messages of a broadcast: one copy of the
     /// membership for all of them instead of one per member.
     pub fn shared_tree(m: Arc<Membership>) -> Body {
-        Body::Tree(m, Voters::default())
+        Body::Tree(m, Arc::default())
     }
 }
 

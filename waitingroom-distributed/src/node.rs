@@ -334,7 +334,7 @@ impl Node {
             } => self.on_ping_ack(now, &from, (nonce, target), (view, clock)),
             Body::Tree(m, voters) => {
                 self.voters.adopt(&voters);
-                self.on_tree(now, &from, Arc::unwrap_or_clone(m))
+                self.on_tree(now, &from, m)
             }
             Body::PingReq { target, nonce } => self.on_ping_req(now, &from, target, nonce),
             Body::JoinRequest { contact } => self.on_join_request(now, contact),
@@ -433,10 +433,12 @@ impl Node {
         }
     }
 
-    /// Sends an unreliable message.
-    fn send_raw(&mut self, to: &Contact, mut body: Body) {
+    /// Sends an unreliable message. A tree takes the voters in `shared`, made on first use:
+    /// the trees of one broadcast share one copy.
+    fn send_raw(&mut self, to: &Contact, mut body: Body, shared: &mut Option<Arc<Voters>>) {
         if let Body::Tree(_, voters) = &mut body {
-            voters.clone_from(self.voters.voters());
+            let mine = shared.get_or_insert_with(|| Arc::new(self.voters.voters().clone()));
+            *voters = mine.clone();
         }
         let t = crate::channel::envelope(self.cluster.me(), to, body);
         self.out.push_back(t);
@@ -448,10 +450,12 @@ impl Node {
 
     /// Sends what a part put in its outbox, in order.
     fn send_outbox(&mut self, now: Time, out: Outbox) {
+        // Sending changes no voters.
+        let mut voters = None;
         for output in out.into_outputs() {
             match output {
                 Output::ToMember(to, msg) => self.send_to(now, to, msg),
-                Output::Raw(to, body) => self.send_raw(&to, body),
+                Output::Raw(to, body) => self.send_raw(&to, body, &mut voters),
                 Output::Event(event) => self.emit(event),
             }
         }
@@ -517,7 +521,7 @@ impl Node {
                 self.on_count_reply(now, from, stamp, counts.map(|c| *c))
             }
             ChannelMsg::CountResult(r) => {
-                self.on_count_result(now, from, *r);
+                self.on_count_result(now, from, r);
                 Ok(())
             }
             ChannelMsg::WeightQuery { .. } => self.on_weight_query(now, from),
@@ -536,7 +540,7 @@ impl Node {
             .or_else(|| self.cluster.former(to).cloned());
         if let Some(contact) = contact {
             let body = self.cluster.not_member();
-            self.send_raw(&contact, body);
+            self.send_raw(&contact, body, &mut None);
         }
     }
 
@@ -575,6 +579,11 @@ impl Node {
     /// The membership this node has applied.
     pub fn membership(&self) -> &Membership {
         self.cluster.membership()
+    }
+
+    /// The membership applied, as shared with the other nodes that applied the same tree.
+    pub(crate) fn shared_membership(&self) -> &Arc<Membership> {
+        self.cluster.shared_membership()
     }
 
     /// The local waiting room (queue and admitted visitors of this node).

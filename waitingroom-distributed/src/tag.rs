@@ -13,6 +13,7 @@
 //! departs from §4.5.3's one deleteMin per visitor).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use waitingroom_core::{NodeId, QueueKey, TicketId, Time, WaitingRoom};
 
@@ -441,7 +442,7 @@ impl Tag {
     pub(crate) fn pass_on(
         &mut self,
         from: NodeId,
-        r: &CountResult,
+        r: &Arc<CountResult>,
         ctx: Ctx<'_>,
         out: &mut Outbox,
     ) -> bool {
@@ -454,7 +455,7 @@ impl Tag {
             return false;
         }
         for &n in ctx.neighbours.iter().filter(|&&n| n != from) {
-            out.send(n, ChannelMsg::CountResult(Box::new(r.clone())));
+            out.send(n, ChannelMsg::CountResult(r.clone()));
         }
         true
     }
@@ -871,7 +872,7 @@ mod tests {
             earlier: Vec::new(),
             releases: Default::default(),
         };
-        let flood = ChannelMsg::CountResult(Box::new(result));
+        let flood = ChannelMsg::CountResult(Arc::new(result));
         assert_eq!(said(&mut node), [Said::Channel(NodeId(2), flood)]);
         let record = Box::new(summary.record.clone().unwrap());
         assert_eq!(

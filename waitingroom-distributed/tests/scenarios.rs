@@ -1202,7 +1202,7 @@ fn a_node_that_missed_a_release_for_many_rounds_catches_up() {
             && env.to == NodeId(3)
             && strip.get()
         {
-            r.summary.released.clear();
+            std::sync::Arc::make_mut(r).summary.released.clear();
         }
     });
     give_back(&mut net, NodeId(1), &pass);

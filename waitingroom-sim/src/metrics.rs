@@ -454,6 +454,16 @@ pub struct RunReport {
     pub wait_ms_mean: f64,
     /// Longest wait from joining to admission.
     pub wait_ms_max: Time,
+    /// Counts completed at a root (eviction rounds; the other strategies have none).
+    #[serde(default)]
+    pub rounds: u64,
+    /// Mean time from the interval boundary that started a round to its completion at the
+    /// root (simulated time; with clock skew, off by the reference clock's offset).
+    #[serde(default)]
+    pub round_ms_mean: f64,
+    /// Longest such round.
+    #[serde(default)]
+    pub round_ms_max: Time,
     /// Whether the run hit its time limit first.
     pub timed_out: bool,
     /// Largest number on the site (ground truth: admitted and unclaimed, or with a valid pass).

@@ -77,28 +77,48 @@ impl Network {
         self.side.iter().any(|&s| s != 0)
     }
 
+    /// The region of node slot `slot` (see `--regions`).
+    pub fn region_of(&self, slot: usize) -> u32 {
+        (slot as u64 % u64::from(self.options.regions.max(1))) as u32
+    }
+
+    /// The delays after which the copies of one message from slot `from` to slot `to` arrive:
+    /// inside a region as [`Network::delays`], between two with the inter-region latency.
+    pub fn delays_between(&mut self, from: usize, to: usize) -> [Option<Time>; 2] {
+        let latency = if self.region_of(from) == self.region_of(to) {
+            self.options.latency
+        } else {
+            self.options.inter_region_latency
+        };
+        self.delays_with(latency)
+    }
+
     /// The delays after which the copies of one message arrive: none if it is lost, two if it
     /// is duplicated.
     pub fn delays(&mut self) -> [Option<Time>; 2] {
+        self.delays_with(self.options.latency)
+    }
+
+    fn delays_with(&mut self, latency: Latency) -> [Option<Time>; 2] {
         self.stats.sent += 1;
         let loss = self.options.loss_probability;
         if loss > 0.0 && self.rng.random_bool(loss) {
             self.stats.lost += 1;
             return [None, None];
         }
-        let first = self.one_delay();
+        let first = self.one_delay(latency);
         let dup = self.options.duplicate_probability;
         let second = if dup > 0.0 && self.rng.random_bool(dup) {
             self.stats.duplicated += 1;
-            Some(self.one_delay())
+            Some(self.one_delay(latency))
         } else {
             None
         };
         [Some(first), second]
     }
 
-    fn one_delay(&mut self) -> Time {
-        let base = match self.options.latency {
+    fn one_delay(&mut self, latency: Latency) -> Time {
+        let base = match latency {
             Latency::Fixed(ms) => ms,
             Latency::Uniform { min, max } => self.rng.random_range(min..=max),
             Latency::Pareto { min, alpha, max } => {
@@ -135,6 +155,33 @@ mod tests {
             assert!((10..=20).contains(&a.unwrap()));
             assert!(b.is_none());
         }
+    }
+
+    /// Slots take their regions in turn; a message between two regions takes the
+    /// inter-region latency, one inside a region the plain latency.
+    #[test]
+    fn regions_take_the_inter_region_latency_between_them() {
+        let mut n = net(NetworkOptions {
+            latency: Latency::Fixed(5),
+            regions: 3,
+            inter_region_latency: Latency::Fixed(80),
+            ..NetworkOptions::default()
+        });
+        assert_eq!(
+            (0..7).map(|s| n.region_of(s)).collect::<Vec<_>>(),
+            [0, 1, 2, 0, 1, 2, 0]
+        );
+        assert_eq!(n.delays_between(0, 3), [Some(5), None]);
+        assert_eq!(n.delays_between(4, 1), [Some(5), None]);
+        assert_eq!(n.delays_between(0, 1), [Some(80), None]);
+        assert_eq!(n.delays_between(5, 3), [Some(80), None]);
+        // One region (the default): every pair is inside it.
+        let mut one = net(NetworkOptions {
+            latency: Latency::Fixed(5),
+            inter_region_latency: Latency::Fixed(80),
+            ..NetworkOptions::default()
+        });
+        assert_eq!(one.delays_between(0, 1), [Some(5), None]);
     }
 
     #[test]

@@ -80,6 +80,10 @@ fn outcome_fields(r: &RunReport) -> Vec<(&'static str, String)> {
             "wait_ms mean / max",
             format!("{:.0} / {}", r.wait_ms_mean, r.wait_ms_max),
         ),
+        (
+            "rounds, round_ms mean / max",
+            format!("{}, {:.0} / {}", r.rounds, r.round_ms_mean, r.round_ms_max),
+        ),
         ("sim_time_ms", format!("{}{timed_out}", r.sim_time_ms)),
         ("max_on_site", r.max_on_site.to_string()),
         ("max_overshoot", r.max_overshoot.to_string()),

@@ -44,6 +44,30 @@ fn same_seed_same_trace_and_a_different_seed_differs() {
     assert_ne!(a.trace_hash, c.trace_hash);
 }
 
+/// Regions: rounds across slow links between regions take longer than inside one LAN, the
+/// report says how long, and nobody is lost.
+#[test]
+fn regions_slow_the_rounds_and_lose_nobody() {
+    let lan = run(&small(5, "--nodes 6 --target unlimited"));
+    let regions = run(&small(
+        5,
+        "--nodes 6 --target unlimited --regions 3 --inter-region-latency 60",
+    ));
+    for r in [&lan, &regions] {
+        assert_clean(r);
+        assert!(r.rounds > 0, "{r:#?}");
+        assert!(r.round_ms_max as f64 >= r.round_ms_mean, "{r:#?}");
+    }
+    // A round crosses the regions at least twice (down and up the tree).
+    assert!(regions.round_ms_mean >= 120.0, "{regions:#?}");
+    assert!(lan.round_ms_mean < regions.round_ms_mean, "{lan:#?}");
+    assert!(
+        regions
+            .command
+            .contains("--regions 3 --inter-region-latency 60")
+    );
+}
+
 #[test]
 fn every_strategy_lets_everyone_in() {
     for strategy in Strategy::ALL {

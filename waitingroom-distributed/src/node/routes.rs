@@ -3,6 +3,8 @@
 //! membership applied re-initialises QPID, a count decided lets visitors out, a member declared
 //! dead changes the membership) is decided here, in the order the protocol needs.
 
+use std::sync::Arc;
+
 use waitingroom_core::round_records::RoundRecord;
 use waitingroom_core::{NodeId, Time};
 
@@ -152,7 +154,7 @@ impl Node {
         if self.tag.watchdog(now, queued, members, interval) {
             let refreshed = self.cluster.refreshed();
             self.emit(Event::TreeRepaired);
-            self.commit_membership(now, refreshed);
+            self.commit_membership(now, Arc::new(refreshed));
             return;
         }
         if !self.is_root() || !self.qpid.is_settled() {
@@ -244,7 +246,7 @@ impl Node {
         let record = decision.summary.record.clone();
         let mut result = self.tag.result(decision.summary, decision.range);
         result.releases = self.released.digest();
-        self.on_count_result(now, self.id(), result);
+        self.on_count_result(now, self.id(), Arc::new(result));
         let Some(batch) = decision.batch else {
             return;
         };
@@ -269,15 +271,15 @@ impl Node {
     /// are refused from now on and uncounted if this node counts them, and a node whose set
     /// still differs from the root's catches up; a new result is taken by every part; the
     /// ranges it carries are merged (and this node's part let out).
-    pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: CountResult) {
+    pub(super) fn on_count_result(&mut self, now: Time, from: NodeId, r: Arc<CountResult>) {
         for ticket in self.released.learn(now, &r.summary.released) {
             self.local.room_mut().uncount_pass(ticket);
         }
         let new = self.with_tag(now, |t, ctx, _, out| t.pass_on(from, &r, ctx, out));
-        let ranges = r.earlier.into_iter().chain(r.admit).collect();
+        let ranges = r.earlier.iter().chain(&r.admit).cloned().collect();
         if new {
             self.compare_releases(now, from, (r.summary.stamp.time, r.releases));
-            self.take_result(now, r.summary);
+            self.take_result(now, r.summary.clone());
         }
         self.merge_ranges(now, ranges);
     }
@@ -451,7 +453,7 @@ impl Node {
         let mut out = Outbox::default();
         let membership = self.cluster.found(&mut out);
         self.send_outbox(now, out);
-        self.apply_membership(now, membership);
+        self.apply_membership(now, Arc::new(membership));
     }
 
     pub(super) fn send_join_request(&mut self, now: Time) {
@@ -470,7 +472,7 @@ impl Node {
         let next = self.cluster.on_join_request(contact.clone(), &mut out);
         self.send_outbox(now, out);
         if let Some(next) = next? {
-            self.commit_membership(now, next);
+            self.commit_membership(now, Arc::new(next));
             self.send_releases_to(now, &contact);
         }
         Ok(())
@@ -480,7 +482,7 @@ impl Node {
         &mut self,
         now: Time,
         from: &Contact,
-        m: Membership,
+        m: Arc<Membership>,
     ) -> Result<(), Ignored> {
         let mut out = Outbox::default();
         let change = self.cluster.on_tree(from, m, &mut out);
@@ -512,12 +514,12 @@ impl Node {
     fn declare_dead(&mut self, now: Time, target: Contact) {
         if let Some(next) = self.cluster.without(&target) {
             self.emit(Event::MemberFailed(target));
-            self.commit_membership(now, next);
+            self.commit_membership(now, Arc::new(next));
         }
     }
 
     /// Applies a membership this node decided on and tells everyone.
-    fn commit_membership(&mut self, now: Time, next: Membership) {
+    fn commit_membership(&mut self, now: Time, next: Arc<Membership>) {
         let mut out = Outbox::default();
         self.cluster.broadcast(&next, &mut out);
         self.send_outbox(now, out);
@@ -528,7 +530,7 @@ impl Node {
     /// TAG keeps counting their places and drops its round, re-queued visitors are told to the
     /// members back, QPID starts over on the new tree, and messages held for this version are
     /// replayed.
-    fn apply_membership(&mut self, now: Time, m: Membership) {
+    fn apply_membership(&mut self, now: Time, m: Arc<Membership>) {
         let mut out = Outbox::default();
         let applied = self.cluster.apply(m, &mut out);
         self.send_outbox(now, out);

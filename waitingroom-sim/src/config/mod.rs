@@ -172,8 +172,18 @@ pub struct OperatorOptions {
 #[command(next_help_heading = "Network")]
 pub struct NetworkOptions {
     /// Latency between nodes: `15` (fixed), `10-20` (uniform) or `pareto:MIN:ALPHA[:MAX]`.
+    /// With --regions, the latency inside a region.
     #[arg(long, default_value_t = Latency::Uniform { min: 10, max: 20 })]
     pub latency: Latency,
+    /// Regions the nodes are spread over, node slot by slot in turn (slot `i` is in region
+    /// `i mod R`): messages between two regions take --inter-region-latency.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[serde(default = "one_region")]
+    pub regions: u32,
+    /// Latency between nodes in different regions (same forms as --latency).
+    #[arg(long, default_value_t = Latency::Pareto { min: 30, alpha: 1.5, max: 300 })]
+    #[serde(default = "inter_region_default")]
+    pub inter_region_latency: Latency,
     /// Probability that a message is lost.
     #[arg(long, alias = "loss", default_value_t = 0.0, value_parser = probability)]
     pub loss_probability: f64,
@@ -190,6 +200,14 @@ pub struct NetworkOptions {
     /// the sender's transport reports the peer unreachable (as the HTTP transport does).
     #[arg(long)]
     pub refused_connections: bool,
+}
+
+fn one_region() -> u32 {
+    1
+}
+
+fn inter_region_default() -> Latency {
+    NetworkOptions::default().inter_region_latency
 }
 
 /// What goes wrong with the nodes: crashes, restarts, additions and partitions, at random times
@@ -594,7 +612,8 @@ mod tests {
              --warmup-ms 1500 --jitter-ms 40 --abandon-probability 0.25 --patience-ms 8000 \
              --session-ms 3000 \
              --latency pareto:5:1.5:900 --loss-probability 0.05 --duplicate-probability 0.1 \
-             --reorder-probability 0.2 --reorder-ms 30 --refused-connections \
+             --reorder-probability 0.2 --reorder-ms 30 --refused-connections --regions 2 \
+             --inter-region-latency 40-90 \
              --churn 2 --restarts 1 --restart-delay-ms 900 --cold-restarts --partitions 3 \
              --partition-kind split \
              --partition-ms 4000 --clock-skew-ms 250 --script crash@3000 --script isolate@5000 \

@@ -91,6 +91,8 @@ struct Tallies {
     visitor_errors: BTreeMap<String, u64>,
     /// Protocol events worth knowing about, by kind.
     protocol_events: BTreeMap<String, u64>,
+    /// Rounds completed at a root: how many, their total and their longest time.
+    rounds: (u64, u64, Time),
 }
 
 fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
@@ -179,7 +181,15 @@ fn on_event(
             }
             None => bump(&mut tallies.protocol_events, "admitted-unknown-ticket"),
         },
-        Event::CountCompleted(_) => {}
+        Event::CountCompleted(summary) => {
+            // The round began at its interval boundary (reference time: with no clock skew,
+            // simulated time).
+            let took = ctx.now.saturating_sub(summary.stamp.time);
+            let (n, total, max) = &mut tallies.rounds;
+            *n += 1;
+            *total = total.saturating_add(took);
+            *max = (*max).max(took);
+        }
         other => {
             if let (Event::RoundRecorded(r), Some(p)) = (&other, ctx.promises.as_mut()) {
                 p.recorded((r.round, r.decided_at_ms, r.root), (r.cutoff, r.through));
@@ -887,6 +897,14 @@ impl Room for QpidRoom {
         report.network = self.wire.net.stats.clone();
         report.visitor_errors = std::mem::take(&mut self.tallies.visitor_errors);
         report.protocol_events = std::mem::take(&mut self.tallies.protocol_events);
+        let (rounds, total, max) = self.tallies.rounds;
+        report.rounds = rounds;
+        report.round_ms_mean = if rounds == 0 {
+            0.0
+        } else {
+            total as f64 / rounds as f64
+        };
+        report.round_ms_max = max;
         self.checker.finish(report);
     }
 }

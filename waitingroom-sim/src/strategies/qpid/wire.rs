@@ -41,7 +41,7 @@ impl Wire {
             return;
         }
         let counts = u64::from(!is_probe(&t.envelope.body));
-        let [first, second] = self.net.delays();
+        let [first, second] = self.net.delays_between(from, to);
         if let Some(d) = second {
             self.in_flight += counts;
             ctx.sched.at(ctx.now + d, Ev::Deliver(Box::new(t.clone())));

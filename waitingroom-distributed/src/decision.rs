@@ -153,8 +153,7 @@ impl Decider {
         let grants = grants(&counts, o.admit, o.max_key.is_some(), granted, by_range);
         let (admit, max_key) = (o.admit, o.max_key);
         let grants_given = majority.then_some(grants.grants);
-        let in_use = counts.queued > 0 || on_site > 0 || admit > 0;
-        let record = record(&p, (&stamp, version), &o, (grants_given.as_deref(), in_use));
+        let record = record(&p, (&stamp, version), &o, grants_given.as_deref());
         let summary = Summary {
             stamp,
             bounds,
@@ -306,18 +305,16 @@ fn admissions(
 /// under the grant of a recorded round, and their pass names that round, so the record says
 /// how many places the round granted in all (`through`)
 /// (waitingroom-distributed/README.md#fairness-records). Joins take places only with
-/// `admit_straight_through` and a limit on the site; and a room with nobody waiting or on the
-/// site (`in_use` false) records no round, so an idle room keeps no records (its first
-/// visitor waits a round).
+/// `admit_straight_through` and a limit on the site.
 fn record(
     p: &Parts<'_>,
     (stamp, version): (&Stamp, u64),
     o: &Outcome,
-    (granted, in_use): (Option<&[(NodeId, u64)]>, bool),
+    granted: Option<&[(NodeId, u64)]>,
 ) -> Option<RoundRecord> {
     let joins = p.settings.settings().admit_straight_through && !p.settings.unlimited();
     let total: u64 = granted.map_or(0, |g| g.iter().map(|&(_, places)| places).sum());
-    let through = if joins && in_use { total } else { 0 };
+    let through = if joins { total } else { 0 };
     let claims = (o.admit, o.max_key);
     (o.admit > 0 || through > 0).then(|| RoundRecord {
         through,

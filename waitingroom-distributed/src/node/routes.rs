@@ -326,7 +326,7 @@ impl Node {
     /// head.
     pub(super) fn admit_decided(&mut self, now: Time) {
         let mut out = Outbox::default();
-        let lease = (&mut self.lease, self.in_force.unlimited());
+        let lease = (&mut self.lease, self.in_force.unguarded());
         let admitted = self
             .tag
             .admit_decided(now, lease, &mut self.local, &mut out);

@@ -676,8 +676,9 @@ fn a_check_in_elsewhere_is_sent_to_the_owner_while_it_lives() {
     assert_eq!(queued, 6);
 }
 
-#[test]
-fn straight_through_admission_only_while_nobody_waits() {
+/// Three nodes with 10 places and straight-through admission; 30 visitors join, spread
+/// over them.
+fn thirty_join_a_room_of_ten() -> (Net, Crowd) {
     let settings = Settings {
         target_on_site: 10,
         pass_expiry_ms: 60_000,
@@ -691,6 +692,12 @@ fn straight_through_admission_only_while_nobody_waits() {
         let ids = net.ids();
         crowd.join(&mut net, ids[i % ids.len()]);
     }
+    (net, crowd)
+}
+
+#[test]
+fn straight_through_admission_only_while_nobody_waits() {
+    let (mut net, mut crowd) = thirty_join_a_room_of_ten();
     // The cluster had 10 free places, split over 3 nodes: at most 10 got in at once.
     let at_once = crowd.admitted.iter().filter(|a| **a).count();
     assert!(at_once > 0 && at_once <= 10, "{at_once}");
@@ -707,19 +714,7 @@ fn straight_through_admission_only_while_nobody_waits() {
 #[test]
 fn straight_through_passes_name_a_round_whose_record_counts_them() {
     use std::collections::BTreeMap;
-    let settings = Settings {
-        target_on_site: 10,
-        pass_expiry_ms: 60_000,
-        admit_straight_through: true,
-        ..queued_settings()
-    };
-    let mut net = Net::new(3, settings, AdmissionMode::Range, 14);
-    net.run_for(2_500);
-    let mut crowd = Crowd::default();
-    for i in 0..30 {
-        let ids = net.ids();
-        crowd.join(&mut net, ids[i % ids.len()]);
-    }
+    let (mut net, crowd) = thirty_join_a_room_of_ten();
     let mut published = BTreeMap::new();
     for (n, e) in &net.events {
         if let Event::RoundRecorded(r) = e {
